@@ -1,0 +1,3 @@
+from rekall.cli import main
+
+raise SystemExit(main())

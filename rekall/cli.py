@@ -1,0 +1,142 @@
+"""The ``rekall`` command line.
+
+Every verb takes ``--json`` for scripts; without it, output is written for people with
+rich. Exit codes: 0 success, 1 a failed or refused operation, 2 a usage error. The thread
+defaults to ``CODEX_THREAD_ID`` and is never guessed.
+
+Handlers are thin: they parse, call the shared service layer (the same one the MCP tools
+use), and print. Imports of heavier modules happen inside the handlers so that
+``rekall status`` starts fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from rekall.errors import RekallError, UsageError
+
+Handler = Callable[[argparse.Namespace], int]
+
+
+def _print_json(value: Any) -> None:
+    sys.stdout.write(json.dumps(value, indent=2, ensure_ascii=False, default=str) + "\n")
+
+
+def _console():
+    from rich.console import Console
+
+    return Console()
+
+
+def _thread_arg(args: argparse.Namespace) -> str:
+    """The thread id from the argument, else ``CODEX_THREAD_ID``; never guessed."""
+    value = getattr(args, "thread", None) or os.environ.get("CODEX_THREAD_ID") or None
+    if not value:
+        raise UsageError(
+            "no thread id given",
+            hint="pass THREAD or set CODEX_THREAD_ID; rekall never guesses a thread",
+        )
+    return value
+
+
+# --- verbs -----------------------------------------------------------------------------
+
+
+def cmd_states(args: argparse.Namespace) -> int:
+    from rekall.states.render import render
+
+    fmt = "json" if args.json else args.format
+    sys.stdout.write(render(fmt))
+    return 0
+
+
+def cmd_explain(args: argparse.Namespace) -> int:
+    from rekall.explain import build_explanation, print_explanation
+    from rekall.store import JobStore
+
+    explanation = build_explanation(JobStore.open(), args.job)
+    if args.json:
+        _print_json(explanation)
+    else:
+        print_explanation(explanation, _console())
+    return 0
+
+
+def cmd_history(args: argparse.Namespace) -> int:
+    from rekall.history import collect_history, print_history
+    from rekall.store import JobStore
+
+    rows = collect_history(JobStore.open(), thread=args.thread, since=args.since)
+    if args.json:
+        _print_json(rows)
+    else:
+        print_history(rows, _console())
+    return 0
+
+
+def cmd_sim(args: argparse.Namespace) -> int:
+    from rekall.sim.cli import run_sim
+
+    return run_sim(args)
+
+
+# --- parser ----------------------------------------------------------------------------
+
+
+def _add(sub: argparse._SubParsersAction, name: str, handler: Handler, help: str) -> argparse.ArgumentParser:
+    parser = sub.add_parser(name, help=help, description=help)
+    parser.add_argument("--json", action="store_true", help="print JSON for scripts")
+    parser.set_defaults(handler=handler)
+    return parser
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from rekall import __version__
+
+    parser = argparse.ArgumentParser(prog="rekall", description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--version", action="version", version=f"rekall {__version__}")
+    sub = parser.add_subparsers(dest="verb", metavar="VERB")
+
+    p = _add(sub, "states", cmd_states, "print the job lifecycle machine")
+    p.add_argument("--format", choices=("mermaid", "markdown", "json"), default="markdown")
+
+    p = _add(sub, "explain", cmd_explain, "show how a job moved through its states, and why")
+    p.add_argument("job", metavar="JOB", help="a job id, or a thread id meaning its latest job")
+
+    p = _add(sub, "history", cmd_history, "list past jobs, newest first")
+    p.add_argument("--thread", help="only this thread")
+    p.add_argument("--since", help="only jobs created on or after this ISO date or time")
+
+    p = _add(sub, "sim", cmd_sim, "run the simulated extension owner for manual use")
+    p.add_argument("--socket", help="Unix socket path to listen on (default: a private temp dir)")
+    p.add_argument("--backend", choices=("scripted", "codex"), default="scripted")
+
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse exits 2 on usage errors, 0 on --help
+        return int(exc.code or 0)
+    if not getattr(args, "handler", None):
+        parser.print_help(sys.stderr)
+        return 2
+    try:
+        return args.handler(args)
+    except RekallError as exc:
+        if getattr(args, "json", False):
+            _print_json({"error": exc.to_dict()})
+        else:
+            sys.stderr.write(f"rekall: {exc.message}\n")
+            if exc.hint:
+                sys.stderr.write(f"  next: {exc.hint}\n")
+        return exc.exit_status
+    except KeyboardInterrupt:
+        return 130

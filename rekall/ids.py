@@ -1,0 +1,40 @@
+"""Validation of thread and job ids.
+
+Ids become parts of file names, so they are checked before any path is built: only the
+canonical 8-4-4-4-12 hexadecimal UUID form is accepted, and it is lower-cased so that
+one thread never has two spellings on disk.
+"""
+
+from __future__ import annotations
+
+import re
+
+from rekall.errors import InvalidInput
+
+_UUID = re.compile(r"\A[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\Z", re.IGNORECASE)
+
+
+def is_uuid(value: object) -> bool:
+    return isinstance(value, str) and _UUID.match(value) is not None
+
+
+def validate_id(value: object, field: str) -> str:
+    """Return ``value`` lower-cased if it is a UUID, else raise naming ``field``."""
+    if not is_uuid(value):
+        shown = repr(value) if not isinstance(value, str) or len(value) <= 80 else repr(value[:80] + "…")
+        hint = (
+            "pass the current CODEX_THREAD_ID explicitly; never guess a thread"
+            if field == "threadId"
+            else "use the jobId that schedule_compaction or compaction_status returned"
+        )
+        raise InvalidInput(f"{field} must be a UUID like 0199a5c2-…; got {shown}", field=field,
+                           hint=hint, code="invalid_id")
+    return value.lower()  # type: ignore[union-attr]
+
+
+def thread_id(value: object) -> str:
+    return validate_id(value, "threadId")
+
+
+def job_id(value: object) -> str:
+    return validate_id(value, "jobId")

@@ -1,0 +1,46 @@
+"""Shared fixtures. Each test gets private, empty directories and a clean environment."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+# Variables that would point rekall at a real installation; tests never inherit them.
+_ISOLATED = (
+    "CODEX_HOME",
+    "CODEX_THREAD_ID",
+    "REKALL_JOBS_DIR",
+    "CONTEXT_COMPACT_JOBS_DIR",
+    "REKALL_PIPE",
+    "CONTEXT_COMPACT_PIPE",
+    "REKALL_CODEX_BINARY",
+    "REKALL_IDLE_STABLE_MS",
+    "REKALL_DEADLINE_S",
+)
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+def private_dir(tmp_path: Path) -> Path:
+    """A 0700 directory, as rekall requires for jobs and IPC."""
+    path = tmp_path / "private"
+    path.mkdir(mode=0o700)
+    os.chmod(path, 0o700)
+    return path
+
+
+@pytest.fixture(autouse=True)
+def isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    """Point CODEX_HOME at an empty private folder and drop inherited rekall variables."""
+    for name in _ISOLATED:
+        monkeypatch.delenv(name, raising=False)
+    home = tmp_path / "codex-home"
+    home.mkdir(mode=0o700)
+    monkeypatch.setenv("CODEX_HOME", str(home))
+    return home
