@@ -79,6 +79,95 @@ def cmd_history(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_probe(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from rekall import service
+
+    result = asyncio.run(service.probe(_thread_arg(args)))
+    if args.json:
+        _print_json(result)
+    else:
+        from rekall.render import print_probe
+
+        print_probe(result, _console())
+    return 0
+
+
+def cmd_schedule(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from rekall import service
+
+    handoff = None
+    if args.handoff:
+        from rekall.store import read_handoff_file
+
+        handoff = read_handoff_file(args.handoff)
+    result = asyncio.run(service.schedule(_thread_arg(args), handoff))
+    if args.json:
+        _print_json(result)
+    else:
+        from rekall.render import print_job
+
+        print_job(result, _console())
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from rekall import service
+
+    thread = _thread_arg(args)
+    if args.watch:
+        from rekall.render import watch_status
+
+        result = watch_status(lambda: service.status(thread), _console(), quiet=args.json)
+    else:
+        result = service.status(thread)
+    if args.json:
+        _print_json(result)
+    elif not args.watch:
+        from rekall.render import print_job
+
+        print_job(result, _console())
+    return 0
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    from rekall import service
+
+    result = service.cancel(_thread_arg(args), args.job)
+    if args.json:
+        _print_json(result)
+    else:
+        _console().print(f"[bold]{result['message']}[/bold]")
+    return 0
+
+
+def cmd_mcp(args: argparse.Namespace) -> int:
+    from rekall.mcp_server import run_stdio
+
+    return run_stdio()
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    from rekall.worker import run_worker
+
+    return run_worker(args.thread, args.job)
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from rekall.demo import run_demo
+
+    return run_demo(as_json=args.json)
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from rekall.doctor import run_doctor
+
+    return run_doctor(as_json=args.json)
+
+
 def cmd_sim(args: argparse.Namespace) -> int:
     from rekall.sim.cli import run_sim
 
@@ -101,6 +190,30 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rekall", description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--version", action="version", version=f"rekall {__version__}")
     sub = parser.add_subparsers(dest="verb", metavar="VERB")
+
+    p = _add(sub, "probe", cmd_probe, "read-only preflight: reach the thread's owner and check compatibility")
+    p.add_argument("thread", metavar="THREAD", nargs="?", help="thread id (default: $CODEX_THREAD_ID)")
+
+    p = _add(sub, "schedule", cmd_schedule, "schedule one compaction (and optionally one continuation)")
+    p.add_argument("thread", metavar="THREAD", nargs="?", help="thread id (default: $CODEX_THREAD_ID)")
+    p.add_argument("--handoff", metavar="FILE", help="handoff JSON file: summary, preserve, discard, nextStep, resume")
+
+    p = _add(sub, "status", cmd_status, "show the thread's latest job")
+    p.add_argument("thread", metavar="THREAD", nargs="?", help="thread id (default: $CODEX_THREAD_ID)")
+    p.add_argument("--watch", action="store_true", help="follow the job live until it ends")
+
+    p = _add(sub, "cancel", cmd_cancel, "cancel the pending dispatches of a job")
+    p.add_argument("job", metavar="JOB", help="the job id")
+    p.add_argument("--thread", help="thread id (default: $CODEX_THREAD_ID)")
+
+    _add(sub, "mcp", cmd_mcp, "run the MCP server on stdio")
+    _add(sub, "demo", cmd_demo, "run a full job against the built-in simulated owner")
+    _add(sub, "doctor", cmd_doctor, "check the installation, one row per concern")
+
+    p = sub.add_parser("worker", help=argparse.SUPPRESS)  # internal: started detached by schedule
+    p.add_argument("thread")
+    p.add_argument("job")
+    p.set_defaults(handler=cmd_worker, json=False)
 
     p = _add(sub, "states", cmd_states, "print the job lifecycle machine")
     p.add_argument("--format", choices=("mermaid", "markdown", "json"), default="markdown")

@@ -1,0 +1,54 @@
+"""Protocol adapters: from frames to thread state and domain events, and commands back.
+
+Public surface::
+
+    session = await connect_thread(thread_id)        # handshake, follow, first snapshot
+    session.mirror.idle, .completed_compaction_ids, .boundary_fingerprint, .tokens, ...
+    async for event in session.events(): ...         # rekall.events domain events
+    await session.compact()                          # thread-follower-compact-thread
+    turn = await session.start_turn(text, job_id)    # thread-follower-start-turn
+    await session.reconnect(); await session.aclose()
+
+Failures are :class:`~rekall.errors.IpcError` subclasses; failed commands raise
+:class:`RequestFailed` with ``delivery`` ``"not_delivered"`` or ``"unknown"``.
+"""
+
+from __future__ import annotations
+
+from rekall.adapters.errors import (
+    ConnectionLostError,
+    HandshakeFailed,
+    NoOwner,
+    RequestFailed,
+    SessionClosed,
+    SnapshotTimeout,
+    VersionMismatch,
+)
+from rekall.adapters.facts import ThreadFacts, derive_facts
+from rekall.adapters.mirror import RevisionGap, ThreadMirror
+from rekall.adapters.patches import PatchError, apply_patches
+from rekall.adapters.registry import ADAPTERS, adapter_for_state_version, adapter_named
+from rekall.adapters.session import RESPONSE_MARGIN_S, StartedTurn, ThreadSession, connect_thread
+
+__all__ = [
+    "ADAPTERS",
+    "RESPONSE_MARGIN_S",
+    "ConnectionLostError",
+    "HandshakeFailed",
+    "NoOwner",
+    "PatchError",
+    "RequestFailed",
+    "RevisionGap",
+    "SessionClosed",
+    "SnapshotTimeout",
+    "StartedTurn",
+    "ThreadFacts",
+    "ThreadMirror",
+    "ThreadSession",
+    "VersionMismatch",
+    "adapter_for_state_version",
+    "adapter_named",
+    "apply_patches",
+    "connect_thread",
+    "derive_facts",
+]

@@ -1,0 +1,62 @@
+"""Errors of the protocol layer. Each is an :class:`~rekall.errors.IpcError` with a stable code."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from rekall.errors import IpcError
+
+Delivery = Literal["not_delivered", "unknown"]
+
+
+class RequestFailed(IpcError):
+    """A request to the owner did not succeed.
+
+    ``code`` is the router's error string (``no-client-found``, ``request-version-mismatch``,
+    ``no-handler-for-request``, ``client-disconnected``, ``request-timeout``, …) or ours
+    (``request_timeout``, ``connection_lost``, ``bad_ack``). ``delivery`` says what we know:
+    ``"not_delivered"`` when the failure proves the owner never acted on it, ``"unknown"``
+    when it may have. Nothing is ever retried.
+    """
+
+    code = "request_failed"
+
+    def __init__(self, message: str, *, code: str, delivery: Delivery, method: str, hint: str | None = None) -> None:
+        super().__init__(message, hint=hint, code=code)
+        self.delivery: Delivery = delivery
+        self.method = method
+
+    @property
+    def outcome_unknown(self) -> bool:
+        return self.delivery == "unknown"
+
+    def to_dict(self) -> dict[str, str]:
+        return {**super().to_dict(), "delivery": self.delivery, "method": self.method}
+
+
+class HandshakeFailed(IpcError):
+    code = "handshake_failed"
+
+
+class NoOwner(IpcError):
+    """No client owns the thread (router error ``no-client-found`` on owner discovery)."""
+
+    code = "no_owner"
+
+
+class VersionMismatch(IpcError):
+    """The extension speaks a protocol version we have no adapter for."""
+
+    code = "version_mismatch"
+
+
+class SnapshotTimeout(IpcError):
+    code = "snapshot_timeout"
+
+
+class ConnectionLostError(IpcError):
+    code = "connection_lost"
+
+
+class SessionClosed(IpcError):
+    code = "session_closed"

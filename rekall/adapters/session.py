@@ -1,0 +1,561 @@
+"""ThreadSession: one follower connection to the owner of one thread.
+
+The session does the I/O for a protocol adapter (today :mod:`rekall.adapters.v11`): it
+connects, runs the handshake (``initialize``, owner discovery, follow), keeps the
+:class:`~rekall.adapters.mirror.ThreadMirror` up to date from the owner's broadcasts,
+turns fact changes into domain events, and sends the two commands rekall needs.
+
+Rules it keeps:
+
+* Never retry. A request is sent at most once; a failure says whether it was delivered.
+* Our own request timeout agrees with the ``timeoutMs`` we send: we send
+  ``request_timeout_s * 1000`` and wait :data:`RESPONSE_MARGIN_S` longer, so that the
+  router's own ``request-timeout`` (which is more informative) normally arrives first.
+* State broadcasts count only from the owner, for this thread, at the adapter's version.
+  Other versions are counted and reported (``ProtocolChanged``); during the handshake
+  they fail the connect at once with ``version_mismatch`` instead of a snapshot timeout.
+* A revision gap or an inapplicable patch asks the owner for a fresh snapshot (a
+  re-follow): bounded per connection (:data:`MAX_RESYNCS_PER_CONNECTION`), counted in
+  :attr:`ThreadSession.resync_count`, reported with ``Resynced``. Patches that arrive
+  while we wait for that snapshot are dropped, not answered with more re-follows.
+* If the owner asks for followers from another client id (the thread moved to another
+  window), or another client broadcasts this thread's state, the session rediscovers the
+  owner and follows the new one. It never guesses: the router names the owner.
+* ``ConnectionLost`` is emitted exactly once per connection that dies (not when we close it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import AsyncIterator, Callable, Mapping
+from types import ModuleType
+from typing import Any
+
+import attrs
+
+from rekall import events as ev
+from rekall.adapters import registry
+from rekall.adapters.errors import (
+    ConnectionLostError,
+    HandshakeFailed,
+    RequestFailed,
+    SessionClosed,
+    SnapshotTimeout,
+    VersionMismatch,
+)
+from rekall.adapters.mirror import RevisionGap, ThreadMirror
+from rekall.adapters.patches import PatchError
+from rekall.errors import InvalidInput, IpcError
+from rekall.ids import thread_id as validate_thread_id
+from rekall.transports import (
+    Endpoint,
+    MessageChannel,
+    PeerUidLookup,
+    Transport,
+    TransportError,
+    peer_uid,
+    resolve_endpoint,
+    transport_for,
+)
+
+log = logging.getLogger("rekall.adapters")
+
+#: How much longer than the ``timeoutMs`` we send we wait for a response ourselves.
+RESPONSE_MARGIN_S = 2.0
+MAX_RESYNCS_PER_CONNECTION = 5
+StartedTurn = registry.DEFAULT.StartedTurn
+Tap = Callable[[str, Any], None]
+
+_CLOSED = object()
+
+
+class _Link:
+    """One connection: its channel, reader task and in-flight requests."""
+
+    def __init__(self, channel: MessageChannel) -> None:
+        self.channel = channel
+        self.pending: dict[str, tuple[str, asyncio.Future[Any]]] = {}
+        self.reader: asyncio.Task[None] | None = None
+        self.closing = False  # closed by us: no ConnectionLost event
+        self.dead = False
+        self.death_detail: str | None = None
+        self.resyncs = 0
+
+
+class ThreadSession:
+    """Follow one thread through its owner. Create it with :func:`connect_thread`."""
+
+    def __init__(
+        self,
+        thread_id: str,
+        *,
+        endpoint: Endpoint,
+        transport: Transport | None = None,
+        env: Mapping[str, str] | None = None,
+        explicit_endpoint: bool = True,
+        client_type: str = "codex-rekall",
+        request_timeout_s: float = 10.0,
+        snapshot_timeout_s: float = 12.0,
+        peer_uid_lookup: PeerUidLookup = peer_uid,
+        adapter: ModuleType | None = None,
+        max_resyncs: int = MAX_RESYNCS_PER_CONNECTION,
+        tap: Tap | None = None,
+    ) -> None:
+        if request_timeout_s <= 0 or snapshot_timeout_s <= 0:
+            raise InvalidInput("timeouts must be positive", field="request_timeout_s")
+        self.thread_id = thread_id
+        self.endpoint = endpoint
+        self._transport = transport
+        self._env = env
+        self._explicit_endpoint = explicit_endpoint
+        self._peer_uid_lookup = peer_uid_lookup
+        self._adapter = adapter or registry.DEFAULT
+        self.client_type = client_type
+        self.request_timeout_s = request_timeout_s
+        self.snapshot_timeout_s = snapshot_timeout_s
+        self.max_resyncs = max_resyncs
+        self.tap = tap
+
+        self.client_id: str | None = None
+        self.owner_id: str | None = None
+        self.mirror = ThreadMirror()
+        self.observed_versions: dict[str, set[Any]] = {}
+        self.unknown_versions: dict[str, int] = {}
+        self.resync_count = 0
+        self.owner_changes = 0
+        self.foreign_broadcasts = 0
+        self.dropped_patches = 0
+        self.ignored_messages = 0
+
+        self._events: asyncio.Queue[Any] = asyncio.Queue()
+        self._link: _Link | None = None
+        self._closed = False
+        self._snapshot_waiter: asyncio.Future[None] | None = None
+        self._emit_first_snapshot = False
+        self._awaiting_snapshot = False
+        self._resync_reason: str | None = None
+        self._rediscovering = False
+        self._checked_sources: set[Any] = set()
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    # -- public surface ----------------------------------------------------------------
+
+    @property
+    def adapter(self) -> str:
+        """The protocol adapter in use, e.g. ``"v11"``."""
+        return self._adapter.NAME
+
+    @property
+    def connected(self) -> bool:
+        return self._link is not None and not self._link.dead
+
+    async def next_event(self) -> ev.DomainEvent:
+        """The next domain event. Raises :class:`SessionClosed` once the session is closed."""
+        item = await self._events.get()
+        if item is _CLOSED:
+            self._events.put_nowait(_CLOSED)  # for any other reader
+            raise SessionClosed("the IPC session is closed", hint="connect again")
+        return item
+
+    async def events(self) -> AsyncIterator[ev.DomainEvent]:
+        """Domain events until the session is closed (it survives reconnects)."""
+        while True:
+            try:
+                yield await self.next_event()
+            except SessionClosed:
+                return
+
+    async def compact(self) -> None:
+        """Ask the owner to compact the thread. Success means ``result.ok is True``."""
+        adapter = self._adapter
+        response = await self._request(adapter.COMPACT, adapter.compact_params(self.thread_id))
+        adapter.check_compact_ack(response)
+
+    async def start_turn(self, text: str, client_user_message_id: str) -> Any:
+        """Start one turn with ``text`` as its only input. Returns ``StartedTurn(turn_id, status)``."""
+        if not isinstance(text, str) or not text.strip():
+            raise InvalidInput("continuation text must be a non-empty string", field="text")
+        if not isinstance(client_user_message_id, str) or not client_user_message_id:
+            raise InvalidInput("client_user_message_id must be a non-empty string (the job id)",
+                               field="client_user_message_id")
+        adapter = self._adapter
+        response = await self._request(
+            adapter.START_TURN, adapter.start_turn_params(self.thread_id, text, client_user_message_id))
+        return adapter.started_turn_from(response)
+
+    async def reconnect(self) -> None:
+        """New connection, handshake, owner rediscovery and a fresh snapshot.
+
+        Events for facts that differ from before (a compaction completed meanwhile, say)
+        are emitted. Raises an :class:`IpcError` on failure; the caller decides on backoff.
+        """
+        if self._closed:
+            raise SessionClosed("the IPC session is closed", hint="connect again")
+        if self._link is not None:
+            await self._close_link(self._link)
+        if not self._explicit_endpoint:  # resolve afresh: the extension may have restarted
+            self.endpoint = resolve_endpoint(self._env)
+            self._transport = None
+        await self._open(emit=True)
+
+    async def aclose(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._link is not None:
+            await self._close_link(self._link)
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._events.put_nowait(_CLOSED)
+
+    async def __aenter__(self) -> ThreadSession:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    # -- connecting --------------------------------------------------------------------
+
+    async def _open(self, *, emit: bool) -> None:
+        transport = self._transport or transport_for(self.endpoint, peer_uid_lookup=self._peer_uid_lookup)
+        stream = await transport.connect()
+        self.endpoint = attrs.evolve(self.endpoint, peer_check=stream.peer_check)
+        link = _Link(MessageChannel(stream))
+        self._link = link
+        link.reader = asyncio.create_task(self._read_loop(link), name=f"rekall-ipc-reader-{self.thread_id}")
+        try:
+            await self._handshake(link)
+            await self._follow_and_wait(link, emit=emit)
+        except BaseException:
+            await self._close_link(link)
+            raise
+
+    async def _handshake(self, link: _Link) -> None:
+        adapter = self._adapter
+        self.client_id = None
+        self.owner_id = None
+        try:
+            response = await self._exchange(link, adapter.INITIALIZE, adapter.initialize_params(self.client_type),
+                                            targeted=False)
+            if not response.ok and response.error == "request-version-mismatch":
+                raise VersionMismatch(f"{adapter.INITIALIZE} v{adapter.METHOD_VERSIONS[adapter.INITIALIZE]} was "
+                                      "refused: request-version-mismatch",
+                                      hint="the extension changed its protocol; update rekall")
+            self.client_id = adapter.client_id_from(response)
+            response = await self._exchange(link, adapter.OWNER_DISCOVERY,
+                                            adapter.owner_discovery_params(self.thread_id), targeted=False)
+            self.owner_id = adapter.owner_from(response, self.thread_id)
+        except RequestFailed as exc:  # a timeout or a dropped connection during the handshake
+            raise HandshakeFailed(f"handshake with the IPC router failed: {exc.message}", code=exc.code,
+                                  hint=exc.hint) from None
+        self._checked_sources = {self.owner_id}
+
+    async def _follow_and_wait(self, link: _Link, *, emit: bool) -> None:
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._snapshot_waiter = waiter
+        self._emit_first_snapshot = emit
+        self._awaiting_snapshot = True
+        self._resync_reason = None
+        try:
+            await self._send(link, self._follow_message())
+            async with asyncio.timeout(self.snapshot_timeout_s):
+                await waiter
+        except TimeoutError:
+            raise SnapshotTimeout(self._snapshot_timeout_text(),
+                                  hint="the owner did not send the thread's state; check that the thread is open "
+                                  "in VS Code and the extension is up to date") from None
+        except TransportError as exc:
+            raise ConnectionLostError(f"connection lost before the first snapshot: {exc.message}",
+                                      hint="reconnect") from None
+        finally:
+            if self._snapshot_waiter is waiter:
+                self._snapshot_waiter = None
+
+    def _snapshot_timeout_text(self) -> str:
+        text = f"no snapshot of thread {self.thread_id} from owner {self.owner_id} within {self.snapshot_timeout_s:g} s"
+        seen = self.observed_versions.get(self._adapter.STATE_CHANGED)
+        if self.unknown_versions:
+            text += "; " + "; ".join(self.unknown_versions)
+        elif seen:
+            text += f"; state versions seen: {sorted(seen, key=repr)}"
+        else:
+            text += "; no state broadcast was seen at all"
+        return text
+
+    def _follow_message(self) -> dict[str, Any]:
+        assert self.client_id is not None and self.owner_id is not None
+        return self._adapter.follow_broadcast(self.thread_id, source=self.client_id, owner=self.owner_id)
+
+    # -- requests ----------------------------------------------------------------------
+
+    async def _send(self, link: _Link, message: dict[str, Any]) -> None:
+        if self.tap is not None:
+            self.tap("send", message)
+        await link.channel.send(message)
+
+    async def _exchange(self, link: _Link, method: str, params: dict[str, Any], *, targeted: bool) -> Any:
+        """Send one request and wait for its response (success or not)."""
+        if link.dead or link.closing:
+            raise RequestFailed(f"{method}: not sent, the IPC connection is closed", code="connection_lost",
+                                delivery="not_delivered", method=method, hint="reconnect, then decide again")
+        request_id = str(uuid.uuid4())
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        link.pending[request_id] = (method, future)
+        message = self._adapter.request(
+            method, params, request_id=request_id, source=self.client_id or self._adapter.INITIAL_CLIENT_ID,
+            timeout_ms=int(self.request_timeout_s * 1000), target=self.owner_id if targeted else None)
+        try:
+            try:
+                await self._send(link, message)
+            except TransportError as exc:
+                raise RequestFailed(f"{method}: connection lost while sending ({exc.message}); outcome unknown",
+                                    code="connection_lost", delivery="unknown", method=method,
+                                    hint="check the thread before scheduling again; nothing was retried") from None
+            try:
+                async with asyncio.timeout(self.request_timeout_s + RESPONSE_MARGIN_S):
+                    return await future
+            except TimeoutError:
+                raise RequestFailed(
+                    f"{method}: no response within {self.request_timeout_s + RESPONSE_MARGIN_S:g} s; outcome unknown",
+                    code="request_timeout", delivery="unknown", method=method,
+                    hint="check the thread before scheduling again; nothing was retried") from None
+        finally:
+            link.pending.pop(request_id, None)
+
+    async def _request(self, method: str, params: dict[str, Any]) -> Any:
+        link = self._link
+        if link is None or self._closed:
+            raise RequestFailed(f"{method}: not sent, no IPC connection", code="connection_lost",
+                                delivery="not_delivered", method=method, hint="reconnect, then decide again")
+        response = await self._exchange(link, method, params, targeted=True)
+        if not response.ok:
+            delivery = self._adapter.delivery_of(response.error)
+            hint = ("the owner did not act on it; it is safe to schedule again" if delivery == "not_delivered"
+                    else "the owner may have acted on it; check the thread before scheduling again")
+            raise RequestFailed(f"{method} failed: {response.error}", code=response.error, delivery=delivery,
+                                method=method, hint=hint)
+        return response
+
+    # -- receiving ---------------------------------------------------------------------
+
+    async def _read_loop(self, link: _Link) -> None:
+        detail = "the router closed the connection"
+        try:
+            while True:
+                message = await link.channel.receive()
+                if message is None:
+                    break
+                if self.tap is not None:
+                    self.tap("recv", message)
+                await self._handle(link, message)
+        except IpcError as exc:  # a transport failure or a malformed frame
+            detail = exc.message
+        except Exception as exc:  # a message we could not handle: say so, never die silently
+            log.exception("IPC reader failed")
+            detail = f"internal error while handling a message: {exc!r}"
+        except asyncio.CancelledError:
+            detail = "closed"
+            raise
+        finally:
+            self._link_died(link, link.death_detail or detail)
+
+    def _link_died(self, link: _Link, detail: str) -> None:
+        if link.dead:
+            return
+        link.dead = True
+        for method, future in link.pending.values():
+            if not future.done():
+                future.set_exception(RequestFailed(
+                    f"{method}: connection lost while waiting for the response ({detail}); outcome unknown",
+                    code="connection_lost", delivery="unknown", method=method,
+                    hint="check the thread before scheduling again; nothing was retried"))
+        waiter = self._snapshot_waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_exception(ConnectionLostError(f"connection lost before the first snapshot: {detail}",
+                                                     hint="reconnect"))
+        if not link.closing:
+            self._emit(ev.ConnectionLost(detail))
+        # Close the stream too, without awaiting here (we may be inside the reader).
+        task = asyncio.ensure_future(link.channel.aclose())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _close_link(self, link: _Link) -> None:
+        link.closing = True
+        await link.channel.aclose()
+        if link.reader is not None and link.reader is not asyncio.current_task():
+            link.reader.cancel()
+            await asyncio.gather(link.reader, return_exceptions=True)
+        self._link_died(link, "closed by rekall")
+        if self._link is link:
+            self._link = None
+
+    async def _kill_link(self, link: _Link, detail: str) -> None:
+        """Give up on a connection that cannot be trusted any more; emits ConnectionLost."""
+        link.death_detail = detail
+        log.warning("closing IPC connection: %s", detail)
+        await link.channel.aclose()
+
+    def _emit(self, event: ev.DomainEvent) -> None:
+        if not self._closed:
+            self._events.put_nowait(event)
+
+    def _emit_all(self, events: list[ev.DomainEvent]) -> None:
+        for event in events:
+            self._emit(event)
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _handle(self, link: _Link, message: Any) -> None:
+        adapter = self._adapter
+        if isinstance(message, dict) and message.get("type") in ("broadcast", "request"):
+            method = message.get("method")
+            version = message.get("version")
+            if isinstance(method, str):
+                self.observed_versions.setdefault(method, set()).add(
+                    version if isinstance(version, (int, str, type(None))) else repr(version))
+        inbound = adapter.classify(message, thread_id=self.thread_id, owner_id=self.owner_id)
+        if isinstance(inbound, adapter.Response):
+            _method, future = link.pending.get(inbound.request_id, ("", None))
+            if future is not None and not future.done():
+                future.set_result(inbound)
+        elif isinstance(inbound, adapter.Reply):
+            await self._send_quietly(link, inbound.message)
+        elif isinstance(inbound, adapter.StateChange):
+            await self._on_state_change(link, inbound.change)
+        elif isinstance(inbound, adapter.UnknownVersion):
+            self._on_unknown_version(inbound)
+        elif isinstance(inbound, adapter.FollowStatusRequested):
+            if inbound.source == self.owner_id:
+                await self._send_quietly(link, self._follow_message())
+            else:
+                self._maybe_rediscover(link, inbound.source, "another client asked for followers")
+        elif isinstance(inbound, adapter.ForeignState):
+            self.foreign_broadcasts += 1
+            self._maybe_rediscover(link, inbound.source, "another client broadcast this thread's state")
+        else:
+            self.ignored_messages += 1
+
+    async def _send_quietly(self, link: _Link, message: dict[str, Any]) -> None:
+        try:
+            await self._send(link, message)
+        except TransportError:
+            pass  # the reader notices the broken connection and reports it once
+
+    def _on_unknown_version(self, inbound: Any) -> None:
+        text = self._adapter.protocol_changed_text(inbound.method, inbound.version)
+        first = text not in self.unknown_versions
+        self.unknown_versions[text] = self.unknown_versions.get(text, 0) + 1
+        if first:
+            log.warning("%s", text)
+            self._emit(ev.ProtocolChanged(inbound.method, inbound.version, text))
+        waiter = self._snapshot_waiter
+        if inbound.from_owner and inbound.method == self._adapter.STATE_CHANGED and waiter and not waiter.done():
+            waiter.set_exception(VersionMismatch(text, hint="update rekall, or report the extension version"))
+
+    async def _on_state_change(self, link: _Link, change: Any) -> None:
+        kind = change.get("type") if isinstance(change, dict) else None
+        if kind == "snapshot":
+            if "conversationState" not in change:
+                await self._resync(link, "a snapshot without conversationState")
+                return
+            events = self.mirror.load_snapshot(change["conversationState"], change.get("revision"))
+            self._awaiting_snapshot = False
+            waiter = self._snapshot_waiter
+            if waiter is not None and not waiter.done():
+                waiter.set_result(None)
+                if self._emit_first_snapshot:
+                    self._emit_all(events)
+                return
+            if self._resync_reason is not None:
+                self._emit(ev.Resynced(self._resync_reason, self.resync_count, self.mirror.revision))
+                self._resync_reason = None
+            self._emit_all(events)
+        elif kind == "patches":
+            if self._awaiting_snapshot:
+                self.dropped_patches += 1
+                return
+            try:
+                events = self.mirror.apply_patches(change.get("patches"), base_revision=change.get("baseRevision"),
+                                                   revision=change.get("revision"))
+            except (RevisionGap, PatchError) as exc:
+                await self._resync(link, exc.message)
+                return
+            self._emit_all(events)
+        else:
+            await self._resync(link, f"a state change of unknown type {kind!r}")
+
+    async def _resync(self, link: _Link, reason: str) -> None:
+        link.resyncs += 1
+        self.resync_count += 1
+        if link.resyncs > self.max_resyncs:
+            await self._kill_link(link, f"gave up after {self.max_resyncs} resyncs on one connection "
+                                        f"(last: {reason})")
+            return
+        log.info("resync %d: %s", self.resync_count, reason)
+        self._awaiting_snapshot = True
+        self._resync_reason = reason
+        await self._send_quietly(link, self._follow_message())
+
+    def _maybe_rediscover(self, link: _Link, source: Any, why: str) -> None:
+        if self._rediscovering or source in self._checked_sources:
+            return
+        self._checked_sources.add(source)
+        self._rediscovering = True
+        self._spawn(self._rediscover(link, why))
+
+    async def _rediscover(self, link: _Link, why: str) -> None:
+        adapter = self._adapter
+        try:
+            response = await self._exchange(link, adapter.OWNER_DISCOVERY,
+                                            adapter.owner_discovery_params(self.thread_id), targeted=False)
+            owner = adapter.owner_from(response, self.thread_id)
+        except IpcError as exc:
+            log.warning("owner rediscovery failed (%s): %s", why, exc.message)
+            return
+        finally:
+            self._rediscovering = False
+        if owner == self.owner_id or link.dead:
+            return
+        log.info("thread %s moved from owner %s to %s", self.thread_id, self.owner_id, owner)
+        self.owner_id = owner
+        self.owner_changes += 1
+        self._checked_sources = {owner}
+        await self._resync(link, f"the owner changed to {owner} ({why})")
+
+
+async def connect_thread(
+    thread_id: str,
+    *,
+    endpoint: Endpoint | None = None,
+    env: Mapping[str, str] | None = None,
+    client_type: str = "codex-rekall",
+    request_timeout_s: float = 10.0,
+    snapshot_timeout_s: float = 12.0,
+    transport: Transport | None = None,
+    peer_uid_lookup: PeerUidLookup = peer_uid,
+    max_resyncs: int = MAX_RESYNCS_PER_CONNECTION,
+    tap: Tap | None = None,
+) -> ThreadSession:
+    """Connect to the owner of ``thread_id``, follow it and wait for its first snapshot.
+
+    The endpoint is resolved from ``env`` (default ``os.environ``) unless given. The first
+    snapshot's facts are readable from ``session.mirror`` on return; no events are emitted
+    for them (they are the caller's baseline).
+    """
+    thread_id = validate_thread_id(thread_id)
+    explicit = endpoint is not None or transport is not None
+    if endpoint is None:
+        endpoint = resolve_endpoint(env) if transport is None else Endpoint("test", "custom transport")
+    session = ThreadSession(
+        thread_id, endpoint=endpoint, transport=transport, env=env, explicit_endpoint=explicit,
+        client_type=client_type, request_timeout_s=request_timeout_s, snapshot_timeout_s=snapshot_timeout_s,
+        peer_uid_lookup=peer_uid_lookup, max_resyncs=max_resyncs, tap=tap)
+    await session._open(emit=False)
+    return session

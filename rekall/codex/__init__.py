@@ -1,0 +1,13 @@
+"""rekall and the real Codex engine.
+
+- :mod:`rekall.codex.discovery`: find the extension-bundled ``codex`` binary and its identity.
+- :mod:`rekall.codex.schema`: ``check_compatibility(binary, cache_dir=...)``, the public-schema
+  check with its cache; the checks themselves are in :mod:`rekall.codex.schema_checks`.
+- :mod:`rekall.codex.appserver`: an async stdio client for ``codex app-server``.
+- :mod:`rekall.codex.conversation`: an app-server thread projected onto the extension's
+  ``conversationState`` (snapshot + patches), the core of the codex-backed simulated owner.
+- :mod:`rekall.codex.home`: an isolated ``CODEX_HOME`` pointing at the loopback mock model.
+- :mod:`rekall.codex.pinned`: where the pinned real CLI is installed for tests and benches.
+
+Submodules are imported on use, so ``import rekall.codex`` costs nothing.
+"""

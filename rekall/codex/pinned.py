@@ -1,0 +1,41 @@
+"""Where the pinned real Codex CLI lives when ``scripts/install-codex`` has installed it.
+
+Tests, ``bench/verify_codex.py`` and ``rekall sim --backend codex`` run the real engine from
+the npm package ``@openai/codex``. ``scripts/install-codex`` installs the pinned version into
+``$REKALL_CACHE_DIR`` (default ``$XDG_CACHE_HOME/rekall`` or ``~/.cache/rekall``); the test
+command exports its launcher as ``REKALL_TEST_CODEX``. This module mirrors that layout so that
+every caller finds the same binary, and says clearly when there is none.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+#: Keep in step with scripts/install-codex.
+PINNED_VERSION = "0.171.0"
+TEST_BINARY_VAR = "REKALL_TEST_CODEX"
+
+
+def cached_codex_launcher(env: Mapping[str, str] | None = None) -> Path:
+    """The path scripts/install-codex installs the pinned launcher to (it may not exist)."""
+    env = os.environ if env is None else env
+    version = env.get("REKALL_CODEX_VERSION") or PINNED_VERSION
+    if env.get("REKALL_CACHE_DIR"):
+        cache = Path(env["REKALL_CACHE_DIR"])
+    else:
+        cache = Path(env.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "rekall"
+    return cache / f"codex-{version}" / "node_modules" / ".bin" / "codex"
+
+
+def find_real_codex(env: Mapping[str, str] | None = None) -> tuple[Path | None, str]:
+    """The real codex launcher for tests and benches, or ``None`` with the reason it is missing."""
+    env = os.environ if env is None else env
+    explicit = env.get(TEST_BINARY_VAR)
+    candidate = Path(explicit) if explicit else cached_codex_launcher(env)
+    origin = TEST_BINARY_VAR if explicit else "the install-codex cache"
+    if candidate.is_file() and os.access(candidate, os.X_OK):
+        return candidate, f"{candidate} (from {origin})"
+    return None, (f"real Codex not found at {candidate} (from {origin}); run scripts/install-codex "
+                  f"(needs npm) or set {TEST_BINARY_VAR}")

@@ -1,0 +1,59 @@
+"""Settings read from the environment, each in one place with its default and its check.
+
+An empty variable counts as unset everywhere in rekall.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping
+
+import attrs
+
+from rekall.errors import InvalidInput
+
+#: Idle must hold this long before rekall acts (compaction request, continuation).
+DEFAULT_IDLE_STABLE_MS = 750
+#: The worker gives up (``timed_out``) after this long, waiting included.
+DEFAULT_DEADLINE_S = 15 * 60
+#: Reconnect delays after a lost connection; their count bounds the attempts per loss.
+RECONNECT_DELAYS_S = (0.05, 0.1, 0.2, 0.4, 0.8, 1.6, 3.2)
+
+
+def env_value(env: Mapping[str, str], *names: str) -> str | None:
+    """The first of ``names`` that is set to a non-empty value."""
+    for name in names:
+        value = env.get(name)
+        if value:
+            return value
+    return None
+
+
+def _positive_number(env: Mapping[str, str], name: str, default: float) -> float:
+    raw = env_value(env, name)
+    if raw is None:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value <= 0:
+        raise InvalidInput(f"{name} must be a positive number; got {raw!r}", field=name,
+                           hint=f"unset {name} to use the default ({default:g})")
+    return value
+
+
+@attrs.frozen
+class WorkerSettings:
+    idle_stable_s: float
+    deadline_s: float
+    reconnect_delays_s: tuple[float, ...] = RECONNECT_DELAYS_S
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> WorkerSettings:
+        env = os.environ if env is None else env
+        return cls(
+            idle_stable_s=_positive_number(env, "REKALL_IDLE_STABLE_MS", DEFAULT_IDLE_STABLE_MS) / 1000,
+            deadline_s=_positive_number(env, "REKALL_DEADLINE_S", DEFAULT_DEADLINE_S),
+        )

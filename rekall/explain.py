@@ -1,0 +1,206 @@
+"""``rekall explain JOB``: how a job moved through its states, and why, from its journal.
+
+The explanation is plain data (the same for ``--json`` and for people): the timeline of
+transitions with their evidence and guard verdicts, the notes the worker journaled, a
+plain-words outcome, and the lifecycle diagram with the path taken marked. It works for any
+past job, because journals are kept.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from rich.console import Console
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from rekall.states import HEADROOM_LIMIT, JobState
+from rekall.states.render import mermaid
+from rekall.store import JobStore, Replay
+from rekall.store.wire import TransitionRecord
+
+
+def _percent(fraction: float) -> str:
+    shown = f"{fraction:.0%}"
+    if fraction > HEADROOM_LIMIT and shown == f"{HEADROOM_LIMIT:.0%}":  # 60.4% must not read as "60%"
+        shown = f"{fraction:.1%}"
+    return shown
+
+
+def _ms(ms: Any) -> str:
+    if not isinstance(ms, (int, float)):
+        return "?"
+    return f"{ms:.0f} ms" if ms < 1000 else f"{ms / 1000:.1f} s"
+
+
+def _tokens(value: Any) -> str:
+    return f"{value:,}" if isinstance(value, int) else "unknown"
+
+
+def _compaction_words(f: Mapping[str, Any]) -> str:
+    words = f"compacted {_tokens(f.get('contextTokensBefore'))} → {_tokens(f.get('contextTokensAfter'))} tokens"
+    if isinstance(f.get("reclaimedFraction"), (int, float)):
+        words += f" ({f['reclaimedFraction']:.0%} reclaimed)"
+    if f.get("compactionDurationMs") is not None:
+        words += f" in {_ms(f['compactionDurationMs'])}"
+    return words
+
+
+def _skip_words(f: Mapping[str, Any]) -> str:
+    at_resume = "resumeCheckWindowUsedFraction" in f
+    used = f.get("resumeCheckWindowUsedFraction") if at_resume else f.get("contextWindowUsedFraction")
+    when = "at the check before resuming" if at_resume else "after compaction"
+    reason = f.get("resumeSkipReason")
+    if reason == "more_than_60_percent_used" and isinstance(used, (int, float)):
+        return f"{_percent(used)} of the context window was in use {when}, above the {HEADROOM_LIMIT:.0%} limit"
+    if reason == "stale_or_unreclaimed_token_telemetry":
+        tokens = f.get("resumeCheckContextTokens") if at_resume else f.get("contextTokensAfter")
+        return (f"the token count {when} ({_tokens(tokens)}) was not below the count before the request "
+                f"({_tokens(f.get('contextTokensBefore'))}), so the telemetry may be stale")
+    if reason == "missing_token_telemetry":
+        return f"no usable token telemetry {when}, so headroom could not be confirmed"
+    return f"insufficient headroom ({reason or 'no reason recorded'})"
+
+
+_CANCEL_WORDS = {
+    "explicit_cancellation": "Cancelled on request",
+    "new_user_input": "Cancelled: new user input arrived",
+    "user_turn_stopped": "Cancelled: the latest user turn was stopped",
+}
+
+
+def _unknown_words(f: Mapping[str, Any]) -> str:
+    if not f.get("outcomeMayBeUnknown"):
+        return ""
+    return (" The outcome may be unknown: a request may have reached the extension, and its effect was "
+            "not observed; check the thread before scheduling again.")
+
+
+def describe_outcome(state: str, f: Mapping[str, Any]) -> str:
+    """One or two plain sentences saying how the job ended (or where it is)."""
+    if state == JobState.COMPLETED:
+        return f"Completed: {_compaction_words(f)}; no continuation was asked for."
+    if state == JobState.RESUMED:
+        return (f"Resumed: {_compaction_words(f)}; continuation turn {f.get('resumeTurnId')} started "
+                f"{_ms(f.get('resumeDelayMs'))} after the compaction completed.")
+    if state == JobState.SKIPPED:
+        return f"Resume skipped: {_skip_words(f)}. The compaction itself completed: {_compaction_words(f)}."
+    if state == JobState.CANCELLED:
+        return _CANCEL_WORDS.get(f.get("reason", ""), f"Cancelled ({f.get('reason')})") + "." + _unknown_words(f)
+    if state == JobState.TIMED_OUT:
+        return f"Timed out: {f.get('error')}." + _unknown_words(f)
+    if state == JobState.FAILED:
+        if f.get("errorCode") == "worker_lost":
+            return f"Failed: the worker process was lost ({f.get('error')})." + _unknown_words(f)
+        return f"Failed ({f.get('errorCode')}): {f.get('error')}." + _unknown_words(f)
+    try:
+        return f"In progress ({state}): {JobState(state).doc}"
+    except ValueError:
+        return f"Unknown state {state!r}."
+
+
+def _elapsed_ms(previous: TransitionRecord | None, record: Any) -> int | None:
+    if previous is None:
+        return None
+    elapsed = record.mono_ms - previous.mono_ms
+    if elapsed < 0:  # different boots: fall back to the wall clock
+        wall = datetime.fromisoformat(record.at) - datetime.fromisoformat(previous.at)
+        elapsed = round(wall.total_seconds() * 1000)
+    return elapsed
+
+
+def path_diagram(job: Replay) -> str:
+    """The lifecycle diagram with the transitions taken numbered and the states visited styled."""
+    lines = mermaid().splitlines()
+    steps = {(t.source.value, t.dest.value, t.trigger): n
+             for n, t in enumerate(job.transitions[1:], start=1) if t.source is not None}
+    for i, line in enumerate(lines):
+        for (src, dst, trigger), n in steps.items():
+            if line.strip().startswith(f"{src} --> {dst}: {trigger}"):
+                lines[i] = f"{line} (step {n})"
+    visited = list(dict.fromkeys(t.dest.value for t in job.transitions))
+    lines += [
+        "  classDef taken fill:#e8f4ea,stroke:#2e7d32",
+        "  classDef current fill:#2e7d32,color:#ffffff,stroke:#1b5e20",
+        f"  class {','.join(visited[:-1]) or visited[-1]} taken",
+        f"  class {visited[-1]} current",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def build_explanation(store: JobStore, job_or_thread_id: str) -> dict[str, Any]:
+    """Everything ``rekall explain`` shows, as JSON-able data."""
+    job = store.find(job_or_thread_id)
+    status = store.status_of(job)
+    timeline, previous = [], None
+    for record in job.transitions:
+        timeline.append({
+            "seq": record.seq,
+            "at": record.at,
+            "sincePreviousMs": _elapsed_ms(previous, record),
+            "from": None if record.source is None else record.source.value,
+            "to": record.dest.value,
+            "trigger": record.trigger,
+            "evidence": record.evidence,
+            "guards": [{"to": v.to.value, "guard": v.guard, "passed": v.passed} for v in record.guards],
+            "fields": record.fields,
+        })
+        previous = record
+    notes = [{"seq": n.seq, "at": n.at, "kind": n.kind, "detail": n.detail} for n in job.notes]
+    explanation = {
+        "jobId": job.job_id,
+        "threadId": job.thread_id,
+        "state": job.state.value,
+        "terminal": job.state.terminal,
+        "outcome": describe_outcome(job.state.value, status),
+        "outcomeMayBeUnknown": status.get("outcomeMayBeUnknown"),
+        "errorCode": status.get("errorCode"),
+        "path": [t.dest.value for t in job.transitions],
+        "timeline": timeline,
+        "notes": notes,
+        "diagram": path_diagram(job),
+        "journalPath": str(job.path),
+        "status": status,
+    }
+    if job.scan.torn_bytes:
+        explanation["tornTailBytes"] = job.scan.torn_bytes
+    return explanation
+
+
+# --- for people ----------------------------------------------------------------------------
+
+
+def _compact(value: Mapping[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in value.items())
+
+
+def print_explanation(explanation: Mapping[str, Any], console: Console) -> None:
+    state = explanation["state"]
+    console.print(Panel(Text(explanation["outcome"]), title=f"job {explanation['jobId']} · {state}",
+                        subtitle=f"thread {explanation['threadId']}", expand=False))
+    table = Table(title="Timeline", show_lines=False)
+    for column in ("seq", "time", "+", "transition", "evidence", "guards"):
+        table.add_column(column, overflow="fold")
+    rows: list[tuple[int, list[Any]]] = []
+    for row in explanation["timeline"]:
+        guards = Text()
+        for verdict in row["guards"]:
+            guards.append(("✓ " if verdict["passed"] else "✗ ") + verdict["guard"] + "\n",
+                          style="green" if verdict["passed"] else "red")
+        move = f"{row['from'] or '∅'} → {row['to']}\n[bold]{row['trigger']}[/bold]"
+        since = "" if row["sincePreviousMs"] is None else f"+{_ms(row['sincePreviousMs'])}"
+        rows.append((row["seq"], [str(row["seq"]), row["at"][11:23], since, move, Text(_compact(row["evidence"])),
+                                  guards]))
+    for note in explanation["notes"]:
+        rows.append((note["seq"], [str(note["seq"]), note["at"][11:23], "", Text(f"note: {note['kind']}", style="dim"),
+                                   Text(_compact(note["detail"]), style="dim"), ""]))
+    for _, cells in sorted(rows, key=lambda r: r[0]):
+        table.add_row(*cells)
+    console.print(table)
+    console.print("Path: " + " → ".join(explanation["path"]))
+    console.print(Panel(Text(explanation["diagram"].rstrip("\n")), title="Diagram (Mermaid; path marked)",
+                        expand=False))
+    console.print(f"[dim]journal: {explanation['journalPath']}[/dim]")

@@ -1,0 +1,207 @@
+"""The MCP server (``rekall mcp``): four tools over stdio, thin wrappers of ``rekall.service``.
+
+Tool names, inputs and limits match the Node version, so agents and skills written for it
+keep working. Results are structured (TypedDicts: slotted attrs classes break the SDK's
+output schemas). Tools are ``async`` and blocking store work runs on a worker thread, so a
+slow probe never holds up ``compaction_status``.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, TypedDict
+
+import anyio
+from mcp.server import MCPServer
+from mcp.types import ToolAnnotations
+from pydantic import ConfigDict, Field
+
+from rekall import __version__, service
+
+THREAD_ID_DESCRIPTION = (
+    "Current CODEX_THREAD_ID; obtain it from the shell environment (echo $CODEX_THREAD_ID). "
+    "Never guess or select a different thread."
+)
+
+STATES_TEXT = (
+    "States: scheduled, waiting_for_idle (your turn must end first), requesting, accepted "
+    "(the extension took the request; acceptance is not completion), waiting_for_resume_idle, "
+    "resuming; terminal: completed (a newly observed completed contextCompaction), resumed (one "
+    "continuation turn was started; this says nothing about the work it does), skipped (compacted, "
+    "but the continuation was refused for lack of headroom or stale/missing telemetry), cancelled, "
+    "timed_out, failed. outcomeMayBeUnknown=true means a request may have reached the extension "
+    "without its effect being observed."
+)
+
+INSTRUCTIONS = (
+    "rekall compacts this Codex VS Code conversation at a checkpoint and can resume it once. "
+    "Order: compaction_status, then probe_compaction, then schedule_compaction (only when the user "
+    "authorised compaction), then FINISH YOUR TURN, then check compaction_status later. "
+    "Pass the current CODEX_THREAD_ID; never guess a thread. Nothing is retried automatically. "
+    + STATES_TEXT
+)
+
+ThreadId = Annotated[str, Field(description=THREAD_ID_DESCRIPTION, min_length=1, max_length=200)]
+Entries = Annotated[list[Annotated[str, Field(min_length=1)]], Field(max_length=40)]
+
+
+class Handoff(TypedDict):
+    """Guides the resumed agent. It does not alter the extension's own compaction prompt."""
+
+    __pydantic_config__ = ConfigDict(extra="forbid")  # type: ignore[misc]
+
+    summary: Annotated[str, Field(description=(
+        "Task, constraints, decisions, completed work, verification and outstanding work. The whole "
+        "handoff is at most 32000 UTF-8 bytes."))]
+    preserve: Annotated[Entries, Field(description="Facts to retain (at most 40 non-empty strings).")]
+    discard: Annotated[Entries, Field(description=(
+        "History that can be summarised away (at most 40). This never authorises deleting files."))]
+    nextStep: Annotated[str, Field(description=(
+        "The exact authorised next action, including where to stop. Required (may be empty only when "
+        "resume is false)."))]
+    resume: Annotated[bool, Field(description="Explicit opt-in to ONE automatic continuation turn.")]
+
+
+class ProbeResult(TypedDict, total=False):
+    __pydantic_config__ = ConfigDict(extra="allow")  # type: ignore[misc]
+
+    threadId: str
+    connected: bool
+    ownerId: str | None
+    endpoint: Any
+    adapter: Any
+    observedVersions: Any
+    runtimeStatus: str
+    idle: bool
+    busyReason: str | None
+    latestUserTurnStopped: bool
+    completedCompactions: int
+    contextTokens: int | None
+    modelContextWindow: int | None
+    headroom: dict[str, Any]
+    compatibility: dict[str, Any]
+    extensionVersion: str | None
+
+
+class JobStatus(TypedDict, total=False):
+    """The thread's latest job, as in the status file (the handoff text is never stored there)."""
+
+    __pydantic_config__ = ConfigDict(extra="allow")  # type: ignore[misc]
+
+    threadId: str
+    jobId: str
+    state: str
+    status: str
+    jobNumber: int
+    resume: bool
+    createdAt: str
+    updatedAt: str
+    errorCode: str | None
+    error: str | None
+    reason: str | None
+    outcomeMayBeUnknown: bool
+    pid: int | None
+    handoffPath: str | None
+    handoffSha256: str | None
+    requestedAt: str | None
+    acceptedAt: str | None
+    contextTokensBefore: int | None
+    modelContextWindowBefore: int | None
+    compactionId: str | None
+    compactionCompletedAt: str | None
+    contextTokensAfter: int | None
+    modelContextWindowAfter: int | None
+    tokensReclaimed: int | None
+    reclaimedFraction: float | None
+    compactionDurationMs: float | None
+    contextWindowUsedFraction: float | None
+    resumeSkipped: str | None
+    resumeSkipReason: str | None
+    resumeCheckContextTokens: int | None
+    resumeCheckModelContextWindow: int | None
+    resumeCheckWindowUsedFraction: float | None
+    resumeRequestedAt: str | None
+    resumeTurnId: str | None
+    resumedAt: str | None
+    resumeDelayMs: float | None
+    completedAt: str | None
+    cancelledAt: str | None
+    failedAt: str | None
+    timedOutAt: str | None
+    history: list[dict[str, Any]]
+    # schedule only
+    alreadyScheduled: bool
+    message: str
+    handoff: dict[str, Any]
+    # cancel only
+    cancellationRequested: bool
+
+
+def build_server() -> MCPServer:
+    server = MCPServer("rekall", version=__version__, instructions=INSTRUCTIONS)
+
+    @server.tool(
+        annotations=ToolAnnotations(title="Probe compaction readiness", read_only_hint=True, open_world_hint=False),
+        description=(
+            "Read-only preflight for an extension-owned VS Code Codex chat. Run it after compaction_status "
+            "and before schedule_compaction. It reaches the thread's owner window, reports the runtime "
+            "status, context headroom (tokens, window, used fraction), the IPC endpoint and peer check, "
+            "the protocol versions observed, and the runtime-layout and public-schema compatibility. It "
+            "never compacts and does not prove that a compaction will succeed; 'layout_compatible' means "
+            "only that the expected layout was found. Standalone Codex CLI sessions are not supported."),
+    )
+    async def probe_compaction(threadId: ThreadId) -> ProbeResult:
+        return await service.probe(threadId)  # type: ignore[return-value]
+
+    @server.tool(
+        annotations=ToolAnnotations(title="Schedule one compaction", read_only_hint=False, destructive_hint=False,
+                                    idempotent_hint=False, open_world_hint=False),
+        description=(
+            "Schedules ONE compaction of this conversation, to happen after your current answer ends; call "
+            "it only when the user authorised compaction, then finish your turn. The optional handoff is "
+            "saved exactly, per job, and verified by SHA-256 before use; resume:true requests ONE later "
+            "continuation turn that carries it, started only if compaction really completed and at most "
+            "60% of the context window is then in use. The job is cancelled by new user input or a "
+            "stopped turn. A second call while a job is unfinished returns that job with "
+            "alreadyScheduled:true. The extension's own compaction prompt is not changed. Nothing is "
+            "retried automatically: check compaction_status later. " + STATES_TEXT),
+    )
+    async def schedule_compaction(threadId: ThreadId, handoff: Handoff | None = None) -> JobStatus:
+        return await service.schedule(threadId, dict(handoff) if handoff is not None else None)  # type: ignore
+
+    @server.tool(
+        annotations=ToolAnnotations(title="Compaction job status", read_only_hint=True, open_world_hint=False),
+        description=(
+            "Read-only inspection of this thread's latest compaction job. Call it first (before probe and "
+            "schedule) and again after scheduling or cancelling. Returns {state:'not_scheduled'} when "
+            "there is none. " + STATES_TEXT + " A job whose worker died is reported as failed with "
+            "errorCode worker_lost. Missing or stale token telemetry after compaction ends in skipped "
+            "with resumeSkipReason."),
+    )
+    async def compaction_status(threadId: ThreadId) -> JobStatus:
+        return await anyio.to_thread.run_sync(service.status, threadId)  # type: ignore[return-value]
+
+    @server.tool(
+        annotations=ToolAnnotations(title="Cancel a compaction job", read_only_hint=False, destructive_hint=False,
+                                    idempotent_hint=True, open_world_hint=False),
+        description=(
+            "Cancels the pending dispatches of the exact job (threadId and jobId from schedule_compaction "
+            "or compaction_status). A request the extension already received cannot be retracted: the "
+            "result then has outcomeMayBeUnknown=true. Check compaction_status afterwards."),
+    )
+    async def cancel_compaction(
+        threadId: ThreadId,
+        jobId: Annotated[str, Field(description="The jobId returned by schedule_compaction.", min_length=1,
+                                    max_length=200)],
+    ) -> JobStatus:
+        return await anyio.to_thread.run_sync(service.cancel, threadId, jobId)  # type: ignore[return-value]
+
+    return server
+
+
+TOOL_NAMES: tuple[Literal["probe_compaction", "schedule_compaction", "compaction_status", "cancel_compaction"], ...] = (
+    "probe_compaction", "schedule_compaction", "compaction_status", "cancel_compaction")
+
+
+def run_stdio() -> int:
+    build_server().run("stdio")
+    return 0

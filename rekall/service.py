@@ -1,0 +1,233 @@
+"""The use cases shared by the CLI and the MCP tools: probe, schedule, status, cancel.
+
+Each function validates its input first (a clear error naming the field), then does its
+work through the store and the adapter. Results are plain JSON-able dicts with the
+camelCase field names of the status file, so the CLI, the MCP tools and scripts all see
+the same shape.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from rekall.config import env_value
+from rekall.errors import RekallError
+from rekall.ids import job_id as valid_job_id, thread_id as valid_thread_id
+from rekall.store import JobStore
+
+SCHEDULED_MESSAGE = (
+    "Queued once. Finish your turn now: rekall waits for the thread to be idle, asks the extension "
+    "to compact, and confirms completion (acceptance is not completion). Keep this handoff in your "
+    "summary; the saved copy is verified and reintroduced on continuation. Check compaction_status later; "
+    "nothing is retried automatically."
+)
+CANCEL_MESSAGE = "Stops pending dispatches. Requests already sent cannot be retracted; check status."
+
+
+class Refused(RekallError):
+    """rekall declined to act because acting would be unsafe or pointless."""
+
+    code = "refused"
+
+
+def _env(env: Mapping[str, str] | None) -> Mapping[str, str]:
+    return os.environ if env is None else env
+
+
+def uses_test_transport(env: Mapping[str, str]) -> bool:
+    return env_value(env, "REKALL_PIPE", "CONTEXT_COMPACT_PIPE") is not None
+
+
+# --- probe -----------------------------------------------------------------------------
+
+
+def public_schema_report(env: Mapping[str, str], store: JobStore | None = None) -> dict[str, Any]:
+    """The public app-server schema check, from cache when the binary is unchanged."""
+    if uses_test_transport(env):
+        return {"status": "not_checked", "reason": "custom_test_transport"}
+    from rekall.codex.discovery import find_codex_binary
+    from rekall.codex.schema import check_compatibility
+
+    found = find_codex_binary(env)
+    report = check_compatibility(found.path, cache_dir=(store or JobStore.open(env)).root)
+    out = report.to_dict()
+    out["extensionVersion"] = getattr(found, "extension_version", None)
+    return out
+
+
+def headroom_now(tokens: int | None, window: int | None) -> dict[str, Any]:
+    used = tokens / window if tokens is not None and window else None
+    return {"contextTokens": tokens, "modelContextWindow": window,
+            "usedFraction": None if used is None else round(used, 4)}
+
+
+async def probe(thread_id: str, *, env: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """Read-only preflight: reach the owner, read the thread, check compatibility. Never compacts."""
+    from rekall.adapters import connect_thread
+
+    env = _env(env)
+    thread_id = valid_thread_id(thread_id)
+    session = await connect_thread(thread_id, env=env)
+    try:
+        mirror = session.mirror
+        result: dict[str, Any] = {
+            "threadId": thread_id,
+            "connected": True,
+            "ownerId": session.owner_id,
+            "endpoint": _endpoint_info(session),
+            "adapter": getattr(session, "adapter", None),
+            "observedVersions": _jsonable(getattr(session, "observed_versions", {})),
+            "runtimeStatus": mirror.runtime_status or "unknown",
+            "idle": mirror.idle,
+            "busyReason": mirror.busy_reason,
+            "latestUserTurnStopped": mirror.interrupted,
+            "completedCompactions": len(mirror.completed_compaction_ids),
+            "contextTokens": mirror.tokens,
+            "modelContextWindow": mirror.window,
+            "headroom": headroom_now(mirror.tokens, mirror.window),
+        }
+        runtime = {"status": "incompatible", "problem": mirror.layout_problem} if mirror.layout_problem else {
+            "status": "compatible" if mirror.completed_compaction_ids else "layout_compatible"}
+    finally:
+        await session.aclose()
+    try:
+        schema = public_schema_report(env)
+    except RekallError as exc:
+        schema = {"status": "error", **exc.to_dict()}
+    result["compatibility"] = {"runtime": runtime, "publicSchema": schema}
+    result["extensionVersion"] = schema.get("extensionVersion")
+    return result
+
+
+def _endpoint_info(session: Any) -> Any:
+    endpoint = getattr(session, "endpoint", None)
+    if endpoint is None:
+        return None
+    if hasattr(endpoint, "to_dict"):
+        return endpoint.to_dict()
+    return _jsonable(endpoint)
+
+
+def _jsonable(value: Any) -> Any:
+    import attrs
+
+    if attrs.has(type(value)):
+        return attrs.asdict(value)
+    if isinstance(value, Mapping):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (set, frozenset, tuple, list)):
+        return [_jsonable(v) for v in sorted(value, key=str)] if isinstance(value, (set, frozenset)) else [
+            _jsonable(v) for v in value]
+    return value
+
+
+# --- schedule --------------------------------------------------------------------------
+
+Spawn = Callable[..., int]
+
+
+async def schedule(
+    thread_id: str,
+    handoff: Any = None,
+    *,
+    env: Mapping[str, str] | None = None,
+    spawn: Spawn | None = None,
+) -> dict[str, Any]:
+    """Queue one compaction (and, with ``handoff.resume``, one continuation) for ``thread_id``."""
+    from rekall.adapters import connect_thread
+    from rekall.store import process_start_time, validate_handoff
+
+    env = _env(env)
+    thread_id = valid_thread_id(thread_id)
+    if handoff is not None:
+        handoff = validate_handoff(handoff)
+    store = JobStore.open(env)
+
+    session = await connect_thread(thread_id, env=env)
+    try:
+        mirror = session.mirror
+        if mirror.layout_problem:
+            raise Refused(f"unsupported extension state layout: {mirror.layout_problem}",
+                          hint="run probe_compaction and check extension compatibility")
+        if mirror.interrupted:
+            raise Refused("the latest user turn was stopped or failed; no compaction scheduled",
+                          hint="ask the user how to continue before scheduling")
+        fingerprint = mirror.boundary_fingerprint
+        anchor = {"contextTokensAtSchedule": mirror.tokens, "modelContextWindowAtSchedule": mirror.window,
+                  "ownerIdAtSchedule": session.owner_id}
+    finally:
+        await session.aclose()
+    schema = public_schema_report(env, store)
+    if schema.get("status") not in ("compatible", "not_checked"):
+        raise Refused("the installed Codex app-server schema is not compatible with rekall",
+                      hint="run `rekall doctor` for the failing checks")
+
+    created = store.create_job(thread_id, handoff=handoff, user_fingerprint=fingerprint, extra=anchor)
+    result = dict(created.status)
+    if created.already_scheduled:
+        result["alreadyScheduled"] = True
+        return result
+    pid = (spawn or _spawn_default)(thread_id, created.job_id, log_path=store.log_path(thread_id, created.job_id),
+                                    env=env)
+    store.set_lock_owner(thread_id, created.job_id, pid, process_start_time(pid))
+    result.update(pid=pid, alreadyScheduled=False, message=SCHEDULED_MESSAGE)
+    if handoff is not None:
+        result["handoff"] = handoff
+    return result
+
+
+def _spawn_default(thread_id: str, job_id: str, **kwargs: Any) -> int:
+    from rekall.spawn import spawn_worker
+
+    return spawn_worker(thread_id, job_id, **kwargs)
+
+
+# --- status and cancel -----------------------------------------------------------------
+
+
+def status(thread_id: str, *, env: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The thread's latest job; a job whose worker died is reported as ``worker_lost``."""
+    thread_id = valid_thread_id(thread_id)
+    store = JobStore.open(_env(env))
+    store.reap_if_dead(thread_id)
+    return store.read_status(thread_id)
+
+
+def cancel(thread_id: str, job_id: str, *, env: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """Ask the job's worker to stop before its next dispatch."""
+    thread_id, job_id = valid_thread_id(thread_id), valid_job_id(job_id)
+    store = JobStore.open(_env(env))
+    store.reap_if_dead(thread_id)
+    current = store.read_status(thread_id)
+    if current.get("jobId") != job_id:
+        raise RekallError(f"job {job_id} is not the current job of thread {thread_id}",
+                          code="job_identity_mismatch", hint="inspect the thread with compaction_status")
+    from rekall.states import TERMINAL_STATES, JobState
+
+    if JobState(current["state"]) in TERMINAL_STATES:
+        return {**current, "cancellationRequested": False,
+                "message": f"the job already ended as {current['state']}; nothing to cancel"}
+    store.request_cancel(thread_id, job_id)
+    if current["state"] != JobState.SCHEDULED.value:
+        # Past `scheduled` the worker has its handler installed; before that it finds the
+        # marker itself when it starts.
+        _signal_worker(store, thread_id, job_id)
+    return {"threadId": thread_id, "jobId": job_id, "state": current["state"], "cancellationRequested": True,
+            "message": CANCEL_MESSAGE}
+
+
+def _signal_worker(store: JobStore, thread_id: str, job_id: str) -> None:
+    """Wake the worker at once; it also finds the marker on its own within a second."""
+    if sys.platform == "win32":
+        return
+    owner = store.lock_owner(thread_id)
+    if owner is None or owner.job_id != job_id or not store.is_owner_alive(owner):
+        return
+    try:
+        os.kill(owner.pid, signal.SIGUSR1)
+    except OSError:
+        pass  # gone meanwhile: status will report it

@@ -1,0 +1,49 @@
+"""``rekall sim``: run the simulated owner in the foreground until Ctrl-C or SIGTERM."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import signal
+import sys
+from typing import Any
+
+from rekall.errors import UsageError
+from rekall.sim.owner import SimulatedOwner
+
+
+def _backend(name: str) -> Any:
+    if name == "scripted":
+        return None  # SimulatedOwner's default
+    try:
+        from rekall.sim.codex_backend import create_backend  # type: ignore[import-not-found]
+    except ImportError:
+        raise UsageError("the codex backend is not available in this build",
+                         hint="use --backend scripted") from None
+    return create_backend()
+
+
+async def _serve(args: argparse.Namespace) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    async with SimulatedOwner(_backend(getattr(args, "backend", "scripted")),
+                              socket_path=getattr(args, "socket", None)) as sim:
+        info = {"socket": str(sim.socket_path), "threadId": sim.thread_id, "ownerId": sim.owner_id,
+                "env": sim.env}
+        if getattr(args, "json", False):
+            sys.stdout.write(json.dumps(info) + "\n")
+        else:
+            sys.stdout.write(f"rekall sim listening on {info['socket']}\n"
+                             f"thread id: {info['threadId']}\n"
+                             f"use it with: REKALL_PIPE={info['socket']} CODEX_THREAD_ID={info['threadId']}\n"
+                             "press Ctrl-C to stop\n")
+        sys.stdout.flush()
+        await stop.wait()
+
+
+def run_sim(args: argparse.Namespace) -> int:
+    asyncio.run(_serve(args))
+    return 0

@@ -1,0 +1,277 @@
+"""A simulated owner whose thread is a real ``codex app-server`` thread (``rekall sim --backend codex``).
+
+The scripted backend plays a thread; this one relays to the real engine, the way the VS Code
+extension does for the thread it owns:
+
+- follower ``thread-follower-compact-thread`` → ``thread/compact/start`` (answer ``{ok: true}``
+  once the engine accepted it; completion arrives later as a ``contextCompaction`` item);
+- follower ``thread-follower-start-turn`` → ``turn/start`` with the follower's input and
+  ``clientUserMessageId`` and nothing else, so the turn inherits the thread's settings (answer
+  ``{result: {turn}}`` with the engine's turn);
+- follower approval decisions → the answer to the engine's pending server request;
+- every app-server notification and server request → ``conversationState`` patches, through
+  :class:`rekall.codex.conversation.ConversationProjection` (runtime status, turns and items,
+  the private ``contextCompaction.completed``, ``latestTokenUsageInfo``, pending ``requests``).
+
+The engine runs with an isolated ``CODEX_HOME`` whose model is the loopback mock
+(:class:`rekall.sim.mock_model.MockModel`), so no network is used. Tests drive the thread
+through the backend (:meth:`CodexBackend.user_turn`, :meth:`CodexBackend.answer_request`) and
+the mock (``backend.mock.queue_text`` to fill the context, ``queue_tool_call`` with
+:func:`~rekall.sim.mock_model.escalated_command` for an approval).
+
+Engine failures become router errors a follower can classify: a request the engine rejected
+carries its message; an engine that went away is ``client-disconnected`` (the outcome is
+unknown); an engine that did not answer in time is ``request-timeout``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from rekall.codex.appserver import (
+    AppServer,
+    AppServerClosed,
+    AppServerError,
+    AppServerTimeout,
+    ServerRequest,
+    open_app_server,
+)
+from rekall.codex.conversation import ConversationProjection
+from rekall.codex.home import make_isolated_home
+from rekall.codex.pinned import find_real_codex
+from rekall.errors import CodexError
+from rekall.sim.backend import COMPACT, START_TURN, OwnerPort, RouterError
+from rekall.sim.mock_model import MockModel
+from rekall.sim.owner import SimulatedOwner
+from rekall.sim.threaded import SimHandle
+
+#: Follower approval replies this relay understands: method → the app-server answer's key.
+APPROVAL_DECISIONS = {
+    "thread-follower-command-approval-decision": "decision",
+    "thread-follower-file-approval-decision": "decision",
+}
+START_TIMEOUT_S = 60.0
+
+
+class CodexBackend:
+    """The :class:`rekall.sim.backend.Backend` contract, backed by a real app-server thread."""
+
+    def __init__(self, binary: Path, workdir: Path, *, mock: MockModel | None = None,
+                 approval_policy: str = "on-request", extra_config: str = "",
+                 request_timeout_s: float = 30.0) -> None:
+        self.binary = binary
+        self.workdir = workdir
+        self.mock = mock if mock is not None else MockModel()
+        self._owns_mock = mock is None
+        self.approval_policy = approval_policy
+        self.extra_config = extra_config
+        self.request_timeout_s = request_timeout_s
+        #: Empty until :meth:`start` has created the thread: nobody can discover it before.
+        self.thread_id = ""
+        self.codex_home: Path | None = None
+        self.server: AppServer | None = None
+        self.projection: ConversationProjection | None = None
+        #: Server requests the engine is waiting on, by id (answered by a follower or a test).
+        self.pending: dict[int | str, ServerRequest] = {}
+        self._owner: OwnerPort | None = None
+        self._runner: asyncio.Task[None] | None = None
+        self._ready: asyncio.Future[None] | None = None
+        self._stopping: asyncio.Event | None = None
+
+    # --- the Backend contract -----------------------------------------------------------
+
+    def snapshot(self) -> dict[str, Any]:
+        if self.projection is None:
+            return {"id": self.thread_id, "threadRuntimeStatus": {"type": "notLoaded"}, "requests": [],
+                    "unconfirmedTurnSubmissions": [], "latestTokenUsageInfo": None, "turns": []}
+        return self.projection.snapshot()
+
+    async def start(self, owner: OwnerPort) -> None:
+        self._owner = owner
+        if self._owns_mock:
+            self.mock.start()
+        self.codex_home = make_isolated_home(self.workdir / "codex-home", self.mock.base_url, self.extra_config,
+                                             approval_policy=self.approval_policy)
+        loop = asyncio.get_running_loop()
+        self._ready = loop.create_future()
+        self._stopping = asyncio.Event()
+        # The app-server's task group must be entered and left by one task: a dedicated runner.
+        self._runner = loop.create_task(self._run(), name="codex-backend")
+        try:
+            async with asyncio.timeout(START_TIMEOUT_S):
+                await asyncio.shield(self._ready)
+        except BaseException:
+            await self.stop()
+            raise
+
+    async def stop(self) -> None:
+        if self._stopping is not None:
+            self._stopping.set()
+        if self._runner is not None:
+            runner, self._runner = self._runner, None
+            await asyncio.gather(runner, return_exceptions=True)
+        if self._owns_mock:
+            self.mock.close()
+
+    async def handle(self, method: str, params: dict[str, Any]) -> Any:
+        server = self.server
+        if server is None:
+            raise RouterError("client-disconnected")
+        if params.get("conversationId") not in (None, self.thread_id):
+            raise RouterError("no-client-found")
+        try:
+            if method == COMPACT:
+                await server.request("thread/compact/start", {"threadId": self.thread_id},
+                                     timeout=self.request_timeout_s)
+                return {"ok": True}
+            if method == START_TURN:
+                return {"result": {"turn": await self._start_turn(server, _turn_request(params))}}
+            if method in APPROVAL_DECISIONS:
+                await self.answer_request(params.get("requestId"),
+                                          {APPROVAL_DECISIONS[method]: params.get("decision")})
+                return {"ok": True}
+        except AppServerError as exc:
+            raise RouterError(f"codex app-server rejected {exc.method}: {exc.rpc_message}") from exc
+        except AppServerTimeout as exc:
+            raise RouterError("request-timeout") from exc
+        except AppServerClosed as exc:
+            raise RouterError("client-disconnected") from exc
+        raise RouterError("no-handler-for-request")
+
+    # --- scripting (tests, demos) -------------------------------------------------------
+
+    async def user_turn(self, text: str) -> dict[str, Any]:
+        """A user types ``text`` in the owning window: a real ``turn/start``. Returns the turn."""
+        return await self._start_turn(self._running(), {"input": [{"type": "text", "text": text}]})
+
+    async def answer_request(self, request_id: Any, result: Any) -> None:
+        """Answer a pending server request (an approval) as the user of the owning window would."""
+        if request_id not in self.pending:
+            raise RouterError("no-handler-for-request")
+        await self._running().respond(request_id, result)
+
+    # --- internals ----------------------------------------------------------------------
+
+    def _running(self) -> AppServer:
+        if self.server is None:
+            raise CodexError("the codex backend is not running", code="codex_backend_stopped",
+                             hint="start the simulated owner first")
+        return self.server
+
+    async def _start_turn(self, server: AppServer, request: dict[str, Any]) -> dict[str, Any]:
+        params = {"input": request.get("input") or []}
+        if request.get("clientUserMessageId"):
+            params["clientUserMessageId"] = request["clientUserMessageId"]
+        result = await server.request("turn/start", {"threadId": self.thread_id, **params},
+                                      timeout=self.request_timeout_s)
+        turn = result["turn"]
+        self._publish(self._projection().note_turn_params(turn["id"], params))
+        return turn
+
+    def _projection(self) -> ConversationProjection:
+        assert self.projection is not None
+        return self.projection
+
+    def _publish(self, patches: list[dict[str, Any]]) -> None:
+        if patches and self._owner is not None:
+            self._owner.publish(patches)
+
+    async def _run(self) -> None:
+        assert self._ready is not None and self._stopping is not None and self.codex_home is not None
+        try:
+            async with open_app_server(self.binary, self.codex_home, client_name="rekall_sim") as server:
+                started = await server.start_thread()
+                self.projection = ConversationProjection(started["thread"], model=started.get("model"))
+                self.thread_id = self.projection.thread_id
+                self.server = server
+                self._ready.set_result(None)
+                pump = asyncio.get_running_loop().create_task(self._pump(server))
+                try:
+                    await self._stopping.wait()
+                finally:
+                    pump.cancel()
+                    await asyncio.gather(pump, return_exceptions=True)
+                    self.server = None
+        except Exception as exc:
+            if not self._ready.done():
+                self._ready.set_exception(exc)  # start() raises it
+                return
+            raise
+
+    async def _pump(self, server: AppServer) -> None:
+        projection = self._projection()
+        async for message in server.messages():
+            if isinstance(message, ServerRequest) and message.params.get("threadId") == self.thread_id:
+                self.pending[message.id] = message
+            elif message.method == "serverRequest/resolved":
+                self.pending.pop(message.params.get("requestId"), None)
+            self._publish(projection.apply(message))
+
+
+def _turn_request(params: dict[str, Any]) -> dict[str, Any]:
+    """The ``turn/start`` request inside a follower start-turn (either known layout)."""
+    turn_start = params.get("turnStart")
+    if isinstance(turn_start, dict) and isinstance(turn_start.get("request"), dict):
+        return turn_start["request"]
+    if isinstance(params.get("turnStartParams"), dict):
+        return params["turnStartParams"]
+    raise RouterError("invalid-request: thread-follower-start-turn needs turnStart.request")
+
+
+# --- entry points -----------------------------------------------------------------------
+
+
+def create_backend() -> CodexBackend:
+    """For ``rekall sim --backend codex``: the pinned real Codex, in a private temp directory."""
+    binary, reason = find_real_codex()
+    if binary is None:
+        raise CodexError(reason, code="codex_binary_not_found", hint="run scripts/install-codex")
+    return _TempDirBackend(binary, Path(tempfile.mkdtemp(prefix="rekall-codex-sim-")))
+
+
+class _TempDirBackend(CodexBackend):
+    """A backend that removes its working directory (and the engine's files) on stop."""
+
+    async def stop(self) -> None:
+        try:
+            await super().stop()
+        finally:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+class CodexSimHandle(SimHandle):
+    """:class:`SimHandle` for the codex backend: ``mock`` and the backend's scripting."""
+
+    def __init__(self, backend: CodexBackend, **owner_options: Any) -> None:
+        super().__init__(lambda: SimulatedOwner(backend, **owner_options))
+        #: Thread-safe: script replies and read recorded requests from any thread.
+        self.mock = backend.mock
+        self._backend = backend
+
+    def user_turn(self, text: str, timeout: float = 30.0) -> dict[str, Any]:
+        return self.call(lambda owner: self._backend.user_turn(text), timeout)
+
+    def answer_request(self, request_id: Any, result: Any, timeout: float = 30.0) -> None:
+        self.call(lambda owner: self._backend.answer_request(request_id, result), timeout)
+
+    def state(self) -> dict[str, Any]:
+        """A copy of the thread's conversationState, taken on the simulator's loop."""
+        return self.call(lambda owner: self._backend.snapshot())
+
+    def pending_request_ids(self) -> list[Any]:
+        return self.call(lambda owner: list(self._backend.pending))
+
+
+def start_codex_sim_in_thread(codex_binary: Path, tmp_dir: Path, **owner_options: Any) -> CodexSimHandle:
+    """Start a simulated owner relaying to a real app-server on a private thread; return its handle.
+
+    ``tmp_dir`` holds the engine's isolated ``CODEX_HOME``. ``owner_options`` go to
+    :class:`SimulatedOwner` (e.g. ``codex_home=True``). Use as a context manager to stop it.
+    """
+    handle = CodexSimHandle(CodexBackend(codex_binary, tmp_dir), **owner_options)
+    handle.start(timeout=START_TIMEOUT_S + 5)
+    return handle

@@ -1,0 +1,43 @@
+"""Starting the detached worker process.
+
+The worker must outlive whoever scheduled it (an MCP server, a CLI call): on POSIX it gets
+a new session, on Windows ``DETACHED_PROCESS``. Its stdin and stdout are the null device and
+its stderr goes to the job's log file, so a crash before logging starts is still visible.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Mapping
+from pathlib import Path
+
+
+def spawn_worker(thread_id: str, job_id: str, *, log_path: Path, env: Mapping[str, str]) -> int:
+    """Start ``rekall worker THREAD JOB`` detached and return its pid."""
+    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        kwargs: dict = {}
+        if sys.platform == "win32":
+            kwargs["creationflags"] = (
+                subprocess.DETACHED_PROCESS | subprocess.CREATE_NEW_PROCESS_GROUP | subprocess.CREATE_NO_WINDOW
+            )
+        else:
+            kwargs["start_new_session"] = True
+        child = subprocess.Popen(
+            [sys.executable, "-m", "rekall", "worker", thread_id, job_id],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=fd,
+            env=dict(env),
+            close_fds=True,
+            **kwargs,
+        )
+    finally:
+        os.close(fd)
+    # A long-lived scheduler (the MCP server) must reap its children, or a finished worker
+    # lingers as a zombie whose pid still looks alive.
+    threading.Thread(target=child.wait, name=f"reap-{child.pid}", daemon=True).start()
+    return child.pid

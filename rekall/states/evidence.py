@@ -1,0 +1,139 @@
+"""What each trigger must carry: the evidence keys the worker passes, and their checks.
+
+Evidence is journaled with the transition it justified, so it is checked strictly before
+anything happens: an unknown or missing key is a programming error on the caller's side
+and fails loudly (a typo would otherwise make a guard quietly say no).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+from rekall.errors import InvalidInput
+
+CANCEL_REASONS = ("explicit_cancellation", "new_user_input", "user_turn_stopped")
+DELIVERY = ("not_delivered", "unknown")
+
+
+class InvalidEvidence(InvalidInput):
+    """A trigger was fired with evidence that does not match its declaration."""
+
+    code = "invalid_evidence"
+
+
+class UnknownTrigger(InvalidInput):
+    """A trigger name the lifecycle does not declare."""
+
+    code = "unknown_trigger"
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+#: Type names used in declarations (and printed in the docs) with their checks.
+_KINDS = {
+    "str": lambda v: isinstance(v, str) and v.strip() != "",
+    "text": lambda v: isinstance(v, str),  # may be empty: a blank error message must not stop a fail
+    "int": _is_int,
+    "number": lambda v: (_is_int(v) or isinstance(v, float)) and math.isfinite(v),
+    "bool": lambda v: isinstance(v, bool),
+    "null": lambda v: v is None,
+}
+
+
+@attrs.frozen
+class Key:
+    name: str
+    #: ``|``-separated kind names from ``_KINDS``, e.g. ``"int|null"``.
+    kind: str
+    required: bool = True
+    choices: tuple[str, ...] | None = None
+
+    def describe(self) -> str:
+        kind = "|".join(repr(c) for c in self.choices) if self.choices else self.kind
+        return f"{self.name}{'' if self.required else '?'}: {kind}"
+
+    def check(self, trigger: str, value: Any) -> None:
+        ok = any(_KINDS[k](value) for k in self.kind.split("|"))
+        if ok and self.choices is not None:
+            ok = value in self.choices
+        if not ok:
+            wanted = " or ".join(map(repr, self.choices)) if self.choices else self.kind.replace("|", " or ")
+            raise InvalidEvidence(f"{trigger}: evidence {self.name} must be {wanted}; got {value!r:.80}",
+                                  field=self.name, hint="fix the caller; nothing was changed")
+
+
+@attrs.frozen
+class TriggerSpec:
+    name: str
+    doc: str
+    keys: tuple[Key, ...]
+
+    def validate(self, evidence: Mapping[str, Any]) -> dict[str, Any]:
+        known = {k.name for k in self.keys}
+        unknown = sorted(set(evidence) - known)
+        if unknown:
+            raise InvalidEvidence(f"{self.name}: unknown evidence {', '.join(unknown)}; "
+                                  f"allowed: {', '.join(sorted(known))}", field=unknown[0],
+                                  hint="fix the caller; nothing was changed")
+        for key in self.keys:
+            if key.name in evidence:
+                key.check(self.name, evidence[key.name])
+            elif key.required:
+                raise InvalidEvidence(f"{self.name}: evidence {key.name} is required", field=key.name,
+                                      hint="fix the caller; nothing was changed")
+        return {k.name: evidence[k.name] for k in self.keys if k.name in evidence}
+
+
+_IDLE = (
+    Key("idleMs", "number"),
+    Key("tokens", "int|null"),
+    Key("window", "int|null"),
+    Key("revision", "int|null"),
+    Key("boundaryFingerprint", "str|null"),
+)
+
+TRIGGERS: Mapping[str, TriggerSpec] = {
+    spec.name: spec
+    for spec in (
+        TriggerSpec("worker_started", "The worker process started and names the job it runs.", (
+            Key("jobId", "str"), Key("pid", "int"), Key("host", "str"),
+            Key("processStartTime", "str|null"),
+        )),
+        TriggerSpec("idle_stable", "The thread stayed idle for the stable interval.", (
+            *_IDLE, Key("handoffVerified", "bool", required=False),
+        )),
+        TriggerSpec("compaction_accepted", "The owner answered the compaction request with ok "
+                    "(or a new completed compaction proved it).", (
+            Key("ownerId", "str|null"), Key("inferredFrom", "str", required=False),
+        )),
+        TriggerSpec("compaction_completed", "A new completed contextCompaction item appeared.", (
+            Key("compactionId", "str"), Key("tokens", "int|null"), Key("window", "int|null"),
+            Key("revision", "int|null"),
+        )),
+        TriggerSpec("turn_started", "The owner returned the started continuation turn.", (
+            Key("turnId", "str"), Key("turnStatus", "str|null", required=False),
+        )),
+        TriggerSpec("cancel", "An explicit cancel marker, new user input, or a stopped user turn.", (
+            Key("reason", "str", choices=CANCEL_REASONS), Key("delivery", "str", required=False, choices=DELIVERY),
+        )),
+        TriggerSpec("deadline", "The worker's deadline passed.", (Key("deadlineS", "number"),)),
+        TriggerSpec("fail", "An error stopped the job; errorCode is stable, error is for people.", (
+            Key("errorCode", "str"), Key("error", "text"),
+            Key("delivery", "str", required=False, choices=DELIVERY),
+        )),
+    )
+}
+
+
+def validate_evidence(trigger: str, evidence: Mapping[str, Any]) -> dict[str, Any]:
+    spec = TRIGGERS.get(trigger)
+    if spec is None:
+        raise UnknownTrigger(f"unknown trigger {trigger!r:.60}; known: {', '.join(TRIGGERS)}", field="trigger",
+                             hint="fire one of the declared triggers; nothing was changed")
+    return spec.validate(evidence)

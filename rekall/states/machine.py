@@ -1,0 +1,173 @@
+"""The table, run by the ``transitions`` library, with a commit hook before each move.
+
+``JobMachine.fire`` hands the event to a ``transitions.Machine`` built from ``TRANSITIONS``.
+The library tries the rows for the current state in order, asking each row's guard; the
+first that passes runs its ``before`` callback, which computes the row's effect and calls
+the caller's ``commit`` (the store appends the journal record there and fsyncs it). Only
+when ``commit`` returns does the library change the state, so a failed commit leaves the
+machine where it was (write-ahead: the library halts a transition when a ``before``
+callback raises).
+
+The machine is synchronous and queued (run-to-completion); no callback fires a trigger.
+States are passed to the library as their string values so that diagrams show the names
+written to disk.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import attrs
+from transitions import EventData, Machine, MachineError
+
+from rekall.errors import RekallError
+from rekall.states.evidence import validate_evidence
+from rekall.states.model import Instant, JobState, JobView
+from rekall.states.table import TRANSITIONS, Transition, rows_for
+
+
+@attrs.frozen
+class GuardVerdict:
+    """One guard's answer while an event was routed: which row (by destination) and yes/no."""
+
+    to: JobState
+    guard: str
+    passed: bool
+
+
+@attrs.frozen
+class Step:
+    """A decided transition, handed to ``commit`` before it takes effect."""
+
+    trigger: str
+    source: JobState
+    dest: JobState
+    evidence: Mapping[str, Any]
+    verdicts: tuple[GuardVerdict, ...]
+    #: The status fields the transition sets (the row's effect).
+    fields: Mapping[str, Any]
+    now: Instant
+
+
+class IllegalTransition(RekallError):
+    """No row of the table takes this trigger from this state."""
+
+    code = "illegal_transition"
+
+    def __init__(self, state: JobState, trigger: str) -> None:
+        super().__init__(f"{trigger} is not allowed while the job is {state.value}",
+                         hint="no transition exists for this event in this state; nothing was changed")
+        self.state, self.trigger = state, trigger
+
+
+class TransitionRefused(RekallError):
+    """Rows exist for this trigger and state, but every guard said no."""
+
+    code = "transition_refused"
+
+    def __init__(self, state: JobState, trigger: str, verdicts: tuple[GuardVerdict, ...]) -> None:
+        said_no = ", ".join(f"{v.guard} (to {v.to.value})" for v in verdicts)
+        super().__init__(f"{trigger} refused while the job is {state.value}: {said_no} said no",
+                         hint="the evidence does not justify a transition; nothing was changed")
+        self.state, self.trigger, self.verdicts = state, trigger, verdicts
+
+
+Commit = Callable[[Step], None]
+
+
+@attrs.define
+class _Attempt:
+    """What one ``fire`` passes through the library to the guard and commit callbacks."""
+
+    view: JobView
+    evidence: Mapping[str, Any]
+    now: Instant
+    commit: Commit
+    verdicts: list[GuardVerdict] = attrs.Factory(list)
+    step: Step | None = None
+
+
+def _attempt(event: EventData) -> _Attempt:
+    return event.kwargs["attempt"]
+
+
+def _condition(row: Transition) -> Callable[[EventData], bool]:
+    assert row.guard is not None
+
+    def condition(event: EventData) -> bool:
+        attempt = _attempt(event)
+        passed = bool(row.guard(attempt.view, attempt.evidence))
+        attempt.verdicts.append(GuardVerdict(row.dest, row.guard.__name__, passed))
+        return passed
+
+    condition.__name__ = row.guard.__name__  # diagrams label edges with the guard's name
+    return condition
+
+
+def _committer(row: Transition) -> Callable[[EventData], None]:
+    def commit(event: EventData) -> None:
+        attempt = _attempt(event)
+        view = attempt.view
+        step = Step(row.trigger, view.state, row.dest, attempt.evidence, tuple(attempt.verdicts),
+                    row.effect(view, attempt.evidence, attempt.now), attempt.now)
+        attempt.commit(step)  # raising here halts the transition: the state does not change
+        attempt.step = step
+
+    return commit
+
+
+def machine_config() -> dict[str, Any]:
+    """Keyword arguments for a ``transitions`` machine (plain or graph) built from the table."""
+    transitions = []
+    for row in TRANSITIONS:
+        config: dict[str, Any] = {"trigger": row.trigger, "source": [s.value for s in row.source],
+                                  "dest": row.dest.value, "before": [_committer(row)]}
+        if row.guard is not None:
+            config["conditions"] = [_condition(row)]
+        transitions.append(config)
+    return {"states": [s.value for s in JobState], "transitions": transitions,
+            "auto_transitions": False, "send_event": True, "queued": True}
+
+
+def build_machine(*, initial: JobState = JobState.SCHEDULED) -> Machine:
+    """A ``transitions.Machine`` for one job, acting as its own model, starting at ``initial``."""
+    return Machine(initial=initial.value, **machine_config())
+
+
+class JobMachine:
+    """One job's machine and its view; ``fire`` decides, commits, then moves."""
+
+    def __init__(self, view: JobView) -> None:
+        self._view = view
+        self._machine = build_machine(initial=view.state)
+
+    @property
+    def view(self) -> JobView:
+        return self._view
+
+    @property
+    def state(self) -> JobState:
+        return JobState(self._machine.state)
+
+    def fire(self, trigger: str, evidence: Mapping[str, Any], now: Instant, commit: Commit) -> Step:
+        """Route ``trigger`` through the table; ``commit(step)`` runs before the state changes.
+
+        Raises ``UnknownTrigger``/``InvalidEvidence`` for a malformed call,
+        ``IllegalTransition`` when no row exists, ``TransitionRefused`` when every guard says
+        no, or whatever ``commit`` raised. In all of these cases nothing changed.
+        """
+        evidence = validate_evidence(trigger, evidence)
+        state = self.state
+        if not rows_for(state, trigger):
+            raise IllegalTransition(state, trigger)
+        attempt = _Attempt(self._view, evidence, now, commit)
+        try:
+            self._machine.trigger(trigger, attempt=attempt)
+        except MachineError:  # the table and the library disagree: a bug, reported as illegal
+            raise IllegalTransition(state, trigger) from None
+        if attempt.step is None:
+            raise TransitionRefused(state, trigger, tuple(attempt.verdicts))
+        step = attempt.step
+        self._view = self._view.advanced(step.dest, step.fields, now.mono_ms)
+        return step

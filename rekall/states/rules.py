@@ -1,0 +1,70 @@
+"""The two judgement rules the lifecycle applies, each a pure function in one place.
+
+* Headroom: may rekall start a continuation turn after this compaction?
+* Outcome: when a job ends early, could a request it sent still have had an effect?
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+from rekall.states.model import JobState
+
+#: At most this fraction of the context window may be in use for a continuation (60% passes).
+HEADROOM_LIMIT = 0.6
+
+MISSING_TELEMETRY = "missing_token_telemetry"
+STALE_TELEMETRY = "stale_or_unreclaimed_token_telemetry"
+TOO_FULL = "more_than_60_percent_used"
+
+
+@attrs.frozen
+class Headroom:
+    safe: bool
+    #: Why it is unsafe (one of the three reasons above); ``None`` when safe.
+    reason: str | None
+    #: tokens / window when both are usable, else ``None``.
+    used_fraction: float | None
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def check_headroom(tokens: Any, window: Any, tokens_before: Any) -> Headroom:
+    """Judge token telemetry seen after a compaction.
+
+    Unsafe when telemetry is missing (tokens not an int >= 0, window not an int > 0), when it
+    does not show fewer tokens than before the request (stale, or nothing reclaimed), or when
+    more than 60% of the window is in use. Exactly 60% passes.
+    """
+    if not (_count(tokens) and tokens >= 0 and _count(window) and window > 0):
+        return Headroom(False, MISSING_TELEMETRY, None)
+    used = tokens / window
+    if _count(tokens_before) and tokens >= tokens_before:
+        return Headroom(False, STALE_TELEMETRY, used)
+    if used > HEADROOM_LIMIT:
+        return Headroom(False, TOO_FULL, used)
+    return Headroom(True, None, used)
+
+
+#: States in which a request may be on its way to the owner without its effect being seen.
+_REQUEST_IN_FLIGHT = frozenset({JobState.REQUESTING, JobState.RESUMING})
+
+
+def outcome_may_be_unknown(source: JobState, evidence: Mapping[str, Any]) -> bool:
+    """True when a job leaving ``source`` early may still have changed the thread.
+
+    Before any request (scheduled, waiting_for_idle) and between compaction and resume
+    (waiting_for_resume_idle) nothing is in flight. In requesting and resuming a request may
+    have been delivered, unless the evidence proves it was not (``delivery="not_delivered"``).
+    In accepted the owner took the request, so the compaction may still complete.
+    """
+    if source is JobState.ACCEPTED:
+        return True
+    if source in _REQUEST_IN_FLIGHT:
+        return evidence.get("delivery") != "not_delivered"
+    return False

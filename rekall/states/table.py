@@ -1,0 +1,221 @@
+"""The lifecycle, declared as one table.
+
+Rule 1: everything that decides a job's state lives in this package, and every transition
+is a row of ``TRANSITIONS`` below. The machine (``rekall.states.machine``), the docs
+(``docs/states.md``), ``rekall explain`` and the journal replay are all built from it.
+
+Rule 2: guards and effects are pure. A guard reads the job (a ``JobView``) and the event's
+evidence and answers yes or no; an effect returns the status fields the transition sets.
+Neither does I/O or reads a clock: the time comes in as an ``Instant``. That is what makes
+every decision replayable and explainable afterwards.
+
+When several rows share a trigger and a source state, their guards are mutually exclusive
+and the first that passes wins; when none passes the event is refused, and nothing changes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import attrs
+
+from rekall.states.model import NON_TERMINAL_STATES, Instant, JobState, JobView
+from rekall.states.rules import Headroom, check_headroom, outcome_may_be_unknown
+
+S = JobState
+Evidence = Mapping[str, Any]
+Guard = Callable[[JobView, Evidence], bool]
+Effect = Callable[[JobView, Evidence, Instant], dict[str, Any]]
+
+#: The pseudo-trigger of a job's first journal record (from nothing to ``scheduled``).
+SCHEDULE = "schedule"
+
+# --- guards --------------------------------------------------------------------------------
+
+
+def owns_job(job: JobView, ev: Evidence) -> bool:
+    """The worker names this job."""
+    return str(ev["jobId"]).lower() == job.job_id
+
+
+def boundary_unchanged(job: JobView, ev: Evidence) -> bool:
+    """The latest user turn is the one the job was scheduled after."""
+    return ev.get("boundaryFingerprint") == job.fields.get("userFingerprint")
+
+
+def resume_not_requested(job: JobView, ev: Evidence) -> bool:
+    """The handoff did not ask for a continuation."""
+    return not job.resume
+
+
+def _headroom(job: JobView, ev: Evidence) -> Headroom:
+    return check_headroom(ev.get("tokens"), ev.get("window"), job.fields.get("contextTokensBefore"))
+
+
+def resume_with_headroom(job: JobView, ev: Evidence) -> bool:
+    """A continuation was asked for and the telemetry shows headroom."""
+    return job.resume and _headroom(job, ev).safe
+
+
+def resume_without_headroom(job: JobView, ev: Evidence) -> bool:
+    """A continuation was asked for but the telemetry shows no headroom."""
+    return job.resume and not _headroom(job, ev).safe
+
+
+def _resume_authorised(job: JobView, ev: Evidence) -> bool:
+    return ev.get("handoffVerified") is True and boundary_unchanged(job, ev)
+
+
+def ready_to_resume(job: JobView, ev: Evidence) -> bool:
+    """Handoff verified, user boundary unchanged, headroom still there."""
+    return _resume_authorised(job, ev) and _headroom(job, ev).safe
+
+
+def headroom_lost(job: JobView, ev: Evidence) -> bool:
+    """Handoff verified, user boundary unchanged, but the headroom re-check fails."""
+    return _resume_authorised(job, ev) and not _headroom(job, ev).safe
+
+
+# --- effects -------------------------------------------------------------------------------
+
+
+def _since(job: JobView, state: JobState, now: Instant) -> int | None:
+    start = job.entered_ms.get(state)
+    return None if start is None else now.mono_ms - start
+
+
+def _started(job: JobView, ev: Evidence, now: Instant) -> dict[str, Any]:
+    return {"pid": ev["pid"], "workerStartedAt": now.iso}
+
+
+def _requested(job: JobView, ev: Evidence, now: Instant) -> dict[str, Any]:
+    return {"requestedAt": now.iso, "contextTokensBefore": ev["tokens"], "modelContextWindowBefore": ev["window"]}
+
+
+def _accepted(job: JobView, ev: Evidence, now: Instant) -> dict[str, Any]:
+    return {"acceptedAt": now.iso, "ownerId": ev["ownerId"]}
+
+
+def _completion(job: JobView, ev: Evidence, now: Instant) -> dict[str, Any]:
+    before, after = job.fields.get("contextTokensBefore"), ev["tokens"]
+    reclaimed = before - after if isinstance(before, int) and isinstance(after, int) else None
+    return {
+        "compactionId": ev["compactionId"],
+        "compactionCompletedAt": now.iso,
+        "contextTokensAfter": after,
+        "modelContextWindowAfter": ev["window"],
+        "tokensReclaimed": reclaimed,
+        "reclaimedFraction": reclaimed / before if reclaimed is not None and before > 0 else None,
+        "compactionDurationMs": _since(job, S.REQUESTING, now),
+        "contextWindowUsedFraction": _headroom(job, ev).used_fraction,
+    }
+
+
+def _known_outcome(now: Instant) -> dict[str, Any]:
+    return {"completedAt": now.iso, "outcomeMayBeUnknown": False}
+
+
+def _skip(headroom: Headroom) -> dict[str, Any]:
+    return {"resumeSkipped": "insufficient_headroom", "resumeSkipReason": headroom.reason}
+
+
+def _completed(job: JobView, ev: Evidence, now: Instant) -> dict[str, Any]:
+    return {**_completion(job, ev, now), **_known_outcome(now)}
+
+
+def _skipped_at_completion(job: JobView, ev: Evidence, now: Instant) -> dict[str, Any]:
+    return {**_completion(job, ev, now), **_skip(_headroom(job, ev)), **_known_outcome(now)}
+
+
+def _resume_check(job: JobView, ev: Evidence) -> dict[str, Any]:
+    return {"resumeCheckContextTokens": ev["tokens"], "resumeCheckModelContextWindow": ev["window"],
+            "resumeCheckWindowUsedFraction": _headroom(job, ev).used_fraction}
+
+
+def _resume_requested(job: JobView, ev: Evidence, now: Instant) -> dict[str, Any]:
+    return {**_resume_check(job, ev), "resumeRequestedAt": now.iso}
+
+
+def _skipped_at_resume(job: JobView, ev: Evidence, now: Instant) -> dict[str, Any]:
+    return {**_resume_check(job, ev), **_skip(_headroom(job, ev)), **_known_outcome(now)}
+
+
+def _resumed(job: JobView, ev: Evidence, now: Instant) -> dict[str, Any]:
+    return {"resumeTurnId": ev["turnId"], "resumedAt": now.iso,
+            "resumeDelayMs": _since(job, S.WAITING_FOR_RESUME_IDLE, now), "outcomeMayBeUnknown": False}
+
+
+def _cancelled(job: JobView, ev: Evidence, now: Instant) -> dict[str, Any]:
+    return {"reason": ev["reason"], "cancelledAt": now.iso,
+            "outcomeMayBeUnknown": outcome_may_be_unknown(job.state, ev)}
+
+
+def _timed_out(job: JobView, ev: Evidence, now: Instant) -> dict[str, Any]:
+    return {"timedOutAt": now.iso, "errorCode": "deadline_exceeded",
+            "error": f"deadline of {ev['deadlineS']:g} s exceeded in {job.state.value}; no automatic retry",
+            "outcomeMayBeUnknown": outcome_may_be_unknown(job.state, ev)}
+
+
+def _failed(job: JobView, ev: Evidence, now: Instant) -> dict[str, Any]:
+    return {"errorCode": ev["errorCode"], "error": ev["error"], "failedAt": now.iso,
+            "outcomeMayBeUnknown": outcome_may_be_unknown(job.state, ev)}
+
+
+# --- the table -----------------------------------------------------------------------------
+
+
+@attrs.frozen
+class Transition:
+    trigger: str
+    source: tuple[JobState, ...]
+    dest: JobState
+    guard: Guard | None
+    effect: Effect = attrs.field(repr=False)
+    note: str
+
+    @property
+    def guard_name(self) -> str | None:
+        return None if self.guard is None else self.guard.__name__
+
+
+_ANY = NON_TERMINAL_STATES
+_UNKNOWN_NOTE = "outcomeMayBeUnknown per the outcome rule"
+
+TRANSITIONS: tuple[Transition, ...] = (
+    Transition("worker_started", (S.SCHEDULED,), S.WAITING_FOR_IDLE, owns_job, _started,
+               "the worker owns the job (identity matches)"),
+    Transition("idle_stable", (S.WAITING_FOR_IDLE,), S.REQUESTING, boundary_unchanged, _requested,
+               "idle held for the stable interval; user boundary unchanged"),
+    Transition("compaction_accepted", (S.REQUESTING,), S.ACCEPTED, None, _accepted,
+               "the owner answered ok; acceptance is not completion"),
+    Transition("compaction_completed", (S.ACCEPTED,), S.COMPLETED, resume_not_requested, _completed,
+               "a new completed compaction; no continuation asked for"),
+    Transition("compaction_completed", (S.ACCEPTED,), S.WAITING_FOR_RESUME_IDLE, resume_with_headroom,
+               _completion, "continuation asked for and the first headroom check passes"),
+    Transition("compaction_completed", (S.ACCEPTED,), S.SKIPPED, resume_without_headroom,
+               _skipped_at_completion, "continuation asked for but no headroom (reason recorded)"),
+    Transition("idle_stable", (S.WAITING_FOR_RESUME_IDLE,), S.RESUMING, ready_to_resume, _resume_requested,
+               "idle again; handoff hash verified; boundary unchanged; headroom re-checked"),
+    Transition("idle_stable", (S.WAITING_FOR_RESUME_IDLE,), S.SKIPPED, headroom_lost, _skipped_at_resume,
+               "the second headroom check fails (the design's headroom_lost, folded into idle_stable)"),
+    Transition("turn_started", (S.RESUMING,), S.RESUMED, None, _resumed,
+               "the owner returned a started turn id"),
+    Transition("cancel", _ANY, S.CANCELLED, None, _cancelled,
+               f"explicit marker, new user input, or a stopped turn; {_UNKNOWN_NOTE}"),
+    Transition("deadline", _ANY, S.TIMED_OUT, None, _timed_out, f"the worker deadline; {_UNKNOWN_NOTE}"),
+    Transition("fail", _ANY, S.FAILED, None, _failed,
+               f"errorCode plus message (worker_lost when the worker died); {_UNKNOWN_NOTE}"),
+)
+
+TRIGGER_NAMES: tuple[str, ...] = tuple(dict.fromkeys(row.trigger for row in TRANSITIONS))
+
+
+def rows_for(state: JobState, trigger: str) -> tuple[Transition, ...]:
+    """The rows that could fire ``trigger`` from ``state``, in the order they are tried."""
+    return tuple(row for row in TRANSITIONS if row.trigger == trigger and state in row.source)
+
+
+def find_row(source: JobState, trigger: str, dest: JobState) -> Transition | None:
+    """The row that moves ``source`` to ``dest`` on ``trigger`` (used to check replayed records)."""
+    return next((row for row in rows_for(source, trigger) if row.dest is dest), None)

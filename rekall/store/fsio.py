@@ -1,0 +1,125 @@
+"""Every durability call the store makes goes through ``FileOps``.
+
+One seam, so tests can fail or "crash" at any write, fsync or rename (fault injection), and
+so the rules live in one place:
+
+* Private: files are created 0600 and opened with ``O_NOFOLLOW`` where the OS has it.
+* Atomic replace: temp file in the same directory, write, fsync, ``os.replace``, fsync the
+  directory. The rename is retried briefly on Windows only, where readers and virus
+  scanners hold files open; elsewhere an error is an error.
+* Exclusive create of a complete file: write a temp file, then ``os.link`` it to the final
+  name. The link either fails (the name exists) or makes the whole file appear at once, so a
+  reader never sees a half-written lock or handoff.
+* A failed fsync is never retried (after EIO the kernel may have dropped the data).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import attrs
+
+O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+O_BINARY = getattr(os, "O_BINARY", 0)
+_WINDOWS = sys.platform == "win32"
+#: Windows only: waits between rename attempts when the target is briefly held open.
+_REPLACE_RETRY_DELAYS_S = (0.01, 0.02, 0.04, 0.08, 0.1)
+
+
+@attrs.frozen
+class FileOps:
+    """The primitive calls; tests replace one with ``attrs.evolve`` to inject a fault."""
+
+    write: Callable[[int, bytes], int] = os.write
+    fsync: Callable[[int], None] = os.fsync
+    replace: Callable[[str, str], None] = os.replace
+
+    def write_all(self, fd: int, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            written = self.write(fd, view.tobytes())
+            view = view[written:]
+
+    def fsync_dir(self, directory: Path) -> None:
+        """Make a new or renamed name in ``directory`` durable (POSIX; Windows cannot open dirs)."""
+        if _WINDOWS:
+            return
+        fd = os.open(directory, os.O_RDONLY | O_CLOEXEC)
+        try:
+            self.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def _durable_temp(self, path: Path, data: bytes) -> Path:
+        fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        try:
+            self.write_all(fd, data)
+            self.fsync(fd)
+        except BaseException:
+            os.close(fd)
+            os.unlink(name)
+            raise
+        os.close(fd)
+        return Path(name)
+
+    def atomic_replace(self, path: Path, data: bytes) -> None:
+        temp = self._durable_temp(path, data)
+        try:
+            self._replace_with_retry(temp, path)
+        except BaseException:
+            temp.unlink(missing_ok=True)
+            raise
+        self.fsync_dir(path.parent)
+
+    def _replace_with_retry(self, temp: Path, path: Path) -> None:
+        delays = iter(_REPLACE_RETRY_DELAYS_S if _WINDOWS else ())
+        while True:
+            try:
+                self.replace(str(temp), str(path))
+                return
+            except PermissionError:
+                delay = next(delays, None)
+                if delay is None:
+                    raise
+                time.sleep(delay)
+
+    def create_exclusive(self, path: Path, data: bytes) -> None:
+        """Create ``path`` holding ``data``, complete or not at all; ``FileExistsError`` if taken."""
+        temp = self._durable_temp(path, data)
+        try:
+            try:
+                os.link(temp, path)
+            except FileExistsError:
+                raise
+            except OSError as exc:  # no hard links here (FAT, some FUSE): plain O_EXCL instead
+                if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS, errno.EXDEV):
+                    raise
+                self._create_excl_direct(path, data)
+        finally:
+            temp.unlink(missing_ok=True)
+        self.fsync_dir(path.parent)
+
+    def _create_excl_direct(self, path: Path, data: bytes) -> None:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | O_NOFOLLOW | O_CLOEXEC | O_BINARY, 0o600)
+        try:
+            self.write_all(fd, data)
+            self.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def read_private(path: Path, *, limit: int | None = None) -> bytes:
+    """The bytes of ``path`` without following a symlink; at most ``limit + 1`` bytes if given."""
+    fd = os.open(path, os.O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_BINARY)
+    try:
+        with os.fdopen(fd, "rb", closefd=False) as handle:
+            return handle.read() if limit is None else handle.read(limit + 1)
+    finally:
+        os.close(fd)

@@ -1,0 +1,182 @@
+"""The handoff: what the agent wants kept across the compaction, checked and sealed.
+
+Validation follows the Node version exactly (five keys, all required; at most 32,000 UTF-8
+bytes of compact JSON; lists of at most 40 non-empty strings; ``resume`` a real boolean;
+``nextStep`` non-blank when resuming) and adds one rule: values that look like credentials
+are refused, naming the field and the kind of secret but never echoing it. The handoff is
+replayed into the conversation, so a secret in it would outlive the compaction meant to
+drop it.
+
+The saved record ``{version: 1, threadId, jobId, handoff}`` is pretty JSON (2-space indent,
+no trailing newline, as the Node version writes, and readable by the agent that is pointed
+at it). Its SHA-256 is kept in the status; verification re-reads the exact bytes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from rekall.errors import InvalidInput
+from rekall.store.errors import HandoffChanged
+from rekall.store.fsio import read_private
+
+HANDOFF_KEYS = ("summary", "preserve", "discard", "nextStep", "resume")
+MAX_HANDOFF_BYTES = 32_000
+MAX_LIST_ITEMS = 40
+RECORD_VERSION = 1
+#: A handoff file larger than this is not read at all (validation would refuse it anyway).
+_MAX_FILE_BYTES = 1_000_000
+
+_FIX = "fix the handoff and schedule again"
+
+
+def _invalid(message: str, field: str, hint: str = _FIX) -> InvalidInput:
+    return InvalidInput(message, field=field, hint=hint, code="invalid_handoff")
+
+
+def _nonblank(value: Any) -> bool:
+    return isinstance(value, str) and value.strip() != ""
+
+
+# Token formats of common providers, anchored so that ordinary prose does not match.
+_CREDENTIALS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("a private key block", re.compile(r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----")),
+    ("an Authorization bearer header", re.compile(r"authorization\s*:\s*bearer\s+\S{8,}", re.IGNORECASE)),
+    ("an OpenAI or Anthropic API key", re.compile(r"(?<![A-Za-z0-9_-])sk-(?:proj-|ant-|svcacct-|admin-)?"
+                                                  r"(?=[A-Za-z0-9_-]*[0-9])(?=[A-Za-z0-9_-]*[A-Z])"
+                                                  r"(?=[A-Za-z0-9_-]*[a-z])[A-Za-z0-9_-]{20,}")),
+    ("a GitHub token", re.compile(r"(?<![A-Za-z0-9_])(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{30,})")),
+    ("a Slack token", re.compile(r"(?<![A-Za-z0-9])xox[abposr]-[A-Za-z0-9-]{10,}")),
+    ("an AWS access key id", re.compile(r"(?<![A-Z0-9])(?:AKIA|ASIA)[A-Z0-9]{16}(?![A-Z0-9])")),
+    ("a Google API key", re.compile(r"(?<![A-Za-z0-9_-])AIza[0-9A-Za-z_-]{35}")),
+    ("a GitLab token", re.compile(r"(?<![A-Za-z0-9_-])glpat-[A-Za-z0-9_-]{20,}")),
+    ("an npm token", re.compile(r"(?<![A-Za-z0-9_])npm_[A-Za-z0-9]{36}")),
+    ("a Stripe secret key", re.compile(r"(?<![A-Za-z0-9_])(?:sk|rk)_live_[A-Za-z0-9]{16,}")),
+)
+
+
+def credential_kind(text: str) -> str | None:
+    """The kind of secret ``text`` appears to contain, or ``None``."""
+    for kind, pattern in _CREDENTIALS:
+        if pattern.search(text):
+            return kind
+    return None
+
+
+def _strings(value: Mapping[str, Any]) -> list[tuple[str, str]]:
+    out = [(f"handoff.{key}", value[key]) for key in ("summary", "nextStep")]
+    for key in ("preserve", "discard"):
+        out.extend((f"handoff.{key}[{i}]", item) for i, item in enumerate(value[key]))
+    return out
+
+
+def validate_handoff(value: Any) -> dict[str, Any]:
+    """A normalised copy of a valid handoff, or ``InvalidInput`` naming the field at fault."""
+    if not isinstance(value, Mapping):
+        raise _invalid("handoff must be an object with summary, preserve, discard, nextStep and resume",
+                       "handoff")
+    unknown = sorted(str(k) for k in value if k not in HANDOFF_KEYS)
+    if unknown:
+        raise _invalid(f"unknown handoff field {unknown[0]!r:.60}; allowed: {', '.join(HANDOFF_KEYS)}",
+                       f"handoff.{unknown[0]:.60}")
+    missing = [k for k in HANDOFF_KEYS if k not in value]
+    if missing:
+        raise _invalid(f"handoff.{missing[0]} is required", f"handoff.{missing[0]}")
+    if not _nonblank(value["summary"]):
+        raise _invalid("handoff.summary is required: a non-empty string", "handoff.summary")
+    for key in ("preserve", "discard"):
+        items = value[key]
+        if not (isinstance(items, list) and len(items) <= MAX_LIST_ITEMS and all(_nonblank(i) for i in items)):
+            raise _invalid(f"handoff.{key} must be an array of at most {MAX_LIST_ITEMS} non-empty strings",
+                           f"handoff.{key}")
+    if not isinstance(value["resume"], bool):
+        raise _invalid("handoff.resume must be explicitly true or false", "handoff.resume")
+    next_step = value["nextStep"]
+    if not isinstance(next_step, str) or (value["resume"] and not next_step.strip()):
+        raise _invalid("handoff.nextStep must be a string, and non-blank when resume is true "
+                       "(a nextStep is required for automatic continuation)", "handoff.nextStep")
+    normalised = {"summary": value["summary"], "preserve": list(value["preserve"]),
+                  "discard": list(value["discard"]), "nextStep": next_step, "resume": value["resume"]}
+    for field, text in _strings(normalised):
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            raise _invalid(f"{field} is not valid Unicode text (it holds a lone surrogate)", field) from None
+    size = len(json.dumps(dict(value), ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
+    if size > MAX_HANDOFF_BYTES:
+        raise _invalid(f"handoff is {size} UTF-8 bytes of compact JSON; at most {MAX_HANDOFF_BYTES} are allowed",
+                       "handoff", hint="shorten the summary or the lists and schedule again")
+    for field, text in _strings(normalised):
+        kind = credential_kind(text)
+        if kind is not None:
+            raise _invalid(f"{field} looks like it contains {kind}; secrets must not go into a handoff",
+                           field, hint="remove the secret (refer to where it is stored instead) and schedule again")
+    return normalised
+
+
+# --- the sealed record ---------------------------------------------------------------------
+
+
+def record_bytes(thread_id: str, job_id: str, handoff: Mapping[str, Any]) -> bytes:
+    record = {"version": RECORD_VERSION, "threadId": thread_id, "jobId": job_id, "handoff": dict(handoff)}
+    return json.dumps(record, indent=2, ensure_ascii=False).encode("utf-8")
+
+
+def sha256_hex(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def verify_record(path: Path, thread_id: str, job_id: str, expected_sha256: str | None) -> dict[str, Any]:
+    """The record at ``path`` if its bytes still hash to ``expected_sha256`` and it binds this job."""
+    if not expected_sha256:
+        raise HandoffChanged(f"job {job_id} has no saved handoff to verify",
+                             hint="a continuation needs a handoff; schedule again with one")
+    try:
+        data = read_private(path)
+    except OSError as exc:
+        raise HandoffChanged(f"the saved handoff {path} cannot be read: {exc.strerror or exc}",
+                             hint="the continuation is cancelled; schedule again") from None
+    if not hmac.compare_digest(sha256_hex(data), expected_sha256.lower()):
+        raise HandoffChanged(f"the saved handoff {path} changed after it was saved (SHA-256 differs)",
+                             hint="the continuation is cancelled; schedule again with a fresh handoff")
+    try:
+        record = json.loads(data.decode("utf-8"))
+        ok = (isinstance(record, dict) and record.get("version") == RECORD_VERSION
+              and record.get("threadId") == thread_id and record.get("jobId") == job_id)
+        if ok:
+            record["handoff"] = validate_handoff(record.get("handoff"))
+    except (UnicodeDecodeError, json.JSONDecodeError, InvalidInput):
+        ok = False
+    if not ok:
+        raise HandoffChanged(f"the saved handoff {path} does not authorise this job (version, thread or job "
+                             "differs, or its content is invalid)", hint="the continuation is cancelled")
+    return record
+
+
+def read_handoff_file(path: str | Path) -> Any:
+    """The JSON value in ``path`` (for ``--handoff FILE``), with errors naming the problem."""
+    field = "--handoff"
+    try:
+        data = Path(path).read_bytes() if Path(path).stat().st_size <= _MAX_FILE_BYTES else None
+    except OSError as exc:
+        raise InvalidInput(f"cannot read the handoff file {path}: {exc.strerror or exc}", field=field,
+                           hint="pass the path of an existing JSON file") from None
+    if data is None:
+        raise InvalidInput(f"the handoff file {path} is larger than {_MAX_FILE_BYTES} bytes", field=field,
+                           hint=f"a handoff holds at most {MAX_HANDOFF_BYTES} bytes of JSON")
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise InvalidInput(f"the handoff file {path} is not UTF-8 (byte {exc.start} is invalid)", field=field,
+                           hint="save the file as UTF-8 and try again") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InvalidInput(f"the handoff file {path} is not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}",
+                           field=field, hint="fix the JSON (an object with the five handoff keys)") from None

@@ -1,0 +1,488 @@
+"""The job store: one private directory holding every job's journal, handoff, lock and status.
+
+Scheduling and take-over follow one protocol, always under the store's guard (a kernel
+lock, see ``rekall.store.guard``), so that two processes never judge the same lock:
+
+1. Read ``<thread>.lock``. If its job is still run by a live process, the thread is
+   already scheduled: return that job. If the owner is provably dead (same host; PID gone
+   or reused), the job becomes ``failed`` with ``errorCode`` ``worker_lost`` (its
+   ``outcomeMayBeUnknown`` per the outcome rule) and the lock is removed. If liveness
+   cannot be proven either way (another host, a lock without a PID), refuse: a lock is
+   never removed on a guess.
+2. Create the lock (complete, exclusively), the handoff record (exclusively), then the
+   journal's first record. If any of these fails, everything created so far is removed,
+   so there is never a lock without a job.
+
+The journal is the truth; the status file is rebuilt from it whenever it is missing,
+stale or unreadable.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import uuid
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from rekall.errors import InvalidInput, StoreError
+from rekall.ids import job_id as valid_job, thread_id as valid_thread
+from rekall.states import SCHEDULE, JobState
+from rekall.store.clock import Clock, SystemClock
+from rekall.store.errors import LockBusy, StatusCorrupt, UnknownJob
+from rekall.store.fsio import FileOps, read_private
+from rekall.store.guard import guarded
+from rekall.store.handoff import record_bytes, sha256_hex, validate_handoff, verify_record
+from rekall.store.journal import JournalWriter, scan_journal
+from rekall.store.lifecycle import Lifecycle
+from rekall.store.owner import Liveness, LockOwner, liveness, process_start_time, this_host
+from rekall.store.paths import Layout, ensure_private_dir, resolve_jobs_dir
+from rekall.store.replay import Replay, derive_status, history_before, replay_file, replay_scan
+from rekall.store.wire import TransitionRecord, decode_lock, encode_lock, encode_record
+
+log = logging.getLogger("rekall.store")
+
+#: Status fields the store owns; ``extra`` may not overwrite them.
+_RESERVED = frozenset({
+    "jobId", "threadId", "status", "state", "createdAt", "jobNumber", "userFingerprint", "resume", "handoffPath",
+    "handoffSha256", "errorCode", "outcomeMayBeUnknown", "updatedAt", "journalSeq", "journalPath", "logPath",
+    "history",
+})
+
+
+@attrs.frozen
+class CreatedJob:
+    job_id: str
+    status: dict[str, Any]
+    #: True when a live job already held the thread: ``job_id`` and ``status`` are that job's.
+    already_scheduled: bool
+
+
+def _checked_extra(extra: Mapping[str, Any] | None) -> dict[str, Any]:
+    if extra is None:
+        return {}
+    clash = sorted(set(extra) & _RESERVED)
+    if clash:
+        raise InvalidInput(f"extra status field {clash[0]} is reserved by the store", field=clash[0],
+                           hint="rename the field")
+    try:
+        return json.loads(json.dumps(dict(extra), allow_nan=False))
+    except (TypeError, ValueError) as exc:
+        raise InvalidInput(f"extra status fields must be JSON: {exc}", field="extra", hint="fix the caller") from None
+
+
+class JobStore:
+    def __init__(self, root: Path, *, clock: Clock | None = None, fs: FileOps | None = None,
+                 permission_report: str | None = None) -> None:
+        self.root = root
+        self.layout = Layout(root)
+        self.clock: Clock = clock or SystemClock()
+        self.fs = fs or FileOps()
+        self.host = this_host()
+        #: Set when opening had to tighten the directory's permissions (see ``ensure_private_dir``).
+        self.permission_report = permission_report
+
+    @classmethod
+    def open(cls, env: Mapping[str, str] | None = None, *, clock: Clock | None = None,
+             fs: FileOps | None = None) -> JobStore:
+        """The store of this installation (see ``resolve_jobs_dir``), created 0700 if needed."""
+        root = resolve_jobs_dir(os.environ if env is None else env)
+        return cls(root, clock=clock, fs=fs, permission_report=ensure_private_dir(root))
+
+    # --- paths -------------------------------------------------------------------------
+
+    def status_path(self, thread_id: str) -> Path:
+        return self.layout.status(valid_thread(thread_id))
+
+    def lock_path(self, thread_id: str) -> Path:
+        return self.layout.lock(valid_thread(thread_id))
+
+    def journal_path(self, thread_id: str, job_id: str) -> Path:
+        return self.layout.journal(valid_thread(thread_id), valid_job(job_id))
+
+    def handoff_path(self, thread_id: str, job_id: str) -> Path:
+        return self.layout.handoff(valid_thread(thread_id), valid_job(job_id))
+
+    def cancel_path(self, thread_id: str, job_id: str) -> Path:
+        return self.layout.cancel(valid_thread(thread_id), valid_job(job_id))
+
+    def log_path(self, thread_id: str, job_id: str) -> Path:
+        return self.layout.log(valid_thread(thread_id), valid_job(job_id))
+
+    # --- reading jobs ------------------------------------------------------------------
+
+    def load(self, thread_id: str, job_id: str) -> Replay:
+        """One job, read-only, from its journal."""
+        thread, job = valid_thread(thread_id), valid_job(job_id)
+        try:
+            return replay_file(self.layout.journal(thread, job), thread, job)
+        except FileNotFoundError:
+            raise UnknownJob(f"no job {job} for thread {thread} in {self.root}",
+                             hint="check the ids with `rekall history`") from None
+
+    def _load_if_exists(self, thread: str, job: str) -> Replay | None:
+        try:
+            return self.load(thread, job)
+        except UnknownJob:
+            return None
+
+    def thread_jobs(self, thread_id: str) -> list[Replay]:
+        """Every job of the thread, oldest first (by job number)."""
+        thread = valid_thread(thread_id)
+        jobs = [self.load(thread, job) for _, job in self.layout.journals(thread=thread)]
+        return sorted(jobs, key=lambda j: (j.job_number, j.created_at))
+
+    def all_jobs(self) -> list[tuple[str, str]]:
+        """``(thread, job)`` of every journal in the store."""
+        return self.layout.journals()
+
+    def find(self, job_or_thread: str) -> Replay:
+        """A job by its id, or a thread's latest job by the thread id."""
+        wanted = valid_job(job_or_thread)
+        matches = self.layout.journals(job=wanted)
+        if matches:
+            return self.load(*matches[0])
+        jobs = self.thread_jobs(wanted)
+        if jobs:
+            return jobs[-1]
+        raise UnknownJob(f"no job or thread {wanted} in {self.root}",
+                         hint="list jobs with `rekall history`; check REKALL_JOBS_DIR")
+
+    def status_of(self, job: Replay, earlier: list[Replay] | None = None) -> dict[str, Any]:
+        """The derived status of ``job`` (``earlier``: the thread's jobs, to summarise as history)."""
+        if earlier is None:
+            earlier = [j for j in self.thread_jobs(job.thread_id) if j.job_id != job.job_id]
+        return derive_status(job.view, job.transitions[-1], job.path, self.layout.log(job.thread_id, job.job_id),
+                             history_before(job, earlier))
+
+    # --- status ------------------------------------------------------------------------
+
+    def read_status(self, thread_id: str) -> dict[str, Any]:
+        """The thread's latest job, derived from its journal.
+
+        A status file that is missing, stale or unreadable is reported under
+        ``statusFileProblem`` and rewritten, unless a live worker owns the thread (its next
+        transition rewrites it). Without any job: ``{threadId, status/state: not_scheduled}``.
+        """
+        thread = valid_thread(thread_id)
+        jobs = self.thread_jobs(thread)
+        on_disk, problem = self._read_status_file(thread)
+        if not jobs:
+            return self._status_without_journal(thread, on_disk, problem)
+        status = self.status_of(jobs[-1], jobs[:-1])
+        if problem is None and on_disk != status:
+            problem = "stale: it differs from the journal"
+        if problem is not None:
+            log.warning("status file of thread %s is %s; rebuilt from the journal", thread, problem)
+            if self._owner_liveness(thread) is not Liveness.ALIVE:
+                self._save_status(thread, status)
+            status["statusFileProblem"] = f"{problem}; rebuilt from the journal"
+        return status
+
+    def _read_status_file(self, thread: str) -> tuple[dict[str, Any] | None, str | None]:
+        try:
+            raw = read_private(self.layout.status(thread))
+        except FileNotFoundError:
+            return None, "missing"
+        except OSError as exc:
+            return None, f"unreadable ({exc.strerror or exc})"
+        try:
+            value = json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            return None, f"corrupt ({exc})"
+        if not isinstance(value, dict):
+            return None, "corrupt (not a JSON object)"
+        return value, None
+
+    def _status_without_journal(self, thread: str, on_disk: dict[str, Any] | None,
+                                problem: str | None) -> dict[str, Any]:
+        if on_disk is not None:  # written by the Node version, or by hand: shown, not trusted
+            return {**on_disk, "statusFileProblem": "no journal backs this status file; shown as found"}
+        if problem is not None and problem != "missing":
+            raise StatusCorrupt(f"the status file {self.layout.status(thread)} is {problem} and no journal "
+                                "exists to rebuild it from",
+                                hint="move the file aside; nothing else refers to it")
+        return {"threadId": thread, "status": "not_scheduled", "state": "not_scheduled"}
+
+    def _save_status(self, thread: str, status: dict[str, Any]) -> None:
+        data = (json.dumps(status, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
+        self.fs.atomic_replace(self.layout.status(thread), data)
+
+    def _save_status_quietly(self, thread: str, status: dict[str, Any]) -> None:
+        try:
+            self._save_status(thread, status)
+        except OSError as exc:
+            log.warning("status file of thread %s not written (%s); the journal holds the job", thread, exc)
+
+    # --- the lock ----------------------------------------------------------------------
+
+    @contextmanager
+    def _guarded(self) -> Iterator[None]:
+        with guarded(self.layout.guard()):
+            yield
+
+    def lock_owner(self, thread_id: str) -> LockOwner | None:
+        """Who holds the thread's lock, or ``None`` when it is free."""
+        path = self.layout.lock(valid_thread(thread_id))
+        try:
+            raw = read_private(path)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise LockBusy(f"the lock {path} cannot be read: {exc.strerror or exc}",
+                           hint="check its permissions; it was not changed") from None
+        try:
+            return decode_lock(raw)
+        except ValueError as exc:
+            raise LockBusy(f"the lock {path} is unreadable ({exc})",
+                           hint="if no rekall worker runs for this thread, move the lock aside") from None
+
+    def owner_liveness(self, owner: LockOwner) -> Liveness:
+        return liveness(owner, host=self.host)
+
+    def is_owner_alive(self, owner: LockOwner) -> bool:
+        """True only when the owner is proven alive. False does not prove death: see ``owner_liveness``."""
+        return self.owner_liveness(owner) is Liveness.ALIVE
+
+    def _owner_liveness(self, thread: str) -> Liveness | None:
+        try:
+            owner = self.lock_owner(thread)
+        except LockBusy:
+            return Liveness.UNKNOWN
+        return None if owner is None else self._job_liveness(owner, self._load_if_exists(thread, owner.job_id))
+
+    def _job_liveness(self, owner: LockOwner | None, job: Replay | None) -> Liveness:
+        """Alive if any known process of the job is; dead only if every one is provably dead.
+
+        The identities are the lock's owner and the worker recorded by ``worker_started``
+        (the lock may still name the scheduler if it died before handing the lock over).
+        """
+        identities = [] if owner is None else [owner]
+        started = next((t for t in (job.transitions if job else ()) if t.trigger == "worker_started"), None)
+        if started is not None and job is not None:
+            ev = started.evidence
+            identities.append(LockOwner(job_id=job.job_id, thread_id=job.thread_id, pid=ev["pid"],
+                                        process_start_time=ev.get("processStartTime"), host=ev["host"]))
+        verdicts = {self.owner_liveness(identity) for identity in identities}
+        if Liveness.ALIVE in verdicts:
+            return Liveness.ALIVE
+        if Liveness.UNKNOWN in verdicts:
+            return Liveness.UNKNOWN
+        return Liveness.DEAD
+
+    def set_lock_owner(self, thread_id: str, job_id: str, pid: int, process_start_time: str | None) -> None:
+        """Name the worker process in the lock (compare-and-set on the job id)."""
+        thread, job = valid_thread(thread_id), valid_job(job_id)
+        if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
+            raise InvalidInput(f"pid must be a positive integer; got {pid!r:.40}", field="pid", hint="fix the caller")
+        with self._guarded():
+            owner = self.lock_owner(thread)
+            if owner is None or owner.job_id != job:
+                named = "nothing" if owner is None else f"job {owner.job_id}"
+                raise LockBusy(f"the lock of thread {thread} names {named}, not job {job}; it was not changed",
+                               hint="inspect the thread with `rekall status`")
+            updated = attrs.evolve(owner, pid=pid, process_start_time=process_start_time, host=self.host)
+            self.fs.atomic_replace(self.layout.lock(thread), encode_lock(updated))
+
+    def release_lock(self, thread_id: str, job_id: str) -> bool:
+        """Remove the thread's lock if it names ``job_id``; True when it did."""
+        thread, job = valid_thread(thread_id), valid_job(job_id)
+        with self._guarded():
+            try:
+                owner = self.lock_owner(thread)
+            except LockBusy as exc:
+                log.warning("not releasing the lock of thread %s: %s", thread, exc.message)
+                return False
+            if owner is None or owner.job_id != job:
+                return False
+            self.layout.lock(thread).unlink(missing_ok=True)
+            self.fs.fsync_dir(self.root)
+            return True
+
+    # --- reaping -----------------------------------------------------------------------
+
+    def reap_if_dead(self, thread_id: str) -> dict[str, Any] | None:
+        """Apply the ``worker_lost`` rule to the thread if its job's process is provably gone.
+
+        Returns what was done (``jobId``, ``reaped``, ``lockRemoved``, ``state``) or ``None``
+        when there was nothing to do. A lock whose owner cannot be judged is left alone.
+        """
+        thread = valid_thread(thread_id)
+        with self._guarded():
+            try:
+                owner = self.lock_owner(thread)
+            except LockBusy as exc:
+                log.warning("cannot judge the lock of thread %s: %s", thread, exc.message)
+                return None
+            if owner is not None:
+                return self._reap_lock_if_dead(thread, owner)
+            return self._reap_orphan_if_dead(thread)
+
+    def _reap_lock_if_dead(self, thread: str, owner: LockOwner) -> dict[str, Any] | None:
+        job = self._load_if_exists(thread, owner.job_id)
+        if self._job_liveness(owner, job) is not Liveness.DEAD:
+            return None
+        reaped = job is not None and not job.state.terminal
+        if reaped:
+            assert job is not None
+            job = self._mark_worker_lost(job)
+        self.layout.lock(thread).unlink(missing_ok=True)
+        self.fs.fsync_dir(self.root)
+        log.warning("removed the stale lock of thread %s (job %s, pid %s)", thread, owner.job_id, owner.pid)
+        return {"jobId": owner.job_id, "reaped": reaped, "lockRemoved": True,
+                "state": None if job is None else job.state.value}
+
+    def _reap_orphan_if_dead(self, thread: str) -> dict[str, Any] | None:
+        """A job that is not over but has no lock: reap it if its worker is gone."""
+        jobs = self.thread_jobs(thread)
+        if not jobs or jobs[-1].state.terminal:
+            return None
+        if self._job_liveness(None, jobs[-1]) is not Liveness.DEAD:
+            return None
+        job = self._mark_worker_lost(jobs[-1])
+        return {"jobId": job.job_id, "reaped": True, "lockRemoved": False, "state": job.state.value}
+
+    def _mark_worker_lost(self, job: Replay) -> Replay:
+        with self.open_lifecycle(job.thread_id, job.job_id) as lifecycle:
+            before = lifecycle.state
+            lifecycle.fire("fail", errorCode="worker_lost",
+                           error=f"the worker process ended while the job was {before.value}; "
+                                 "nothing is retried automatically", delivery="unknown")
+        return self.load(job.thread_id, job.job_id)
+
+    # --- scheduling --------------------------------------------------------------------
+
+    def create_job(self, thread_id: str, *, handoff: Mapping[str, Any] | None, user_fingerprint: str | None,
+                   extra: Mapping[str, Any] | None = None) -> CreatedJob:
+        """Schedule a job for the thread, or return the live job that already holds it."""
+        thread = valid_thread(thread_id)
+        clean = None if handoff is None else validate_handoff(handoff)
+        if user_fingerprint is not None and not isinstance(user_fingerprint, str):
+            raise InvalidInput("user_fingerprint must be a string or None", field="userFingerprint",
+                               hint="fix the caller")
+        fields = _checked_extra(extra)
+        with self._guarded():
+            owner = self.lock_owner(thread)
+            if owner is not None:
+                existing = self._settle_lock(thread, owner)
+                if existing is not None:
+                    return existing
+            jobs = self.thread_jobs(thread)
+            if jobs and not jobs[-1].state.terminal:
+                self._settle_orphan(jobs[-1])
+                jobs = self.thread_jobs(thread)
+            return self._create(thread, str(uuid.uuid4()), jobs, clean, user_fingerprint, fields)
+
+    def _settle_lock(self, thread: str, owner: LockOwner) -> CreatedJob | None:
+        job = self._load_if_exists(thread, owner.job_id)
+        alive = self._job_liveness(owner, job)
+        if alive is Liveness.DEAD:
+            self._reap_lock_if_dead(thread, owner)
+            return None
+        where = f"job {owner.job_id} (pid {owner.pid} on {owner.host or 'an unknown host'})"
+        if alive is Liveness.UNKNOWN:
+            raise LockBusy(f"thread {thread} is locked by {where}, and whether that process still runs cannot "
+                           "be told from here", hint=f"if no rekall worker runs for this thread, inspect "
+                           f"`rekall explain {owner.job_id}` and move {self.layout.lock(thread)} aside; rekall "
+                           "never removes a lock it cannot prove stale")
+        if job is not None and not job.state.terminal:
+            return CreatedJob(job.job_id, self.status_of(job), already_scheduled=True)
+        state = "has no journal" if job is None else f"already ended ({job.state.value})"
+        raise LockBusy(f"thread {thread} is locked by {where}, which {state} while its process still runs",
+                       hint="its worker is finishing; schedule again in a moment")
+
+    def _settle_orphan(self, job: Replay) -> None:
+        if self._job_liveness(None, job) is not Liveness.DEAD:
+            raise LockBusy(f"job {job.job_id} is {job.state.value} without its lock and its worker may still run",
+                           hint=f"inspect `rekall explain {job.job_id}`; schedule again once it has ended")
+        self._mark_worker_lost(job)
+
+    def _create(self, thread: str, job: str, earlier: list[Replay], handoff: dict[str, Any] | None,
+                fingerprint: str | None, extra: dict[str, Any]) -> CreatedJob:
+        now = self.clock.now()
+        me = LockOwner(job_id=job, thread_id=thread, pid=os.getpid(), process_start_time=process_start_time(os.getpid()),
+                       host=self.host, created_at=now.iso)
+        lock, journal = self.layout.lock(thread), self.layout.journal(thread, job)
+        handoff_path = self.layout.handoff(thread, job)
+        fields: dict[str, Any] = {
+            "jobId": job, "threadId": thread, "createdAt": now.iso,
+            "jobNumber": earlier[-1].job_number + 1 if earlier else 1,
+            "userFingerprint": fingerprint, "resume": bool(handoff and handoff["resume"]),
+            "errorCode": None, "outcomeMayBeUnknown": False,
+        }
+        mine = encode_lock(me)
+        try:
+            self.fs.create_exclusive(lock, mine)
+        except FileExistsError:  # only a process ignoring the guard gets here
+            raise LockBusy(f"the lock of thread {thread} appeared while it was being taken",
+                           hint="another program writes the jobs directory; nothing was scheduled") from None
+        except BaseException:  # the link may have happened before the failure: take back only ours
+            if lock.exists() and read_private(lock) == mine:
+                lock.unlink()
+            raise
+        try:
+            if handoff is not None:
+                data = record_bytes(thread, job, handoff)
+                self.fs.create_exclusive(handoff_path, data)
+                fields.update(handoffPath=str(handoff_path), handoffSha256=sha256_hex(data))
+            fields.update(extra)
+            first = TransitionRecord(seq=0, at=now.iso, mono_ms=now.mono_ms, trigger=SCHEDULE, source=None,
+                                     dest=JobState.SCHEDULED, fields=fields,
+                                     evidence={"pid": me.pid, "host": me.host,
+                                               "processStartTime": me.process_start_time})
+            self.fs.create_exclusive(journal, encode_record(first))
+        except BaseException:
+            for path in (journal, handoff_path, lock):  # never a lock without a job
+                path.unlink(missing_ok=True)
+            raise
+        created = self.load(thread, job)
+        status = self.status_of(created, earlier)
+        self._save_status_quietly(thread, status)
+        return CreatedJob(job, status, already_scheduled=False)
+
+    # --- driving and inspecting one job ------------------------------------------------
+
+    def open_lifecycle(self, thread_id: str, job_id: str) -> Lifecycle:
+        """Open a job for driving (cuts a torn journal tail). Only the lock's owner may do this."""
+        thread, job = valid_thread(thread_id), valid_job(job_id)
+        path = self.layout.journal(thread, job)
+        try:
+            scan = scan_journal(path)
+        except FileNotFoundError:
+            raise UnknownJob(f"no job {job} for thread {thread} in {self.root}",
+                             hint="check the ids with `rekall status`") from None
+        replay = replay_scan(path, scan, thread, job)
+        writer = JournalWriter.open(path, scan, self.fs)
+        earlier = [j for j in self.thread_jobs(thread) if j.job_id != job]
+        return Lifecycle(replay, writer, clock=self.clock, log_path=self.layout.log(thread, job),
+                         history=history_before(replay, earlier),
+                         write_status=lambda status: self._save_status(thread, status))
+
+    def request_cancel(self, thread_id: str, job_id: str) -> dict[str, Any]:
+        """Write the job's cancel marker, if it is the thread's current job and not over."""
+        thread, job = valid_thread(thread_id), valid_job(job_id)
+        jobs = self.thread_jobs(thread)
+        if not jobs or jobs[-1].job_id != job:
+            if any(j.job_id == job for j in jobs):
+                raise StoreError(f"job {job} is not the current job of thread {thread} (that is {jobs[-1].job_id})",
+                                 code="job_identity_mismatch", hint="inspect the thread with `rekall status`")
+            raise UnknownJob(f"no job {job} for thread {thread}", hint="check the ids with `rekall status`")
+        current = jobs[-1]
+        answer: dict[str, Any] = {"threadId": thread, "jobId": job, "state": current.state.value}
+        if current.state.terminal:
+            return {**answer, "cancellationRequested": False}
+        try:
+            self.fs.create_exclusive(self.layout.cancel(thread, job), b"cancel\n")
+        except FileExistsError:
+            pass  # asked before: the marker is already there
+        return {**answer, "cancellationRequested": True}
+
+    def verify_handoff(self, thread_id: str, job_id: str, expected_sha256: str | None) -> dict[str, Any]:
+        """The saved handoff record, if unchanged and bound to this thread and job."""
+        thread, job = valid_thread(thread_id), valid_job(job_id)
+        return verify_record(self.layout.handoff(thread, job), thread, job, expected_sha256)

@@ -1,0 +1,142 @@
+"""From a journal to what the job is: replay, check against the table, derive the status.
+
+Replay accepts only what the lifecycle allows: the first record creates the job (trigger
+``schedule``, into ``scheduled``, naming the job and thread of the file), sequence numbers
+are contiguous, and every transition starts in the replayed state and is a row of
+``TRANSITIONS``. Anything else is reported as corruption rather than believed.
+
+The status file is a view derived from here (plus a summary of the thread's earlier jobs);
+it can always be rebuilt.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from rekall.states import SCHEDULE, JobState, JobView, find_row
+from rekall.store.errors import JournalCorrupt
+from rekall.store.journal import Scan, scan_journal
+from rekall.store.wire import NoteRecord, TransitionRecord
+
+#: How many earlier jobs the status file summarises under ``history``.
+HISTORY_LIMIT = 20
+
+
+@attrs.frozen
+class Replay:
+    thread_id: str
+    job_id: str
+    path: Path
+    view: JobView
+    transitions: tuple[TransitionRecord, ...]
+    notes: tuple[NoteRecord, ...]
+    scan: Scan
+
+    @property
+    def state(self) -> JobState:
+        return self.view.state
+
+    @property
+    def job_number(self) -> int:
+        return self.view.fields.get("jobNumber", 0)
+
+    @property
+    def created_at(self) -> str:
+        return self.transitions[0].at
+
+    @property
+    def next_seq(self) -> int:
+        return len(self.scan.records)
+
+
+def _bad(path: Path, seq: int, reason: str) -> JournalCorrupt:
+    return JournalCorrupt(f"{path} record {seq}: {reason}",
+                          hint="the journal does not follow the lifecycle; keep it for inspection and move it "
+                               "aside to schedule again; nothing was changed")
+
+
+def replay_scan(path: Path, scan: Scan, thread_id: str, job_id: str) -> Replay:
+    records = scan.records
+    if not records:
+        raise JournalCorrupt(f"{path} holds no intact record", hint="move it aside; nothing was changed")
+    first = records[0]
+    if not (isinstance(first, TransitionRecord) and first.trigger == SCHEDULE and first.source is None
+            and first.dest is JobState.SCHEDULED and first.seq == 0):
+        raise _bad(path, 0, "the first record must schedule the job")
+    if first.fields.get("jobId") != job_id or first.fields.get("threadId") != thread_id:
+        raise _bad(path, 0, "it names another job or thread than its file name")
+    view = JobView(job_id, thread_id, JobState.SCHEDULED, first.fields, {JobState.SCHEDULED: first.mono_ms})
+    transitions, notes = [first], []
+    for expected_seq, record in enumerate(records[1:], start=1):
+        if record.seq != expected_seq:
+            raise _bad(path, expected_seq, f"sequence number {record.seq} breaks the order")
+        if isinstance(record, NoteRecord):
+            notes.append(record)
+            continue
+        if record.source is not view.state:
+            raise _bad(path, record.seq, f"starts in {record.source} but the job was {view.state.value}")
+        if record.source is None or find_row(record.source, record.trigger, record.dest) is None:
+            raise _bad(path, record.seq, f"{record.source} --{record.trigger}--> {record.dest} is not a transition")
+        view = view.advanced(record.dest, record.fields, record.mono_ms)
+        transitions.append(record)
+    return Replay(thread_id, job_id, path, view, tuple(transitions), tuple(notes), scan)
+
+
+def replay_file(path: Path, thread_id: str, job_id: str) -> Replay:
+    return replay_scan(path, scan_journal(path), thread_id, job_id)
+
+
+# --- derived views -------------------------------------------------------------------------
+
+
+def ended_at(fields: dict[str, Any] | Any) -> str | None:
+    for key in ("completedAt", "resumedAt", "failedAt", "cancelledAt", "timedOutAt"):
+        if fields.get(key):
+            return fields[key]
+    return None
+
+
+def summarize(job: Replay) -> dict[str, Any]:
+    """One ``history`` entry: the Node version's fields plus state, errorCode, outcomeMayBeUnknown."""
+    f = job.view.fields
+    entry: dict[str, Any] = {
+        "jobId": job.job_id,
+        "jobNumber": job.job_number,
+        "status": job.state.value,
+        "state": job.state.value,
+        "createdAt": f.get("createdAt"),
+        "completedAt": ended_at(f),
+        **{key: f.get(key) for key in ("contextTokensBefore", "contextTokensAfter", "tokensReclaimed",
+                                       "reclaimedFraction", "compactionDurationMs", "resumeDelayMs")},
+        "errorCode": f.get("errorCode"),
+        "outcomeMayBeUnknown": f.get("outcomeMayBeUnknown"),
+    }
+    if f.get("resumeSkipped") is not None:
+        entry["resumeSkipped"] = f["resumeSkipped"]
+    return entry
+
+
+def history_before(job: Replay, earlier: list[Replay]) -> list[dict[str, Any]]:
+    """Summaries of the thread's last ``HISTORY_LIMIT`` ended jobs before ``job``, oldest first."""
+    ended = [e for e in earlier if e.job_number < job.job_number and e.state.terminal]
+    ended.sort(key=lambda e: (e.job_number, e.created_at))
+    return [summarize(e) for e in ended[-HISTORY_LIMIT:]]
+
+
+def derive_status(view: JobView, last: TransitionRecord, journal_path: Path, log_path: Path,
+                  history: list[dict[str, Any]]) -> dict[str, Any]:
+    """The status file's content, built only from the journal (and the thread's history)."""
+    state = view.state.value
+    status: dict[str, Any] = {"jobId": view.job_id, "threadId": view.thread_id, "status": state, "state": state}
+    status.update(view.fields)
+    status.update(
+        updatedAt=last.at,
+        journalSeq=last.seq,
+        journalPath=str(journal_path),
+        logPath=str(log_path),
+        history=history,
+    )
+    return status

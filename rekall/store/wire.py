@@ -1,0 +1,141 @@
+"""The on-disk formats, owned by one cattrs converter: journal records and the lock file.
+
+A journal line is one JSON object: ``{"crc32":"<8 hex>","record":{...}}`` followed by a
+newline. The checksum covers the exact bytes of the record object as written (no
+re-serialisation is needed to check it), and the line is still plain JSON for ``jq``.
+
+A record carries ``v`` (its schema version; only 1 exists) and ``type``
+(``transition`` or ``note``). Reading is strict: unknown keys, a wrong type or an unknown
+version are errors, never guesses.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import zlib
+from typing import Any
+
+import attrs
+import cattrs
+from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
+
+from rekall.states import GuardVerdict, JobState
+from rekall.store.owner import LockOwner
+
+RECORD_VERSION = 1
+
+
+@attrs.frozen(kw_only=True)
+class TransitionRecord:
+    seq: int
+    at: str
+    mono_ms: int
+    trigger: str
+    source: JobState | None
+    dest: JobState
+    evidence: dict[str, Any]
+    guards: tuple[GuardVerdict, ...] = ()
+    fields: dict[str, Any]
+
+
+@attrs.frozen(kw_only=True)
+class NoteRecord:
+    """An observation that changes no state (a reconnect, a resync, the owner moving)."""
+
+    seq: int
+    at: str
+    mono_ms: int
+    kind: str
+    detail: dict[str, Any]
+
+
+Record = TransitionRecord | NoteRecord
+_TYPES: dict[str, type[Record]] = {"transition": TransitionRecord, "note": NoteRecord}
+_TYPE_OF = {cls: name for name, cls in _TYPES.items()}
+
+converter = cattrs.Converter()
+
+
+def _register(cls: type, *, strict: bool, **renames: str) -> None:
+    overrides = {name: override(rename=wire) for name, wire in renames.items()}
+    converter.register_structure_hook(
+        cls, make_dict_structure_fn(cls, converter, _cattrs_forbid_extra_keys=strict, **overrides))
+    converter.register_unstructure_hook(cls, make_dict_unstructure_fn(cls, converter, **overrides))
+
+
+_register(TransitionRecord, strict=True, mono_ms="monoMs", source="from", dest="to")
+_register(NoteRecord, strict=True, mono_ms="monoMs")
+_register(GuardVerdict, strict=True)
+# The lock is read leniently: the Node version wrote only jobId and threadId.
+_register(LockOwner, strict=False, job_id="jobId", thread_id="threadId", process_start_time="processStartTime",
+          created_at="createdAt")
+
+
+def dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+
+
+class Garbled(ValueError):
+    """The bytes are not a whole, intact line (a torn write, or damage)."""
+
+
+class BadRecord(ValueError):
+    """An intact line whose record does not have the expected shape."""
+
+
+class NewerVersion(ValueError):
+    def __init__(self, version: object) -> None:
+        super().__init__(version)
+        self.version = version
+
+
+def encode_record(record: Record) -> bytes:
+    body = dumps({"v": RECORD_VERSION, "type": _TYPE_OF[type(record)], **converter.unstructure(record)})
+    raw = body.encode("utf-8")
+    return b'{"crc32":"%08x","record":%s}\n' % (zlib.crc32(raw), raw)
+
+
+_LINE = re.compile(rb'\A\{"crc32":"([0-9a-f]{8})","record":(.*)\}\n\Z', re.DOTALL)
+
+
+def decode_line(line: bytes) -> Record:
+    match = _LINE.match(line)
+    if match is None:
+        raise Garbled("not a complete journal line")
+    crc, body = match.groups()
+    if int(crc, 16) != zlib.crc32(body):
+        raise Garbled("checksum mismatch")
+    try:
+        data = json.loads(body.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise Garbled(f"not JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise BadRecord("the record is not an object")
+    version = data.pop("v", None)
+    if version != RECORD_VERSION:
+        raise NewerVersion(version)
+    cls = _TYPES.get(data.pop("type", None))  # type: ignore[arg-type]
+    if cls is None:
+        raise BadRecord("unknown record type")
+    try:
+        return converter.structure(data, cls)
+    except (cattrs.BaseValidationError, ValueError, TypeError, KeyError) as exc:
+        problems = cattrs.transform_error(exc) if isinstance(exc, cattrs.BaseValidationError) else [str(exc)]
+        raise BadRecord("; ".join(problems)) from None
+
+
+def encode_lock(owner: LockOwner) -> bytes:
+    return (json.dumps(converter.unstructure(owner), indent=2) + "\n").encode("utf-8")
+
+
+def decode_lock(raw: bytes) -> LockOwner:
+    """Raises ``ValueError`` with a reason when the lock is unreadable."""
+    try:
+        data = json.loads(raw.decode("utf-8"))
+        return converter.structure(data, LockOwner)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"not JSON: {exc}") from None
+    except (cattrs.BaseValidationError, TypeError, KeyError) as exc:
+        problems = cattrs.transform_error(exc) if isinstance(exc, cattrs.BaseValidationError) else [str(exc)]
+        raise ValueError("; ".join(problems)) from None

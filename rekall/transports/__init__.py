@@ -1,0 +1,64 @@
+"""Bytes to and from the extension's IPC router: endpoints, security checks, framing.
+
+A transport yields a :class:`ByteStream` (send, receive, close) and nothing more;
+:class:`MessageChannel` adds framing and JSON on top. Nothing here knows a method name
+or a protocol version: that is the adapters' job.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from rekall.transports.base import (
+    ByteStream,
+    ConnectTimeout,
+    EndpointInsecure,
+    EndpointMissing,
+    EndpointUnsupported,
+    PeerMismatch,
+    Transport,
+    TransportError,
+)
+from rekall.transports.channel import MessageChannel
+from rekall.transports.endpoint import Endpoint, resolve_endpoint
+from rekall.transports.framing import MAX_FRAME_BYTES, FrameDecoder, FrameError, decode_body, encode_frame, encode_message
+from rekall.transports.memory import MemoryStream, MemoryTransport, memory_stream_pair
+from rekall.transports.unix import PeerUidLookup, UnixTransport, peer_uid
+
+__all__ = [
+    "MAX_FRAME_BYTES",
+    "ByteStream",
+    "ConnectTimeout",
+    "Endpoint",
+    "EndpointInsecure",
+    "EndpointMissing",
+    "EndpointUnsupported",
+    "FrameDecoder",
+    "FrameError",
+    "MemoryStream",
+    "MemoryTransport",
+    "MessageChannel",
+    "PeerMismatch",
+    "PeerUidLookup",
+    "Transport",
+    "TransportError",
+    "UnixTransport",
+    "decode_body",
+    "encode_frame",
+    "encode_message",
+    "memory_stream_pair",
+    "peer_uid",
+    "resolve_endpoint",
+    "transport_for",
+]
+
+
+def transport_for(endpoint: Endpoint, *, peer_uid_lookup: PeerUidLookup = peer_uid,
+                  platform: str | None = None) -> Transport:
+    """The transport that reaches ``endpoint``: a named pipe on Windows, else a Unix socket."""
+    platform = sys.platform if platform is None else platform
+    if endpoint.kind == "pipe" or (endpoint.kind == "test" and platform == "win32"):
+        from rekall.transports.pipe import PipeTransport
+
+        return PipeTransport(endpoint.path)
+    return UnixTransport(endpoint.path, peer_uid_lookup=peer_uid_lookup)

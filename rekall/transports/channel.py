@@ -1,0 +1,53 @@
+"""JSON messages over a byte stream: framing plus decoding, nothing protocol-specific."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from typing import Any
+
+from rekall.transports.base import ByteStream, TransportError
+from rekall.transports.framing import FrameDecoder, decode_body, encode_message
+
+#: Bodies at least this large are parsed on a worker thread, so that a big snapshot does
+#: not stall the event loop (and with it every timer in the worker).
+THREADED_DECODE_BYTES = 1 << 20
+
+
+class MessageChannel:
+    """Send and receive whole JSON messages. ``receive`` returns ``None`` at a clean EOF."""
+
+    def __init__(self, stream: ByteStream, *, read_size: int = 256 * 1024) -> None:
+        self.stream = stream
+        self._decoder = FrameDecoder()
+        self._ready: deque[bytearray] = deque()
+        self._send_lock = asyncio.Lock()
+        self._read_size = read_size
+
+    async def send(self, message: Any) -> None:
+        frame = encode_message(message)
+        async with self._send_lock:
+            await self.stream.send(frame)
+
+    async def send_raw(self, data: bytes) -> None:
+        """Write bytes as they are (used by the simulator to send broken frames)."""
+        async with self._send_lock:
+            await self.stream.send(data)
+
+    async def receive(self) -> Any | None:
+        while not self._ready:
+            chunk = await self.stream.receive(self._read_size)
+            if not chunk:
+                if self._decoder.pending_bytes:
+                    raise TransportError(
+                        f"IPC connection closed in the middle of a frame ({self._decoder.pending_bytes} bytes pending)",
+                        hint="reconnect")
+                return None
+            self._ready.extend(self._decoder.feed(chunk))
+        body = self._ready.popleft()
+        if len(body) >= THREADED_DECODE_BYTES:
+            return await asyncio.to_thread(decode_body, body)
+        return decode_body(body)
+
+    async def aclose(self) -> None:
+        await self.stream.aclose()

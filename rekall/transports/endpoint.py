@@ -1,0 +1,171 @@
+"""Where the extension's IPC router listens, and whether we may trust it.
+
+Resolution order:
+
+1. ``REKALL_PIPE``, else its legacy alias ``CONTEXT_COMPACT_PIPE``: an endpoint for tests,
+   taken verbatim with no filesystem checks (the transport still checks the peer). An
+   empty value counts as unset, for both variables.
+2. Windows: the named pipe ``\\\\.\\pipe\\codex-ipc``.
+3. Linux and macOS: ``$CODEX_HOME/ipc/ipc.sock`` (``CODEX_HOME`` defaults to ``~/.codex``
+   and must be absolute). The directory and the socket are ``lstat``-ed, so a symlink is
+   refused rather than followed; each must be owned by us with ``mode & 0o077 == 0``.
+   Only when that socket does not exist is the legacy ``$TMPDIR/codex-ipc/ipc-<uid>.sock``
+   tried, under the same checks. :attr:`Endpoint.kind` says which one was used.
+
+Every refusal names the path, what is wrong with it and what to do next.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import sys
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Literal
+
+import attrs
+
+from rekall.transports.base import EndpointInsecure, EndpointMissing, EndpointUnsupported
+
+WINDOWS_PIPE = r"\\.\pipe\codex-ipc"
+TEST_VARIABLES = ("REKALL_PIPE", "CONTEXT_COMPACT_PIPE")
+_UNIX_PLATFORMS = ("linux", "darwin")
+
+EndpointKind = Literal["primary", "legacy", "test", "pipe"]
+
+
+@attrs.frozen
+class Endpoint:
+    """A resolved endpoint. ``peer_check`` is filled in once a connection was made."""
+
+    kind: EndpointKind
+    path: str
+    note: str = ""
+    peer_check: str = "not connected"
+
+    @property
+    def is_pipe(self) -> bool:
+        return self.kind == "pipe"
+
+    def describe(self) -> str:
+        text = f"{self.kind} endpoint {self.path}"
+        return f"{text} ({self.note})" if self.note else text
+
+
+def _env_value(env: Mapping[str, str], name: str) -> str | None:
+    value = env.get(name)
+    return value if value else None  # empty counts as unset
+
+
+def override_endpoint(env: Mapping[str, str]) -> Endpoint | None:
+    for name in TEST_VARIABLES:
+        value = _env_value(env, name)
+        if value is not None:
+            return Endpoint("test", value, note=f"from {name}")
+    return None
+
+
+def resolve_endpoint(
+    env: Mapping[str, str] | None = None,
+    *,
+    platform: str | None = None,
+    uid: int | None = None,
+    lstat: Callable[[str], os.stat_result] = os.lstat,
+) -> Endpoint:
+    """Find the router's endpoint and run the filesystem checks (see the module docstring)."""
+    env = os.environ if env is None else env
+    platform = sys.platform if platform is None else platform
+    found = override_endpoint(env)
+    if found is not None:
+        return found
+    if platform == "win32":
+        return Endpoint("pipe", WINDOWS_PIPE)
+    if platform not in _UNIX_PLATFORMS:
+        raise EndpointUnsupported(
+            f"live Codex IPC is unsupported on {platform!r}",
+            hint="use Linux, macOS or Windows, or set REKALL_PIPE to a test endpoint",
+        )
+    uid = os.geteuid() if uid is None else uid
+    primary = Path(_codex_home(env)) / "ipc" / "ipc.sock"
+    if _exists(lstat, primary.parent) and _exists(lstat, primary):
+        check_private_socket(primary, uid=uid, lstat=lstat)
+        return Endpoint("primary", str(primary))
+    legacy = Path(_env_value(env, "TMPDIR") or "/tmp") / "codex-ipc" / f"ipc-{uid}.sock"
+    if _exists(lstat, legacy.parent) and _exists(lstat, legacy):
+        check_private_socket(legacy, uid=uid, lstat=lstat)
+        return Endpoint("legacy", str(legacy), note=f"primary {primary} does not exist")
+    raise EndpointMissing(
+        f"no Codex IPC socket: {primary} does not exist (legacy {legacy} does not exist either)",
+        hint="open the thread in the Codex VS Code extension so that it starts its IPC router, "
+        "and make sure CODEX_HOME matches the extension's",
+    )
+
+
+def _codex_home(env: Mapping[str, str]) -> str:
+    home = _env_value(env, "CODEX_HOME")
+    if home is None:
+        user_home = _env_value(env, "HOME") or str(Path.home())
+        home = os.path.join(user_home, ".codex")
+    if not os.path.isabs(home):
+        raise EndpointInsecure(
+            f"CODEX_HOME must be an absolute path for Unix IPC; got {home!r}",
+            hint="set CODEX_HOME to an absolute path, or unset it to use ~/.codex",
+        )
+    return home
+
+
+def _exists(lstat: Callable[[str], os.stat_result], path: Path) -> bool:
+    try:
+        lstat(str(path))
+    except FileNotFoundError:
+        return False
+    except NotADirectoryError:
+        return False
+    except OSError as exc:
+        raise EndpointInsecure(f"cannot inspect {path}: {exc.strerror or exc}",
+                               hint="check the permissions of the Codex IPC directory") from None
+    return True
+
+
+def _check_owned_private(path: Path, st: os.stat_result, uid: int, what: str, expected_mode: str) -> None:
+    if st.st_uid != uid:
+        raise EndpointInsecure(
+            f"Codex IPC {what} {path} is owned by uid {st.st_uid}, not by you (uid {uid})",
+            hint="another user may be impersonating the extension; do not connect. Remove it if you own "
+            "the parent directory and restart the extension",
+        )
+    mode = stat.S_IMODE(st.st_mode)
+    if mode & 0o077:
+        raise EndpointInsecure(
+            f"Codex IPC {what} {path} has mode {mode:04o}; group and other bits must be clear",
+            hint=f"run: chmod {expected_mode} {path}  (or restart the extension so that it recreates it)",
+        )
+
+
+def check_private_dir(path: Path, *, uid: int, lstat: Callable[[str], os.stat_result] = os.lstat) -> None:
+    st = lstat(str(path))
+    if stat.S_ISLNK(st.st_mode):
+        raise EndpointInsecure(
+            f"Codex IPC directory {path} is a symbolic link; refusing to follow it",
+            hint="replace the link with a real directory owned by you (mode 0700), then restart the extension",
+        )
+    if not stat.S_ISDIR(st.st_mode):
+        raise EndpointInsecure(f"Codex IPC directory {path} is not a directory",
+                               hint="remove it and restart the extension")
+    _check_owned_private(path, st, uid, "directory", "700")
+
+
+def check_private_socket(path: Path, *, uid: int, lstat: Callable[[str], os.stat_result] = os.lstat) -> None:
+    """Check the socket's directory, then the socket itself (in that order)."""
+    check_private_dir(path.parent, uid=uid, lstat=lstat)
+    st = lstat(str(path))
+    if stat.S_ISLNK(st.st_mode):
+        raise EndpointInsecure(
+            f"Codex IPC socket {path} is a symbolic link; refusing to follow it",
+            hint="remove the link and restart the extension so that it creates a real socket",
+        )
+    if not stat.S_ISSOCK(st.st_mode):
+        raise EndpointInsecure(f"Codex IPC socket {path} is not a socket",
+                               hint="remove it and restart the extension")
+    _check_owned_private(path, st, uid, "socket", "600")

@@ -1,0 +1,481 @@
+"""The detached worker: carries one job from ``scheduled`` to a terminal state.
+
+The worker is a small reactor. Everything that can happen arrives as an item on one
+queue: domain events from the adapter (the thread went idle, a compaction completed, the
+connection dropped), and the worker's own timers and signals (stable idle held, the
+deadline passed, a cancel marker appeared, a request answered). One consumer handles the
+items in order, so there are no races between them and no polling loops: the latency that
+remains is the debounce we chose.
+
+After each item the worker looks at the thread's derived facts (kept up to date
+incrementally by the adapter's mirror) and decides which lifecycle trigger, if any, the
+facts justify. It never assigns a state: it fires triggers with their evidence, and the
+lifecycle machine in ``rekall.states`` decides, journaling every transition before it takes
+effect. Nothing is ever retried: each request is sent at most once per job.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import socket
+import sys
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+import attrs
+
+from rekall import events as ev
+from rekall.config import WorkerSettings
+from rekall.continuation import continuation_text
+from rekall.errors import IpcError, RekallError
+from rekall.states import JobState, TERMINAL_STATES
+from rekall.store import JobStore
+
+log = logging.getLogger("rekall.worker")
+
+#: While the worker waits for telemetry that reflects the compaction (see ``_on_completion``),
+#: the wait is bounded by the idle debounce: telemetry normally follows within one frame.
+_CANCEL_SAFETY_POLL_S = 1.0
+
+
+# --- the worker's own queue items ------------------------------------------------------
+
+
+@attrs.frozen
+class _IdleHeld:
+    generation: int
+
+
+@attrs.frozen
+class _TelemetryWaitOver:
+    pass
+
+
+@attrs.frozen
+class _CancelSignalled:
+    pass
+
+
+@attrs.frozen
+class _DeadlinePassed:
+    pass
+
+
+@attrs.frozen
+class _RequestDone:
+    kind: str  # "compact" or "start_turn"
+    result: Any = None
+    error: RekallError | None = None
+
+
+@attrs.frozen
+class _ReconnectDone:
+    error: RekallError | None = None
+
+
+Connect = Callable[..., Awaitable[Any]]
+
+
+def _default_connect() -> Connect:
+    from rekall.adapters import connect_thread
+
+    return connect_thread
+
+
+class Worker:
+    """One job's reactor. ``run()`` returns the terminal state it reached."""
+
+    def __init__(
+        self,
+        store: JobStore,
+        thread_id: str,
+        job_id: str,
+        *,
+        settings: WorkerSettings,
+        connect: Connect | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        self.store = store
+        self.thread_id = thread_id
+        self.job_id = job_id
+        self.settings = settings
+        self.connect = connect or _default_connect()
+        self.env = os.environ if env is None else env
+        self.lifecycle = store.open_lifecycle(thread_id, job_id)
+        self.session: Any = None
+        self.queue: asyncio.Queue[Any] = asyncio.Queue()
+        self.baseline: frozenset[str] = frozenset()
+        self.completion_order: list[str] = []
+        self.connected = False
+        self._idle_generation = 0
+        self._idle_timer: asyncio.TimerHandle | None = None
+        self._idle_since: float | None = None
+        self._telemetry_wait: asyncio.TimerHandle | None = None
+        self._telemetry_wait_over = False
+        self._request_pending = False
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._handles: list[asyncio.TimerHandle] = []
+
+    # --- small helpers ---------------------------------------------------------------
+
+    @property
+    def state(self) -> JobState:
+        return self.lifecycle.state
+
+    @property
+    def status(self) -> Mapping[str, Any]:
+        return self.lifecycle.status
+
+    @property
+    def done(self) -> bool:
+        return self.state in TERMINAL_STATES
+
+    def _fire(self, trigger: str, **evidence: Any) -> JobState:
+        before = self.state
+        after = self.lifecycle.fire(trigger, **evidence)
+        log.info("%s: %s -> %s", trigger, before.value, after.value)
+        return after
+
+    def _fail(self, code: str, message: str, delivery: str | None = None) -> None:
+        if self.done:
+            return
+        evidence: dict[str, Any] = {"errorCode": code, "error": message}
+        if delivery:
+            evidence["delivery"] = delivery
+        self._fire("fail", **evidence)
+
+    def _spawn(self, coro: Awaitable[Any]) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _later(self, delay: float, item: Any) -> asyncio.TimerHandle:
+        handle = asyncio.get_running_loop().call_later(delay, self.queue.put_nowait, item)
+        self._handles.append(handle)
+        return handle
+
+    # --- run -------------------------------------------------------------------------
+
+    async def run(self) -> JobState:
+        if self.status.get("jobId") != self.job_id:
+            raise RekallError("job identity mismatch: the status names another job",
+                              code="job_identity_mismatch",
+                              hint="inspect the thread with `rekall status`; this worker does nothing")
+        if self.state is not JobState.SCHEDULED:
+            raise RekallError(f"job {self.job_id} is {self.state.value}, not scheduled; only its own worker runs it",
+                              code="job_already_started", hint="inspect it with `rekall explain`")
+        from rekall.store import process_start_time
+
+        if self.store.cancel_path(self.thread_id, self.job_id).exists():
+            self._fire("cancel", reason="explicit_cancellation")  # cancelled before we started
+            return self.state
+        # Handlers first: `rekall cancel` signals only jobs that are past `scheduled`.
+        self._install_cancel_watch()
+        self._fire("worker_started", jobId=self.job_id, pid=os.getpid(), host=socket.gethostname(),
+                   processStartTime=process_start_time(os.getpid()))
+        self._later(self.settings.deadline_s, _DeadlinePassed())
+        try:
+            await self._connect()
+            self.baseline = frozenset(self.session.mirror.completed_compaction_ids)
+            self.lifecycle.note("connected", ownerId=self.session.owner_id,
+                                adapter=getattr(self.session, "adapter", None),
+                                baselineCompactions=len(self.baseline),
+                                revision=self.session.mirror.revision)
+            self._spawn(self._pump())
+            self._consider()
+            while not self.done:
+                await self._handle(await self.queue.get())
+        except RekallError as exc:
+            self._fail(exc.code, exc.message, getattr(exc, "delivery", None))
+        except Exception as exc:  # a bug: record it honestly rather than leave the job hanging
+            log.exception("worker error")
+            self._fail("worker_error", f"{type(exc).__name__}: {exc}",
+                       "unknown" if self._request_sent_unobserved() else None)
+        finally:
+            await self._shutdown()
+        return self.state
+
+    async def _connect(self) -> None:
+        try:
+            self.session = await self.connect(self.thread_id, env=self.env)
+        except IpcError as exc:
+            self._fail(exc.code, exc.message, None)
+            raise
+        self.connected = True
+
+    async def _pump(self) -> None:
+        """Forward the session's domain events onto the queue."""
+        async for event in self.session.events():
+            self.queue.put_nowait(event)
+
+    async def _shutdown(self) -> None:
+        for handle in self._handles:
+            handle.cancel()
+        for task in list(self._tasks):
+            task.cancel()
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self.session is not None:
+            try:
+                await self.session.aclose()
+            except Exception:  # closing is best effort; the job's outcome is already recorded
+                log.exception("closing the session failed")
+        self.store.release_lock(self.thread_id, self.job_id)
+
+    # --- cancellation ------------------------------------------------------------------
+
+    def _install_cancel_watch(self) -> None:
+        """`rekall cancel` writes a marker and signals us (SIGUSR1 where it exists).
+
+        A slow safety check of the marker also runs, for platforms without the signal and
+        for a signal lost to a race with start-up.
+        """
+        loop = asyncio.get_running_loop()
+        if hasattr(signal, "SIGUSR1"):
+            loop.add_signal_handler(signal.SIGUSR1, self.queue.put_nowait, _CancelSignalled())
+        self._spawn(self._cancel_safety_poll())
+        if self.store.cancel_path(self.thread_id, self.job_id).exists():
+            self.queue.put_nowait(_CancelSignalled())
+
+    async def _cancel_safety_poll(self) -> None:
+        marker = self.store.cancel_path(self.thread_id, self.job_id)
+        while True:
+            await asyncio.sleep(_CANCEL_SAFETY_POLL_S)
+            if marker.exists():
+                self.queue.put_nowait(_CancelSignalled())
+                return
+
+    # --- the reactor -------------------------------------------------------------------
+
+    async def _handle(self, item: Any) -> None:
+        if isinstance(item, _CancelSignalled):
+            if self.store.cancel_path(self.thread_id, self.job_id).exists():
+                self._fire("cancel", reason="explicit_cancellation")
+            return
+        if isinstance(item, _DeadlinePassed):
+            self._fire("deadline", deadlineS=self.settings.deadline_s)
+            return
+        if isinstance(item, _RequestDone):
+            self._request_pending = False
+            self._on_request_done(item)
+        elif isinstance(item, _ReconnectDone):
+            if item.error is not None:
+                self._fail("connection_lost", f"could not reconnect: {item.error.message}",
+                           "unknown" if self._request_sent_unobserved() else None)
+                return
+            self.connected = True
+            self.lifecycle.note("reconnected", ownerId=self.session.owner_id,
+                                revision=self.session.mirror.revision)
+        elif isinstance(item, _IdleHeld):
+            if item.generation == self._idle_generation and self.connected:
+                self._idle_timer = None
+                self._on_idle_held()
+                return
+        elif isinstance(item, _TelemetryWaitOver):
+            self._telemetry_wait_over = True
+        elif isinstance(item, ev.ConnectionLost):
+            self._on_connection_lost(item)
+            return
+        elif isinstance(item, ev.ProtocolChanged):
+            self._fail("protocol_version_unsupported",
+                       f"extension protocol changed: {item.method} v{item.version} seen, no adapter "
+                       f"({item.detail})")
+            return
+        elif isinstance(item, ev.LayoutIncompatible):
+            self._fail("layout_incompatible", f"unsupported extension state layout: {item.detail}")
+            return
+        elif isinstance(item, ev.Resynced):
+            self.lifecycle.note("resynced", reason=item.reason, count=item.count, revision=item.revision)
+        elif isinstance(item, ev.CompactionCompleted):
+            self.completion_order.append(item.compaction_id)
+        if not self.done:
+            self._consider()
+
+    def _consider(self) -> None:
+        """Decide from the mirror's current facts what, if anything, to do next."""
+        if self.done or not self.connected:
+            return
+        mirror = self.session.mirror
+        if mirror.layout_problem:
+            self._fail("layout_incompatible", f"unsupported extension state layout: {mirror.layout_problem}")
+            return
+        state = self.state
+        if state is not JobState.RESUMING and self._user_moved_on(mirror):
+            return
+        if state in (JobState.WAITING_FOR_IDLE, JobState.WAITING_FOR_RESUME_IDLE):
+            self._track_idle(mirror.idle)
+        elif state in (JobState.REQUESTING, JobState.ACCEPTED):
+            self._look_for_completion(mirror)
+
+    def _user_moved_on(self, mirror: Any) -> bool:
+        """New input, steering or a stopped turn cancels the job (before the resume is sent)."""
+        if mirror.interrupted:
+            self._fire("cancel", reason="user_turn_stopped")
+            return True
+        if mirror.boundary_fingerprint != self.status.get("userFingerprint"):
+            self._fire("cancel", reason="new_user_input")
+            return True
+        return False
+
+    # --- stable idle -------------------------------------------------------------------
+
+    def _track_idle(self, idle: bool) -> None:
+        if not idle:
+            if self._idle_timer is not None:
+                self._idle_timer.cancel()
+                self._idle_timer = None
+                self._idle_generation += 1
+            self._idle_since = None
+            return
+        if self._idle_timer is None and not self._request_pending:
+            self._idle_generation += 1
+            self._idle_since = time.monotonic()
+            self._idle_timer = self._later(self.settings.idle_stable_s, _IdleHeld(self._idle_generation))
+
+    def _on_idle_held(self) -> None:
+        mirror = self.session.mirror
+        if not mirror.idle:
+            return
+        idle_ms = round((time.monotonic() - (self._idle_since or time.monotonic())) * 1000)
+        common = dict(idleMs=idle_ms, tokens=mirror.tokens, window=mirror.window, revision=mirror.revision,
+                      boundaryFingerprint=mirror.boundary_fingerprint)
+        if self.state is JobState.WAITING_FOR_IDLE:
+            # The baseline is retaken at the moment of the request: any completed compaction
+            # that exists now is not ours.
+            self.baseline = frozenset(mirror.completed_compaction_ids)
+            if self._fire("idle_stable", **common) is JobState.REQUESTING:
+                self._send(lambda: self.session.compact(), "compact")
+        elif self.state is JobState.WAITING_FOR_RESUME_IDLE:
+            record = self._verified_handoff()
+            if record is None:
+                return
+            if self._fire("idle_stable", handoffVerified=True, **common) is JobState.RESUMING:
+                text = continuation_text(record, str(self.store.handoff_path(self.thread_id, self.job_id)))
+                self._send(lambda: self.session.start_turn(text, client_user_message_id=self.job_id), "start_turn")
+
+    def _verified_handoff(self) -> Mapping[str, Any] | None:
+        try:
+            return self.store.verify_handoff(self.thread_id, self.job_id, self.status.get("handoffSha256"))
+        except RekallError as exc:
+            self._fail("handoff_changed", f"saved handoff failed verification: {exc.message}")
+            return None
+
+    # --- requests ----------------------------------------------------------------------
+
+    def _send(self, request: Callable[[], Awaitable[Any]], kind: str) -> None:
+        self._request_pending = True
+
+        async def run() -> None:
+            try:
+                result = await request()
+            except RekallError as exc:
+                self.queue.put_nowait(_RequestDone(kind, error=exc))
+            else:
+                self.queue.put_nowait(_RequestDone(kind, result=result))
+
+        self._spawn(run())
+
+    def _on_request_done(self, done: _RequestDone) -> None:
+        if self.done:
+            return
+        if done.kind == "compact" and self.state is JobState.REQUESTING:
+            if done.error is None:
+                self._fire("compaction_accepted", ownerId=self.session.owner_id)
+            elif getattr(done.error, "code", None) == "connection_lost":
+                # The request may have arrived. Keep watching after reconnecting: a new
+                # completed compaction is proof of acceptance; otherwise the deadline decides.
+                self.lifecycle.note("compact_ack_lost", error=done.error.message)
+            else:
+                self._fail(done.error.code, done.error.message, getattr(done.error, "delivery", "unknown"))
+        elif done.kind == "start_turn" and self.state is JobState.RESUMING:
+            if done.error is None:
+                turn = done.result
+                self._fire("turn_started", turnId=turn.turn_id, turnStatus=turn.status)
+            else:
+                self._fail(done.error.code, done.error.message, getattr(done.error, "delivery", "unknown"))
+
+    # --- completion --------------------------------------------------------------------
+
+    def _look_for_completion(self, mirror: Any) -> None:
+        new = set(mirror.completed_compaction_ids) - self.baseline
+        if not new:
+            return
+        ordered = [cid for cid in self.completion_order if cid in new] or sorted(new)
+        compaction_id = ordered[-1]
+        if self.state is JobState.REQUESTING:
+            # The acknowledgement was lost with the connection, but the owner compacted: the
+            # completion proves acceptance.
+            self._fire("compaction_accepted", ownerId=self.session.owner_id, inferredFrom="completion_observed")
+        if self.status.get("resume") and not self._telemetry_reflects_compaction(mirror):
+            if self._telemetry_wait is None:
+                self._telemetry_wait = self._later(self.settings.idle_stable_s, _TelemetryWaitOver())
+            if not self._telemetry_wait_over:
+                return
+        self._fire("compaction_completed", compactionId=compaction_id, tokens=mirror.tokens,
+                   window=mirror.window, revision=mirror.revision)
+        self._consider()
+
+    def _telemetry_reflects_compaction(self, mirror: Any) -> bool:
+        """Token telemetry may trail the completed item by a frame; wait briefly for it."""
+        before = self.status.get("contextTokensBefore")
+        return mirror.tokens is not None and (before is None or mirror.tokens < before)
+
+    # --- connection loss ---------------------------------------------------------------
+
+    def _request_sent_unobserved(self) -> bool:
+        return self.state in (JobState.REQUESTING, JobState.ACCEPTED, JobState.RESUMING)
+
+    def _on_connection_lost(self, lost: ev.ConnectionLost) -> None:
+        if self.done or not self.connected:
+            return
+        self.connected = False
+        self._track_idle(False)
+        self.lifecycle.note("connection_lost", detail=lost.detail)
+        self._spawn(self._reconnect())
+
+    async def _reconnect(self) -> None:
+        """Bounded backoff; each attempt rediscovers the owner and resyncs the mirror."""
+        error: RekallError | None = None
+        for delay in self.settings.reconnect_delays_s:
+            await asyncio.sleep(delay)
+            try:
+                await self.session.reconnect()
+            except IpcError as exc:
+                error = exc
+                continue
+            self.queue.put_nowait(_ReconnectDone())
+            return
+        self.queue.put_nowait(_ReconnectDone(error=error or IpcError("reconnect attempts exhausted")))
+
+
+def _configure_logging(path: os.PathLike[str] | str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    handler = logging.StreamHandler(os.fdopen(fd, "a", encoding="utf-8", buffering=1))
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger("rekall")
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)
+
+
+def run_worker(thread_id: str, job_id: str, env: Mapping[str, str] | None = None) -> int:
+    """Entry point of ``rekall worker THREAD JOB``: exit 0 on success, 1 otherwise."""
+    from rekall.ids import job_id as valid_job, thread_id as valid_thread
+
+    env = os.environ if env is None else env
+    thread_id, job_id = valid_thread(thread_id), valid_job(job_id)
+    store = JobStore.open(env)
+    _configure_logging(store.log_path(thread_id, job_id))
+    log.info("worker %s starting for thread %s", job_id, thread_id)
+    try:
+        worker = Worker(store, thread_id, job_id, settings=WorkerSettings.from_env(env), env=env)
+        final = asyncio.run(worker.run())
+    except RekallError as exc:
+        log.error("worker stopped: %s", exc)
+        sys.stderr.write(f"rekall worker: {exc}\n")
+        return 1
+    log.info("worker finished: %s", final.value)
+    return 0 if final in (JobState.COMPLETED, JobState.RESUMED, JobState.SKIPPED, JobState.CANCELLED) else 1

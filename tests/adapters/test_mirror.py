@@ -1,0 +1,363 @@
+"""ThreadMirror: the incremental facts always equal the naive recomputation."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+from rekall import events as ev
+from rekall.adapters import PatchError, RevisionGap, ThreadMirror, derive_facts
+from rekall.adapters import facts as f
+from rekall.adapters.patches import MISSING, apply_patches
+
+def fresh(value):
+    """A copy as the wire would deliver it: no object appears twice (hypothesis reuses them)."""
+    return json.loads(json.dumps(value))
+
+
+# --- strategies: thread-shaped states and patches that mostly apply -------------------
+
+ids = st.sampled_from(["a", "b", "c", "old", "new"])
+texts = st.sampled_from(["hello", "steer", "more", ""])
+text_input = st.builds(lambda t, cosmetic: {"type": "text", "text": t, **({"text_elements": []} if cosmetic else {})},
+                       texts, st.booleans())
+items = st.one_of(
+    st.builds(lambda i, c: {"type": "userMessage", "id": i, "content": c}, ids, st.lists(text_input, max_size=2)),
+    st.builds(lambda i, c: {"type": "contextCompaction", "id": i, "completed": c}, ids, st.booleans()),
+    st.builds(lambda i: {"type": "contextCompaction", "id": i}, ids),
+    st.builds(lambda c: {"type": "contextCompaction", "id": "", "completed": c}, st.just(True)),
+    st.builds(lambda c: {"type": "contextCompaction", "id": "x", "completed": c}, st.just("true")),
+    st.builds(lambda i, t: {"type": "agentMessage", "id": i, "text": t}, ids, texts),
+    st.just("not-an-item"),
+)
+turns = st.builds(
+    lambda turn_id, status, started, inputs, its: {
+        "turnId": turn_id, "turnStartedAtMs": started, "status": status,
+        "params": {"input": inputs, "clientUserMessageId": "job"}, "items": its},
+    st.one_of(st.none(), ids), st.sampled_from(["inProgress", "completed", "interrupted", "failed"]),
+    st.integers(0, 5), st.lists(text_input, max_size=2), st.lists(items, max_size=4),
+) | st.just("not-a-turn") | st.just({"turnId": "weird", "items": {"not": "a list"}})
+histories = st.builds(
+    lambda kind, entities, order: {
+        "kind": kind,
+        "history": {"islands": [{"entries": [{"value": k} for k in order]}],
+                    "entitiesByKey": entities}},
+    st.sampled_from(["canonical", "canonical", "paged"]),
+    st.dictionaries(ids, turns, max_size=3),
+    st.lists(ids, max_size=4),
+)
+states = st.fixed_dictionaries(
+    {
+        "threadRuntimeStatus": st.sampled_from([{"type": "idle"}, {"type": "active"}, {}]),
+        "requests": st.sampled_from([[], [{"id": "r"}], None]),
+        "turns": st.lists(turns, max_size=4),
+        "latestTokenUsageInfo": st.one_of(
+            st.none(),
+            st.builds(lambda t, w: {"last": {"totalTokens": t}, "modelContextWindow": w},
+                      st.one_of(st.none(), st.integers(-5, 100000)), st.one_of(st.none(), st.integers(0, 100000)))),
+    },
+    optional={
+        "unconfirmedTurnSubmissions": st.lists(st.builds(lambda t: {"terminal": t}, st.booleans()), max_size=2),
+        "turnHistory": histories,
+    },
+)
+leaf_values = st.one_of(st.none(), st.booleans(), st.integers(-2, 3), texts,
+                        st.sampled_from(["idle", "active", "userMessage", "contextCompaction", "canonical"]))
+values = st.one_of(leaf_values, items, turns, text_input, st.lists(items, max_size=3), st.lists(turns, max_size=2),
+                   histories, st.just({"type": "idle"}), st.just([]), st.just({}))
+
+# Keys the walk prefers, so that patches land where facts live.
+INTERESTING = ["turns", "items", "params", "input", "completed", "type", "id", "status", "turnHistory", "history",
+               "entitiesByKey", "islands", "entries", "value", "requests", "threadRuntimeStatus", "content",
+               "latestTokenUsageInfo", "last", "totalTokens", "unconfirmedTurnSubmissions", "terminal", "kind"]
+
+
+def draw_path(data, state) -> list:
+    path, node = [], state
+    while True:
+        stop = data.draw(st.integers(0, 5)) == 0
+        if isinstance(node, dict) and node and not stop:
+            keys = sorted(node, key=lambda k: (k not in INTERESTING, k))
+            key = data.draw(st.sampled_from(keys))
+        elif isinstance(node, list) and node and not stop:
+            key = data.draw(st.integers(0, len(node) - 1))
+        else:
+            break
+        path.append(key)
+        node = node[key]
+    return path
+
+
+def item_lists(state) -> list[list]:
+    """Paths of every items array, live and in history: where compaction and user facts live."""
+    found = []
+    turns = state.get("turns") if isinstance(state, dict) else None
+    for i, turn in enumerate(turns if isinstance(turns, list) else []):
+        if isinstance(turn, dict) and isinstance(turn.get("items"), list):
+            found.append(["turns", i, "items"])
+    history = state.get("turnHistory") if isinstance(state, dict) else None
+    inner = history.get("history") if isinstance(history, dict) else None
+    entities = inner.get("entitiesByKey") if isinstance(inner, dict) else None
+    for key, turn in (entities.items() if isinstance(entities, dict) else []):
+        if isinstance(turn, dict) and isinstance(turn.get("items"), list):
+            found.append(["turnHistory", "history", "entitiesByKey", key, "items"])
+    return found
+
+
+def draw_targeted_patch(data, state) -> dict | None:
+    lists = item_lists(state)
+    if not lists:
+        return None
+    path = data.draw(st.sampled_from(lists))
+    node = state
+    for key in path:
+        node = node[key]
+    compactions = [i for i, item in enumerate(node) if isinstance(item, dict) and item.get("type") == "contextCompaction"]
+    choice = data.draw(st.integers(0, 3))
+    if compactions and choice <= 1:
+        index = data.draw(st.sampled_from(compactions))
+        if choice == 0:
+            return {"op": "add", "path": [*path, index, "completed"], "value": data.draw(st.booleans())}
+        return {"op": "remove", "path": [*path, index]}
+    if choice == 2:
+        return {"op": "add", "path": [*path, "-"],
+                "value": {"type": "contextCompaction", "id": data.draw(ids), "completed": data.draw(st.booleans())}}
+    return {"op": "add", "path": [*path, "-"], "value": data.draw(items)}
+
+
+def draw_patch(data, state) -> dict:
+    if data.draw(st.integers(0, 2)) == 0 and (targeted := draw_targeted_patch(data, state)) is not None:
+        return targeted
+    path = draw_path(data, state)
+    op = data.draw(st.sampled_from(["add", "replace", "remove", "add"]))
+    twist = data.draw(st.integers(0, 9))
+    if twist == 0 and path:  # aim beside the path: a new key, an append, an index past the end
+        parent = state
+        for key in path[:-1]:
+            parent = parent[key]
+        if isinstance(parent, list):
+            path[-1] = data.draw(st.sampled_from(["-", len(parent), len(parent) + 1, "01", -1]))
+        else:
+            path[-1] = data.draw(st.sampled_from(["fresh", "turns", "__proto__"]))
+    elif twist == 1 and path:
+        path = [*path, data.draw(st.sampled_from([0, "-", "completed", "missing"]))]
+    patch = {"op": op, "path": path}
+    if op != "remove":
+        patch["value"] = data.draw(values)
+    return patch
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(initial=states, data=st.data())
+def test_incremental_facts_equal_the_naive_model_on_random_patch_streams(initial, data):
+    mirror = ThreadMirror()
+    mirror.load_snapshot(fresh(initial), 1)
+    assert mirror.facts == derive_facts(initial)
+    for step in range(data.draw(st.integers(1, 12))):
+        batch = [draw_patch(data, mirror.state) for _ in range(data.draw(st.integers(1, 3)))]
+        before_state, before_facts = fresh(mirror.state), mirror.facts
+        try:
+            expected_state, applies = apply_patches(fresh(before_state), fresh(batch)), True
+        except PatchError:
+            expected_state, applies = None, False
+        try:
+            mirror.apply_patches(fresh(batch), base_revision=mirror.revision, revision=mirror.revision + 1)
+        except PatchError:
+            assert not applies
+            assert mirror.state == before_state and mirror.facts == before_facts  # all or nothing
+        else:
+            assert applies
+            assert (mirror.state if mirror.has_state else MISSING) == expected_state
+        if not mirror.has_state:  # the whole state was removed: nothing can follow but a snapshot
+            assert mirror.facts == derive_facts(MISSING)
+            return
+        assert mirror.facts == derive_facts(mirror.state), f"after step {step}: {batch}"
+        changed = [name for name in ("busy_reason", "completed_compaction_ids", "boundary_fingerprint", "interrupted",
+                                     "tokens", "layout_problem") if getattr(before_facts, name) != getattr(mirror.facts, name)]
+        event(f"batch {'applied' if applies else 'rejected'}")
+        for name in changed:
+            event(f"changed {name}")
+
+
+# --- the rules, case by case ------------------------------------------------------------
+
+
+def thread(**overrides):
+    state = {
+        "threadRuntimeStatus": {"type": "idle"},
+        "requests": [],
+        "unconfirmedTurnSubmissions": [],
+        "latestTokenUsageInfo": {"last": {"totalTokens": 90000}, "modelContextWindow": 100000},
+        "turns": [
+            {"turnId": "user-turn", "turnStartedAtMs": 100, "status": "completed",
+             "params": {"input": [{"type": "text", "text": "hello"}]}, "items": []},
+            {"turnId": "c", "turnStartedAtMs": 200, "status": "completed", "params": {"input": []},
+             "items": [{"type": "contextCompaction", "id": "old", "completed": True}]},
+        ],
+    }
+    state.update(overrides)
+    return state
+
+
+def loaded(state) -> ThreadMirror:
+    mirror = ThreadMirror()
+    mirror.load_snapshot(fresh(state), 1)
+    return mirror
+
+
+def patch(mirror: ThreadMirror, *patches) -> list:
+    return mirror.apply_patches(fresh(list(patches)), base_revision=mirror.revision, revision=mirror.revision + 1)
+
+
+@pytest.mark.parametrize("overrides, reason", [
+    ({}, None),
+    ({"threadRuntimeStatus": {"type": "active"}}, "runtime_active"),
+    ({"requests": [{"id": 1}]}, "pending_requests"),
+    ({"requests": None}, "requests_unreadable"),
+    ({"unconfirmedTurnSubmissions": [{"terminal": False}]}, "unconfirmed_submission"),
+    ({"unconfirmedTurnSubmissions": [{}]}, "unconfirmed_submission"),
+    ({"unconfirmedTurnSubmissions": [{"terminal": True}]}, None),
+    ({"threadRuntimeStatus": {}}, "runtime_unknown"),
+])
+def test_idle_needs_an_idle_runtime_no_requests_and_no_open_submission(overrides, reason):
+    mirror = loaded(thread(**overrides))
+    assert mirror.busy_reason == reason and mirror.idle is (reason is None)
+
+
+def test_no_snapshot_yet_is_not_idle_and_says_so():
+    mirror = ThreadMirror()
+    assert not mirror.idle and mirror.busy_reason == "no_state" and mirror.layout_problem == f.NO_STATE
+
+
+def test_only_completed_compactions_count_in_live_turns_and_canonical_history():
+    history = {"kind": "canonical", "history": {
+        "islands": [{"entries": [{"value": "h1"}]}],
+        "entitiesByKey": {"h1": {"turnId": "h1", "params": {"input": []}, "items": [
+            {"type": "contextCompaction", "id": "reloaded"},  # reloaded public history: tolerated, never counts
+            {"type": "contextCompaction", "id": "hist-done", "completed": True}]}}}}
+    state = thread(turnHistory=history)
+    state["turns"][1]["items"].append({"type": "contextCompaction", "id": "pending", "completed": False})
+    mirror = loaded(state)
+    assert mirror.completed_compaction_ids == {"old", "hist-done"}
+    assert mirror.layout_problem is None
+
+
+@pytest.mark.parametrize("item, problem", [
+    ({"type": "contextCompaction", "id": "x"}, f.LIVE_COMPACTION_WITHOUT_FLAG),
+    ({"type": "contextCompaction", "id": "x", "completed": "true"}, f.LIVE_COMPACTION_WITHOUT_FLAG),
+    ({"type": "contextCompaction", "completed": True}, f.COMPACTION_WITHOUT_ID),
+    ({"type": "contextCompaction", "id": "", "completed": True}, f.COMPACTION_WITHOUT_ID),
+])
+def test_a_live_compaction_item_without_id_or_boolean_completed_is_a_layout_problem(item, problem):
+    state = thread()
+    state["turns"][1]["items"].append(item)
+    assert loaded(state).layout_problem == problem
+
+
+@pytest.mark.parametrize("overrides, problem", [
+    ({"turns": {}}, f.TURNS_NOT_ARRAY),
+    ({"requests": "x"}, f.REQUESTS_NOT_ARRAY),
+    ({"threadRuntimeStatus": None}, f.RUNTIME_NOT_STRING),
+    ({"turnHistory": {"kind": "canonical", "history": []}}, f.HISTORY_NOT_OBJECT),
+])
+def test_the_layout_check_names_what_is_wrong(overrides, problem):
+    assert loaded(thread(**overrides)).layout_problem == problem
+
+
+def test_the_boundary_follows_steering_and_stops_but_ignores_cosmetics_history_paging_and_compaction_turns():
+    mirror = loaded(thread(turnHistory={"kind": "canonical", "history": {"islands": [{"entries": []}],
+                                                                         "entitiesByKey": {}}}))
+    start = mirror.boundary_fingerprint
+    assert mirror.latest_user_turn_id == "user-turn" and start != f.NO_USER_INPUT
+    assert patch(mirror, {"op": "add", "path": ["turns", 0, "params", "input", 0, "text_elements"], "value": []}) == []
+    older = {"turnId": "older", "turnStartedAtMs": 5, "params": {"input": [{"type": "text", "text": "old"}]}, "items": []}
+    patch(mirror, {"op": "add", "path": ["turnHistory", "history", "entitiesByKey", "older"], "value": older},
+          {"op": "add", "path": ["turnHistory", "history", "islands", 0, "entries", 0], "value": {"value": "older"}})
+    patch(mirror, {"op": "add", "path": ["turns", "-"],
+                   "value": {"turnId": "c2", "params": {"input": []}, "items": [
+                       {"type": "contextCompaction", "id": "n", "completed": False}]}})
+    assert mirror.boundary_fingerprint == start
+    events = patch(mirror, {"op": "add", "path": ["turns", 0, "items", "-"],
+                            "value": {"type": "userMessage", "id": "m", "content": [{"type": "text", "text": "steer"}]}})
+    assert [type(e) for e in events] == [ev.UserBoundaryChanged] and not events[0].interrupted
+    events = patch(mirror, {"op": "replace", "path": ["turns", 0, "status"], "value": "interrupted"})
+    assert events == [ev.UserBoundaryChanged(events[0].fingerprint, True, mirror.revision)]
+
+
+def test_a_turn_without_timestamp_can_still_be_the_latest_user_turn():
+    mirror = loaded(thread())
+    patch(mirror, {"op": "add", "path": ["turns", "-"],
+                   "value": {"turnId": "no-time", "params": {"input": [{"type": "text", "text": "new"}]}, "items": []}})
+    assert mirror.latest_user_turn_id == "no-time"
+
+
+def test_history_only_threads_take_the_boundary_from_the_last_history_turn():
+    entities = {k: {"turnId": k, "params": {"input": [{"type": "text", "text": k}]}, "items": []} for k in ("a", "b")}
+    mirror = loaded(thread(turns=[], turnHistory={"kind": "canonical", "history": {
+        "islands": [{"entries": [{"value": "a"}]}, {"entries": [{"value": "b"}]}], "entitiesByKey": entities}}))
+    assert mirror.latest_user_turn_id == "b"
+
+
+def test_no_user_turn_at_all_has_the_fixed_fingerprint():
+    mirror = loaded(thread(turns=[]))
+    assert mirror.boundary_fingerprint == f.NO_USER_INPUT and mirror.latest_user_turn_id is None
+
+
+def test_events_for_one_change_come_in_a_fixed_order():
+    mirror = loaded(thread())
+    events = patch(mirror,
+                   {"op": "replace", "path": ["threadRuntimeStatus"], "value": {"type": "active"}},
+                   {"op": "replace", "path": ["turns", 1, "items", 0, "id"], "value": "new"},
+                   {"op": "replace", "path": ["latestTokenUsageInfo", "last", "totalTokens"], "value": 10},
+                   {"op": "add", "path": ["turns", 0, "items", "-"],
+                    "value": {"type": "userMessage", "id": "m", "content": []}},
+                   {"op": "add", "path": ["turns", 1, "items", "-"], "value": {"type": "contextCompaction"}})
+    assert [type(e) for e in events] == [ev.LayoutIncompatible, ev.UserBoundaryChanged, ev.Telemetry,
+                                         ev.CompactionCompleted, ev.ThreadBusy]
+    assert events[3] == ev.CompactionCompleted("new", 2) and events[4] == ev.ThreadBusy("runtime_active", 2)
+
+
+def test_patches_need_a_snapshot_and_the_matching_integer_base_revision():
+    with pytest.raises(RevisionGap, match="before any snapshot"):
+        ThreadMirror().apply_patches([], base_revision=1, revision=2)
+    mirror = loaded(thread())
+    with pytest.raises(RevisionGap, match="patches for revision 7 but the mirror holds 1"):
+        mirror.apply_patches([], base_revision=7, revision=8)
+    with pytest.raises(RevisionGap, match="integer revisions"):
+        mirror.apply_patches([], base_revision=None, revision=None)
+    assert mirror.revision == 1
+
+
+def test_a_failing_batch_changes_nothing_and_emits_nothing():
+    mirror = loaded(thread())
+    before = fresh(mirror.state)
+    with pytest.raises(PatchError):
+        patch(mirror, {"op": "replace", "path": ["threadRuntimeStatus"], "value": {"type": "active"}},
+              {"op": "remove", "path": ["turns", 0, "items", 0]})
+    assert mirror.state == before and mirror.idle and mirror.revision == 1
+
+
+def test_work_per_patch_does_not_grow_with_the_thread(monkeypatch):
+    big = thread(turns=[{"turnId": f"t{i}", "params": {"input": [{"type": "text", "text": "q"}]},
+                         "items": [{"type": "agentMessage", "id": f"a{i}"},
+                                   {"type": "contextCompaction", "id": f"c{i}", "completed": True}]}
+                        for i in range(3000)])
+    mirror = loaded(big)
+    calls = {"item_facts": 0, "boundary_of": 0}
+    for name in calls:
+        original = getattr(f, name)
+
+        def counting(*args, _name=name, _original=original, **kwargs):
+            calls[_name] += 1
+            return _original(*args, **kwargs)
+
+        monkeypatch.setattr(f, name, counting)
+    patch(mirror, {"op": "add", "path": ["turns", 1500, "items", "-"], "value": {"type": "agentMessage", "id": "z"}},
+          {"op": "replace", "path": ["turns", 2999, "items", 0, "id"], "value": "streamed"},
+          {"op": "replace", "path": ["turns", 7, "items", 1, "completed"], "value": False},
+          {"op": "replace", "path": ["latestTokenUsageInfo", "last", "totalTokens"], "value": 5})
+    assert calls == {"item_facts": 3, "boundary_of": 0}
+    assert "c7" not in mirror.completed_compaction_ids and len(mirror.completed_compaction_ids) == 2999

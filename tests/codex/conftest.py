@@ -1,0 +1,56 @@
+"""Fixtures for tests that run the real Codex binary (marked ``codex``).
+
+The binary comes from ``REKALL_TEST_CODEX`` (exported by scripts/test) or the
+scripts/install-codex cache. Where neither exists the tests are skipped, and the skip reason
+says where rekall looked and how to install it.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from rekall.codex.home import make_isolated_home
+from rekall.codex.pinned import find_real_codex
+from rekall.codex.schema import generated_schema_dir
+from rekall.sim.mock_model import MockModel
+
+
+@pytest.fixture(scope="session")
+def codex_binary() -> Path:
+    binary, reason = find_real_codex()
+    if binary is None:
+        pytest.skip(reason)
+    return binary
+
+
+@pytest.fixture(scope="session")
+def real_schema_dir(codex_binary: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The real binary's generated schema, generated once per session (read-only by convention)."""
+    target = tmp_path_factory.mktemp("real-schema") / "schema"
+    with generated_schema_dir(codex_binary, timeout_s=60) as generated:
+        shutil.copytree(generated, target)
+    return target
+
+
+@pytest.fixture
+def schema_copy(real_schema_dir: Path, tmp_path: Path) -> Iterator[Path]:
+    """A private, mutable copy of the real schema for drift tests."""
+    copy = tmp_path / "schema"
+    shutil.copytree(real_schema_dir, copy)
+    yield copy
+
+
+@pytest.fixture
+def mock_model() -> Iterator[MockModel]:
+    with MockModel() as model:
+        yield model
+
+
+@pytest.fixture
+def codex_home(mock_model: MockModel, private_dir: Path) -> Path:
+    """An isolated CODEX_HOME pointing at ``mock_model``; approvals on request."""
+    return make_isolated_home(private_dir / "codex-home", mock_model.base_url, approval_policy="on-request")

@@ -1,0 +1,167 @@
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import anyio
+import pytest
+
+from rekall import events as ev
+from rekall.adapters import connect_thread
+from rekall.adapters.patches import apply_patches
+from rekall.sim import ScriptedBackend, SimError, SimulatedOwner, start_sim_in_thread
+from rekall.transports import MemoryTransport, MessageChannel
+
+
+@pytest.mark.anyio
+async def test_the_socket_lives_in_a_private_directory_and_is_removed_on_stop():
+    async with SimulatedOwner() as sim:
+        path = sim.socket_path
+        assert stat.S_IMODE(os.lstat(path.parent).st_mode) == 0o700
+        assert stat.S_ISSOCK(os.lstat(path).st_mode) and stat.S_IMODE(os.lstat(path).st_mode) == 0o600
+    assert not path.parent.exists()
+
+
+@pytest.mark.anyio
+async def test_a_requested_path_in_a_shared_directory_is_refused():
+    shared = Path(tempfile.mkdtemp(prefix="rk", dir="/tmp"))
+    try:
+        os.chmod(shared, 0o755)
+        with pytest.raises(SimError, match="mode 0700"):
+            await SimulatedOwner(socket_path=shared / "s.sock").start()
+    finally:
+        os.rmdir(shared)
+
+
+@pytest.mark.anyio
+async def test_a_live_socket_is_never_stolen_but_a_stale_one_is_replaced():
+    root = Path(tempfile.mkdtemp(prefix="rk", dir="/tmp"))
+    try:
+        async with SimulatedOwner(socket_path=root / "s.sock"):
+            with pytest.raises(SimError, match="already listening"):
+                await SimulatedOwner(socket_path=root / "s.sock").start()
+        stale = socket.socket(socket.AF_UNIX)
+        stale.bind(str(root / "s.sock"))
+        stale.close()  # bound, never listening: a leftover
+        async with SimulatedOwner(socket_path=root / "s.sock") as sim:
+            assert sim.socket_path == root / "s.sock"
+    finally:
+        os.chmod(root, 0o700)
+        for leftover in root.iterdir():
+            leftover.unlink()
+        root.rmdir()
+
+
+@pytest.mark.anyio
+async def test_the_owner_also_serves_a_memory_transport():
+    sim = SimulatedOwner()
+    await sim.backend.start(sim)  # no socket needed for a memory transport
+    transport = MemoryTransport(sim.serve_stream)
+    session = await connect_thread(sim.thread_id, transport=transport)
+    try:
+        assert session.endpoint.kind == "test" and session.mirror.idle
+        await session.compact()
+        with anyio.fail_after(5):
+            while not isinstance(await session.next_event(), ev.CompactionCompleted):
+                pass
+    finally:
+        await session.aclose()
+        await sim.stop()
+        await transport.aclose()
+
+
+@pytest.mark.anyio
+async def test_patches_the_sim_sends_rebuild_exactly_its_state():
+    async with SimulatedOwner(history_turns=1) as sim:
+        channel = MessageChannel(await MemoryTransport(sim.serve_stream).connect())
+        await channel.send({"type": "request", "requestId": "1", "sourceClientId": "initializing-client",
+                            "version": 0, "method": "initialize", "params": {"clientType": "t"}})
+        with anyio.fail_after(5):
+            client_id = (await channel.receive())["result"]["clientId"]
+            await channel.send({"type": "broadcast", "method": "thread-stream-following-changed",
+                                "sourceClientId": client_id, "targetClientIds": [sim.owner_id], "version": 1,
+                                "params": {"hostId": "local", "conversationId": sim.thread_id, "following": True}})
+            state = (await channel.receive())["params"]["change"]["conversationState"]
+            backend = sim.backend
+            backend.user_turn("x")
+            backend.steer("y")
+            backend.page_in_history(2)
+            backend.add_request()
+            backend.complete_turn()
+            for _ in range(5):
+                change = (await channel.receive())["params"]["change"]
+                state = apply_patches(state, change["patches"])
+        assert state == backend.state
+
+
+def test_the_threaded_handle_scripts_and_waits_from_synchronous_code():
+    with start_sim_in_thread(compaction_delay_s=0.01) as sim:
+        assert Path(sim.socket_path).exists() and sim.env == {"REKALL_PIPE": sim.socket_path}
+
+        async def client():
+            async with await connect_thread(sim.thread_id, env=sim.env) as session:
+                await session.compact()
+                return session.owner_id
+
+        assert anyio.run(client) == sim.owner_id
+        sim.wait_until(lambda owner: owner.backend.state["threadRuntimeStatus"]["type"] == "idle", timeout=5)
+        assert len(sim.compact_requests) == 1 and sim.follow_count == 1
+        sim.user_turn("more")
+        assert sim.call(lambda owner: owner.backend.state["turns"][-1]["params"]["input"][0]["text"]) == "more"
+        sim.set_option("state_version", 12)
+        assert sim.call(lambda owner: owner.state_version) == 12
+        with pytest.raises(TimeoutError):
+            sim.wait_until(lambda owner: owner.follow_count == 99, timeout=0.05)
+        with pytest.raises(AttributeError):
+            sim.no_such_script()
+
+
+def test_the_threaded_handle_reports_a_failed_start():
+    with pytest.raises(SimError):
+        start_sim_in_thread(mode="neither")
+
+
+def test_rekall_sim_prints_the_socket_and_thread_and_stops_cleanly_on_sigterm():
+    root = Path(tempfile.mkdtemp(prefix="rk", dir="/tmp"))
+    path = root / "cli.sock"
+    proc = subprocess.Popen([sys.executable, "-m", "rekall", "sim", "--socket", str(path)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=Path(__file__).resolve().parents[2])
+    try:
+        first = proc.stdout.readline()
+        second = proc.stdout.readline()
+        assert first.strip() == f"rekall sim listening on {path}"
+        assert second.startswith("thread id: ")
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=10) == 0
+        assert not path.exists()
+    finally:
+        proc.kill()
+        proc.wait()
+        for leftover in root.iterdir():
+            leftover.unlink()
+        root.rmdir()
+
+
+def test_run_sim_refuses_an_unavailable_backend_with_a_usage_error(monkeypatch):
+    from rekall.errors import UsageError
+    from rekall.sim import cli
+
+    monkeypatch.setitem(sys.modules, "rekall.sim.codex_backend", None)  # as if it were not installed
+    with pytest.raises(UsageError, match="codex backend"):
+        cli.run_sim(argparse.Namespace(socket=None, backend="codex", json=False))
+
+
+def test_a_scripted_backend_starts_like_the_node_fake():
+    state = ScriptedBackend().snapshot()
+    assert state["threadRuntimeStatus"] == {"type": "idle"} and state["requests"] == []
+    assert state["latestTokenUsageInfo"]["last"]["totalTokens"] == 90000
+    assert state["latestTokenUsageInfo"]["modelContextWindow"] == 100000
+    assert [t["turnId"] for t in state["turns"]] == ["user-turn", "old-compaction-turn"]

@@ -1,0 +1,135 @@
+from __future__ import annotations
+
+import pytest
+from hypothesis import settings, strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
+
+from rekall.states import IllegalTransition, Instant, JobMachine, JobState, JobView, Step, TransitionRefused
+from rekall.testing import FakeClock
+
+from .reference import ILLEGAL, PROGRESS, REFUSED, TRIGGERS, evidence_for, expected
+
+JOB = "11111111-1111-4111-8111-111111111111"
+
+
+def _machine(state: JobState = JobState.SCHEDULED, **fields) -> JobMachine:
+    base = {"resume": True, "userFingerprint": "fp-1", "contextTokensBefore": 90_000}
+    return JobMachine(JobView(JOB, "t", state, {**base, **fields}, {JobState.REQUESTING: 0}))
+
+
+def _now() -> Instant:
+    return FakeClock().now()
+
+
+def test_the_commit_runs_before_the_state_changes():
+    machine, seen = _machine(JobState.REQUESTING), []
+    machine.fire("compaction_accepted", {"ownerId": "o1"}, _now(), lambda step: seen.append(machine.state))
+    assert seen == [JobState.REQUESTING]
+    assert machine.state is JobState.ACCEPTED is machine.view.state
+
+
+def test_a_failing_commit_leaves_the_state_and_view_unchanged():
+    machine = _machine(JobState.REQUESTING)
+
+    def commit(step: Step) -> None:
+        raise OSError("disk full")
+
+    with pytest.raises(OSError):
+        machine.fire("compaction_accepted", {"ownerId": "o1"}, _now(), commit)
+    assert machine.state is JobState.REQUESTING is machine.view.state
+    assert machine.fire("compaction_accepted", {"ownerId": "o1"}, _now(), lambda s: None).dest is JobState.ACCEPTED
+
+
+def test_an_illegal_event_names_the_state_and_the_trigger():
+    machine = _machine(JobState.COMPLETED)
+    with pytest.raises(IllegalTransition) as caught:
+        machine.fire("cancel", {"reason": "explicit_cancellation"}, _now(), lambda s: None)
+    assert caught.value.code == "illegal_transition"
+    assert "cancel" in caught.value.message and "completed" in caught.value.message
+    assert machine.state is JobState.COMPLETED
+
+
+def test_a_refused_event_reports_every_guard_verdict():
+    machine = _machine(JobState.WAITING_FOR_RESUME_IDLE)
+    evidence = {"idleMs": 800, "tokens": 10, "window": 100, "revision": 1, "boundaryFingerprint": "fp-1",
+                "handoffVerified": False}
+    with pytest.raises(TransitionRefused) as caught:
+        machine.fire("idle_stable", evidence, _now(), lambda s: None)
+    assert [(v.guard, v.passed) for v in caught.value.verdicts] == [("ready_to_resume", False),
+                                                                    ("headroom_lost", False)]
+    assert machine.state is JobState.WAITING_FOR_RESUME_IDLE
+
+
+@pytest.mark.parametrize(("resume", "tokens", "dest"), [
+    (False, 95_000, JobState.COMPLETED),
+    (True, 60_000, JobState.WAITING_FOR_RESUME_IDLE),
+    (True, 61_000, JobState.SKIPPED),
+    (True, None, JobState.SKIPPED),
+])
+def test_completion_is_routed_by_resume_and_headroom(resume, tokens, dest):
+    steps: list[Step] = []
+    machine = _machine(JobState.ACCEPTED, resume=resume)
+    evidence = {"compactionId": "c", "tokens": tokens, "window": 100_000, "revision": None}
+    assert machine.fire("compaction_completed", evidence, _now(), steps.append).dest is dest
+    assert [v.passed for v in steps[0].verdicts][-1] is True
+
+
+def test_a_skip_at_completion_records_why():
+    steps: list[Step] = []
+    machine = _machine(JobState.ACCEPTED)
+    machine.fire("compaction_completed", {"compactionId": "c", "tokens": 61_000, "window": 100_000,
+                                          "revision": None}, _now(), steps.append)
+    assert steps[0].fields["resumeSkipped"] == "insufficient_headroom"
+    assert steps[0].fields["resumeSkipReason"] == "more_than_60_percent_used"
+    assert steps[0].fields["contextWindowUsedFraction"] == 0.61
+
+
+class LifecycleAgainstReference(RuleBasedStateMachine):
+    """Random trigger sequences: the machine must agree with the reference model at every step."""
+
+    @initialize(resume=st.booleans())
+    def start(self, resume: bool) -> None:
+        self.resume = resume
+        self.before = None
+        self.machine = JobMachine(JobView(JOB, "t", JobState.SCHEDULED, {"resume": resume, "userFingerprint": "fp-1"},
+                                          {JobState.SCHEDULED: 0}))
+        self.clock = FakeClock()
+
+    @rule(trigger=st.sampled_from(TRIGGERS), data=st.data())
+    def fire(self, trigger: str, data: st.DataObject) -> None:
+        self._check(trigger, data)
+
+    @rule(data=st.data())
+    def fire_progress(self, data: st.DataObject) -> None:
+        """Random triggers mostly end a job early; this one pushes it forward (guards may refuse)."""
+        self._check(PROGRESS.get(self.machine.state, "turn_started"), data)
+
+    def _check(self, trigger: str, data: st.DataObject) -> None:
+        evidence = data.draw(evidence_for(trigger, JOB))
+        state = self.machine.state
+        want = expected(state, trigger, evidence, job_id=JOB, resume=self.resume, fingerprint="fp-1",
+                        before=self.before)
+        commits: list[Step] = []
+        self.clock.advance(10)
+        if want == ILLEGAL:
+            with pytest.raises(IllegalTransition):
+                self.machine.fire(trigger, evidence, self.clock.now(), commits.append)
+        elif want == REFUSED:
+            with pytest.raises(TransitionRefused):
+                self.machine.fire(trigger, evidence, self.clock.now(), commits.append)
+        else:
+            step = self.machine.fire(trigger, evidence, self.clock.now(), commits.append)
+            assert (step.source, step.dest) == (state, want)
+            if want is JobState.REQUESTING:
+                self.before = evidence["tokens"]
+        assert len(commits) == (0 if want in (ILLEGAL, REFUSED) else 1)
+        assert self.machine.state is (state if want in (ILLEGAL, REFUSED) else want)
+
+    @invariant()
+    def view_and_machine_agree(self) -> None:
+        if hasattr(self, "machine"):
+            assert self.machine.view.state is self.machine.state
+
+
+TestLifecycleAgainstReference = LifecycleAgainstReference.TestCase
+TestLifecycleAgainstReference.settings = settings(max_examples=150, stateful_step_count=25, deadline=None)

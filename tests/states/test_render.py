@@ -1,0 +1,57 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from rekall.errors import UsageError
+from rekall.states import TRANSITIONS, JobState
+from rekall.states.render import render
+
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "states.md"
+
+
+def test_docs_states_md_is_the_current_markdown_rendering():
+    assert DOCS.read_text(encoding="utf-8") == render("markdown"), (
+        "docs/states.md is out of date: run `rekall states --format markdown > docs/states.md`")
+
+
+def test_the_mermaid_diagram_carries_no_runtime_styling_and_is_stable():
+    diagram = render("mermaid")
+    assert diagram == render("mermaid")
+    assert "classDef" not in diagram and "Class " not in diagram
+    assert diagram.startswith("---\ntitle: Job lifecycle\n---\nstateDiagram-v2\n")
+    assert "  [*] --> scheduled" in diagram
+
+
+def test_the_mermaid_diagram_has_an_edge_per_row_and_source_labelled_with_its_guard():
+    diagram = render("mermaid")
+    for row in TRANSITIONS:
+        label = row.trigger + (f" [{row.guard_name}]" if row.guard else "")
+        for source in row.source:
+            assert f"  {source.value} --> {row.dest.value}: {label}\n" in diagram
+
+
+def test_the_markdown_names_every_trigger_guard_and_state():
+    page = render("markdown")
+    assert "```mermaid" in page and "| trigger | from | to | guard | note |" in page
+    for row in TRANSITIONS:
+        assert f"`{row.trigger}`" in page
+        if row.guard:
+            assert f"`{row.guard_name}`" in page
+    for state in JobState:
+        assert f"| `{state.value}` |" in page
+    assert "headroom_lost" in page  # the folded trigger is documented
+
+
+def test_the_json_lists_states_transitions_and_evidence():
+    data = json.loads(render("json"))
+    assert [s["name"] for s in data["states"]] == [s.value for s in JobState]
+    assert len(data["transitions"]) == len(TRANSITIONS)
+    assert {k["name"] for k in data["triggers"]["idle_stable"]["evidence"]} >= {"tokens", "boundaryFingerprint"}
+
+
+def test_an_unknown_format_is_a_usage_error():
+    with pytest.raises(UsageError, match="svg"):
+        render("svg")

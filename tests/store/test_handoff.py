@@ -1,0 +1,120 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from rekall.errors import InvalidInput
+from rekall.store import MAX_HANDOFF_BYTES, read_handoff_file, validate_handoff
+
+from jobkit import handoff
+
+
+def _size(value: dict) -> int:
+    return len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
+
+
+def _rejected(value, field: str) -> InvalidInput:
+    with pytest.raises(InvalidInput) as caught:
+        validate_handoff(value)
+    assert caught.value.field == field, caught.value.message
+    return caught.value
+
+
+def test_a_valid_handoff_comes_back_normalised():
+    assert validate_handoff(handoff()) == handoff()
+    assert validate_handoff(handoff(resume=False))["nextStep"] == ""
+
+
+@pytest.mark.parametrize(("value", "field"), [
+    (None, "handoff"),
+    (["summary"], "handoff"),
+    ({**handoff(), "extra": 1}, "handoff.extra"),
+    ({k: v for k, v in handoff().items() if k != "discard"}, "handoff.discard"),
+    (handoff(summary="   "), "handoff.summary"),
+    (handoff(summary=7), "handoff.summary"),
+    (handoff(preserve="one string"), "handoff.preserve"),
+    (handoff(preserve=["ok", " "]), "handoff.preserve"),
+    (handoff(discard=[1]), "handoff.discard"),
+    (handoff(resume="true"), "handoff.resume"),
+    (handoff(resume=1), "handoff.resume"),
+    (handoff(nextStep="  "), "handoff.nextStep"),
+    (handoff(resume=False, nextStep=None), "handoff.nextStep"),
+    (handoff(summary="bad \ud800 text"), "handoff.summary"),
+])
+def test_each_rule_names_the_field_it_rejects(value, field):
+    _rejected(value, field)
+
+
+def test_forty_list_items_pass_and_forty_one_do_not():
+    validate_handoff(handoff(preserve=["x"] * 40))
+    _rejected(handoff(preserve=["x"] * 41), "handoff.preserve")
+
+
+def test_thirty_two_thousand_cyrillic_letters_are_too_many_bytes():
+    error = _rejected(handoff(summary="я" * 32_000), "handoff")
+    assert "32000" in error.message
+
+
+def test_a_handoff_of_exactly_the_byte_limit_is_accepted_and_one_more_byte_is_not():
+    base = handoff(summary="")
+    exact = handoff(summary="x" * (MAX_HANDOFF_BYTES - _size(base)))
+    assert _size(exact) == MAX_HANDOFF_BYTES
+    validate_handoff(exact)
+    _rejected(handoff(summary=exact["summary"] + "x"), "handoff")
+
+
+SECRETS = {
+    "a private key block": "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\n-----END",
+    "an OpenAI or Anthropic API key": "use sk-proj-Ab3dEf6hIj9kLm2nOp5qRs8tUv1wXyZ0 for the calls",
+    "a GitHub token": "token ghp_aB3dE6gH9jK2mN5pQ8sT1vW4yZ7bC0eF3hJ6",
+    "a Slack token": "xoxb-123456789012-1234567890123-AbCdEfGhIjKlMnOp",
+    "an AWS access key id": "AWS key AKIAIOSFODNN7EXAMPLE in the env",
+    "an Authorization bearer header": "curl -H 'Authorization: Bearer eyJhbGciOiJIUzI1NiJ9.payload'",
+}
+
+
+@pytest.mark.parametrize(("kind", "secret"), SECRETS.items())
+@pytest.mark.parametrize("where", ["summary", "preserve", "nextStep"])
+def test_a_credential_is_refused_naming_the_field_and_never_echoed(kind, secret, where):
+    value = handoff(preserve=["fine", secret]) if where == "preserve" else handoff(**{where: secret})
+    error = _rejected(value, "handoff.preserve[1]" if where == "preserve" else f"handoff.{where}")
+    assert kind in error.message
+    assert secret not in str(error) and secret[-12:] not in str(error.to_dict())
+
+
+@pytest.mark.parametrize("prose", [
+    "Switched from sk-learn-based-classification-models to torch.",
+    "The task-force asked for a risk-assessment-of-the-whole-system.",
+    "Bearer tokens are configured in vault/path (not here).",
+    "AKIA is the prefix AWS uses; we never store keys here.",
+    "Keep ghp_ prefixed tokens out of logs.",
+])
+def test_prose_about_credentials_is_not_mistaken_for_one(prose):
+    validate_handoff(handoff(summary=prose))
+
+
+def test_a_handoff_file_is_read_as_json(tmp_path: Path):
+    path = tmp_path / "h.json"
+    path.write_text(json.dumps(handoff()), encoding="utf-8-sig")  # a BOM from a Windows editor is fine
+    assert read_handoff_file(path) == handoff()
+
+
+@pytest.mark.parametrize(("content", "words"), [
+    (b"\xff\xfe{}", "not UTF-8"),
+    (b'{"summary": ', "not JSON"),
+    (b"", "not JSON"),
+])
+def test_a_handoff_file_that_is_not_utf8_json_gets_a_clear_error(tmp_path: Path, content: bytes, words: str):
+    path = tmp_path / "h.json"
+    path.write_bytes(content)
+    with pytest.raises(InvalidInput, match=words) as caught:
+        read_handoff_file(path)
+    assert caught.value.field == "--handoff" and caught.value.hint
+    assert path.read_bytes() == content
+
+
+def test_a_missing_handoff_file_is_named(tmp_path: Path):
+    with pytest.raises(InvalidInput, match="cannot read the handoff file"):
+        read_handoff_file(tmp_path / "nope.json")

@@ -1,0 +1,29 @@
+import pytest
+
+from rekall.config import DEFAULT_DEADLINE_S, DEFAULT_IDLE_STABLE_MS, WorkerSettings, env_value
+from rekall.errors import InvalidInput
+
+
+def test_defaults_apply_when_variables_are_unset_or_empty():
+    settings = WorkerSettings.from_env({"REKALL_IDLE_STABLE_MS": "", "REKALL_DEADLINE_S": ""})
+    assert settings.idle_stable_s == DEFAULT_IDLE_STABLE_MS / 1000
+    assert settings.deadline_s == DEFAULT_DEADLINE_S
+
+
+def test_settings_are_read_from_the_environment():
+    settings = WorkerSettings.from_env({"REKALL_IDLE_STABLE_MS": "120", "REKALL_DEADLINE_S": "2.5"})
+    assert settings.idle_stable_s == pytest.approx(0.12)
+    assert settings.deadline_s == 2.5
+
+
+@pytest.mark.parametrize("raw", ["0", "-5", "soon", "nan", "inf"])
+def test_a_bad_setting_is_rejected_naming_the_variable(raw):
+    with pytest.raises(InvalidInput) as caught:
+        WorkerSettings.from_env({"REKALL_DEADLINE_S": raw})
+    assert caught.value.field == "REKALL_DEADLINE_S"
+    assert repr(raw) in caught.value.message
+
+
+def test_the_first_non_empty_variable_wins():
+    assert env_value({"A": "", "B": "b"}, "A", "B") == "b"
+    assert env_value({}, "A") is None

@@ -1,0 +1,41 @@
+import json
+
+from rekall.continuation import continuation_text
+
+RECORD = {
+    "version": 1,
+    "threadId": "0199a5c2-0000-4000-8000-000000000001",
+    "jobId": "0199a5c2-0000-4000-8000-0000000000aa",
+    "handoff": {
+        "summary": "Refactor the parser; tests pass.",
+        "preserve": ["the grammar lives in parse.py"],
+        "discard": ["old benchmark logs"],
+        "nextStep": "Run the full suite, then stop.",
+        "resume": True,
+    },
+}
+
+
+def test_the_continuation_names_the_job_and_says_compaction_completed():
+    text = continuation_text(RECORD, "/jobs/t.j.handoff.json")
+    first = text.splitlines()[0]
+    assert first == f"[Automatic continuation requested through rekall; job {RECORD['jobId']}]"
+    assert "Context compaction has completed." in text
+    assert "/jobs/t.j.handoff.json" in text
+
+
+def test_the_continuation_puts_the_user_and_permissions_first_and_limits_itself_to_next_step():
+    text = continuation_text(RECORD, "/p")
+    assert "latest user instructions and all existing permission boundaries" in text
+    assert "Continue with nextStep only" in text
+    assert "Do not schedule another compaction" in text
+    assert "not deleting files" in text
+    assert "context-compact" not in text
+
+
+def test_the_continuation_ends_with_the_exact_handoff_json_after_a_blank_line():
+    text = continuation_text(RECORD, "/p")
+    head, _, tail = text.partition("\n\n")
+    assert json.loads(tail) == RECORD["handoff"]
+    assert tail == json.dumps(RECORD["handoff"], indent=2, ensure_ascii=False)
+    assert "jobId" not in tail  # the handoff only, not the record wrapper

@@ -1,0 +1,128 @@
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from rekall.explain import build_explanation, describe_outcome, print_explanation
+from rekall.store import JobStore, UnknownJob
+from rekall.testing import FakeClock
+
+from jobkit import new_thread, open_store, schedule, scheduled_run, run
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def store(tmp_path: Path, clock: FakeClock) -> JobStore:
+    return open_store(tmp_path / "jobs", clock)
+
+
+def test_a_skipped_resume_is_explained_in_plain_words(store: JobStore, clock: FakeClock):
+    thread = new_thread()
+    job = scheduled_run(store, clock, thread, "skipped")
+    explanation = build_explanation(store, job)
+    assert explanation["outcome"].startswith(
+        "Resume skipped: 61% of the context window was in use after compaction, above the 60% limit.")
+    assert explanation["state"] == "skipped" and explanation["terminal"] is True
+    assert explanation["path"] == ["scheduled", "waiting_for_idle", "requesting", "accepted", "skipped"]
+
+
+def test_the_timeline_shows_times_evidence_and_every_guard_verdict(store: JobStore, clock: FakeClock):
+    thread = new_thread()
+    job = scheduled_run(store, clock, thread, "skipped")
+    timeline = build_explanation(store, job)["timeline"]
+    assert [row["seq"] for row in timeline] == [0, 1, 2, 3, 4]
+    assert [row["sincePreviousMs"] for row in timeline] == [None, 500, 500, 500, 500]
+    last = timeline[-1]
+    assert (last["from"], last["to"], last["trigger"]) == ("accepted", "skipped", "compaction_completed")
+    assert last["evidence"]["tokens"] == 61_000
+    assert [(g["guard"], g["passed"]) for g in last["guards"]] == [
+        ("resume_not_requested", False), ("resume_with_headroom", False), ("resume_without_headroom", True)]
+
+
+def test_the_diagram_numbers_the_steps_taken_and_marks_the_states_visited(store: JobStore, clock: FakeClock):
+    thread = new_thread()
+    diagram = build_explanation(store, scheduled_run(store, clock, thread, "resumed"))["diagram"]
+    assert "  scheduled --> waiting_for_idle: worker_started [owns_job] (step 1)" in diagram
+    assert "  resuming --> resumed: turn_started (step 6)" in diagram
+    assert "  accepted --> skipped: compaction_completed [resume_without_headroom]\n" in diagram  # not taken
+    assert "  class resumed current" in diagram
+    assert "class scheduled,waiting_for_idle,requesting,accepted,waiting_for_resume_idle,resuming taken" in diagram
+
+
+def test_a_thread_id_explains_the_threads_latest_job(store: JobStore, clock: FakeClock):
+    thread = new_thread()
+    scheduled_run(store, clock, thread, "completed")
+    latest = scheduled_run(store, clock, thread, "failed")
+    explanation = build_explanation(store, thread)
+    assert explanation["jobId"] == latest
+    assert explanation["outcome"] == "Failed (owner_gone): the owner window closed. " \
+        "The outcome may be unknown: a request may have reached the extension, and its effect was not observed; " \
+        "check the thread before scheduling again."
+
+
+def test_notes_are_part_of_the_explanation(store: JobStore, clock: FakeClock):
+    thread = new_thread()
+    created = schedule(store, thread)
+    with store.open_lifecycle(thread, created.job_id) as lifecycle:
+        lifecycle.note("reconnected", ownerId="o2")
+    notes = build_explanation(store, created.job_id)["notes"]
+    assert notes == [{"seq": 1, "at": notes[0]["at"], "kind": "reconnected", "detail": {"ownerId": "o2"}}]
+
+
+@pytest.mark.parametrize(("outcome", "words"), [
+    ("completed", "Completed: compacted 90,000 → 30,000 tokens (67% reclaimed) in 1.0 s; no continuation"),
+    ("resumed", "continuation turn turn-9 started 1.0 s after the compaction completed"),
+    ("skipped_at_resume", "70% of the context window was in use at the check before resuming"),
+    ("cancelled", "Cancelled: new user input arrived."),
+    ("timed_out", "Timed out: deadline of 900 s exceeded in waiting_for_idle"),
+])
+def test_every_ending_has_its_own_words(store: JobStore, clock: FakeClock, outcome: str, words: str):
+    thread = new_thread()
+    job = scheduled_run(store, clock, thread, outcome)
+    assert words in build_explanation(store, job)["outcome"]
+
+
+def test_a_job_in_progress_says_where_it_is(store: JobStore):
+    thread = new_thread()
+    job = schedule(store, thread).job_id
+    assert build_explanation(store, job)["outcome"].startswith("In progress (scheduled)")
+
+
+def test_sixty_point_four_percent_is_not_shown_as_sixty():
+    words = describe_outcome("skipped", {"resumeSkipReason": "more_than_60_percent_used",
+                                         "contextWindowUsedFraction": 0.604})
+    assert "60.4% of the context window" in words
+
+
+def test_a_torn_journal_tail_is_reported(store: JobStore, clock: FakeClock):
+    thread = new_thread()
+    job = schedule(store, thread).job_id
+    with store.journal_path(thread, job).open("ab") as handle:
+        handle.write(b'{"crc32":"00')
+    assert build_explanation(store, job)["tornTailBytes"] == 12
+
+
+def test_an_unknown_id_is_reported(store: JobStore):
+    with pytest.raises(UnknownJob, match="no job or thread"):
+        build_explanation(store, new_thread())
+
+
+def test_the_explanation_prints_for_people(store: JobStore, clock: FakeClock):
+    thread = new_thread()
+    job = schedule(store, thread).job_id
+    run(store, clock, thread, job, "skipped")
+    with store.open_lifecycle(thread, job) as lifecycle:
+        lifecycle.note("owner_moved", ownerId="[bold]o3")
+    out = io.StringIO()
+    print_explanation(build_explanation(store, job), Console(file=out, width=160, color_system=None))
+    text = out.getvalue()
+    assert "Resume skipped: 61%" in text and "✓ resume_without_headroom" in text
+    assert "note: owner_moved" in text and "[bold]o3" in text  # data is printed, not interpreted as markup
+    assert "Path: scheduled → waiting_for_idle → requesting → accepted → skipped" in text
