@@ -119,9 +119,9 @@ def cmd_status(args: argparse.Namespace) -> int:
 
     thread = _thread_arg(args)
     if args.watch:
-        from rekall.render import watch_status
+        from rekall.render import watch_job
 
-        result = watch_status(lambda: service.status(thread), _console(), quiet=args.json)
+        result = watch_job(lambda: service.status_with_trail(thread), _console(), quiet=args.json)
     else:
         result = service.status(thread)
     if args.json:

@@ -8,14 +8,20 @@ slow probe never holds up ``compaction_status``.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, TypedDict
+import functools
+from collections.abc import Awaitable, Callable
+from typing import Annotated, Any, Literal, ParamSpec, TypeVar
+
+from typing_extensions import TypedDict  # pydantic needs it on Python < 3.12
 
 import anyio
 from mcp.server import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
 from pydantic import ConfigDict, Field
 
 from rekall import __version__, service
+from rekall.errors import RekallError
 
 THREAD_ID_DESCRIPTION = (
     "Current CODEX_THREAD_ID; obtain it from the shell environment (echo $CODEX_THREAD_ID). "
@@ -39,6 +45,9 @@ INSTRUCTIONS = (
     "Pass the current CODEX_THREAD_ID; never guess a thread. Nothing is retried automatically. "
     + STATES_TEXT
 )
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 ThreadId = Annotated[str, Field(description=THREAD_ID_DESCRIPTION, min_length=1, max_length=200)]
 Entries = Annotated[list[Annotated[str, Field(min_length=1)]], Field(max_length=40)]
@@ -136,6 +145,20 @@ class JobStatus(TypedDict, total=False):
     cancellationRequested: bool
 
 
+def _tool_errors(fn: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
+    """rekall's own errors reach the agent as clear tool errors (code, message, next step)."""
+
+    @functools.wraps(fn)
+    async def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return await fn(*args, **kwargs)
+        except RekallError as exc:
+            text = f"[{exc.code}] {exc.message}"
+            raise ToolError(f"{text}. Next: {exc.hint}" if exc.hint else text) from None
+
+    return wrapper
+
+
 def build_server() -> MCPServer:
     server = MCPServer("rekall", version=__version__, instructions=INSTRUCTIONS)
 
@@ -149,6 +172,7 @@ def build_server() -> MCPServer:
             "never compacts and does not prove that a compaction will succeed; 'layout_compatible' means "
             "only that the expected layout was found. Standalone Codex CLI sessions are not supported."),
     )
+    @_tool_errors
     async def probe_compaction(threadId: ThreadId) -> ProbeResult:
         return await service.probe(threadId)  # type: ignore[return-value]
 
@@ -165,6 +189,7 @@ def build_server() -> MCPServer:
             "alreadyScheduled:true. The extension's own compaction prompt is not changed. Nothing is "
             "retried automatically: check compaction_status later. " + STATES_TEXT),
     )
+    @_tool_errors
     async def schedule_compaction(threadId: ThreadId, handoff: Handoff | None = None) -> JobStatus:
         return await service.schedule(threadId, dict(handoff) if handoff is not None else None)  # type: ignore
 
@@ -177,6 +202,7 @@ def build_server() -> MCPServer:
             "errorCode worker_lost. Missing or stale token telemetry after compaction ends in skipped "
             "with resumeSkipReason."),
     )
+    @_tool_errors
     async def compaction_status(threadId: ThreadId) -> JobStatus:
         return await anyio.to_thread.run_sync(service.status, threadId)  # type: ignore[return-value]
 
@@ -188,6 +214,7 @@ def build_server() -> MCPServer:
             "or compaction_status). A request the extension already received cannot be retracted: the "
             "result then has outcomeMayBeUnknown=true. Check compaction_status afterwards."),
     )
+    @_tool_errors
     async def cancel_compaction(
         threadId: ThreadId,
         jobId: Annotated[str, Field(description="The jobId returned by schedule_compaction.", min_length=1,

@@ -108,35 +108,36 @@ def print_probe(result: Mapping[str, Any], console: Console) -> None:
     console.print(table)
 
 
-def watch_status(read: Callable[[], Mapping[str, Any]], console: Console, *, quiet: bool = False,
-                 interval_s: float = 0.2, max_s: float = 3600.0) -> Mapping[str, Any]:
-    """Show the job live until it reaches a terminal state (or ``max_s`` passes)."""
+def watch_job(read: Callable[[], tuple[Mapping[str, Any], list[str]]], console: Console, *, quiet: bool = False,
+              interval_s: float = 0.1, max_s: float = 3600.0) -> Mapping[str, Any]:
+    """Show a job live until it reaches a terminal state (or ``max_s`` passes).
+
+    ``read`` returns the current status and the states the job has passed through (from its
+    journal, so no state is missed between two reads).
+    """
     import time
 
     deadline = time.monotonic() + max_s
-    job = read()
     terminal = {s.value for s in TERMINAL_STATES} | {"not_scheduled"}
-    if quiet:
-        while str(job.get("state")) not in terminal and time.monotonic() < deadline:
-            time.sleep(interval_s)
-            job = read()
-        return job
-    seen: list[str] = []
+    job, trail = read()
+
+    def finished() -> bool:
+        return str(job.get("state")) in terminal or time.monotonic() >= deadline
 
     def view() -> Group:
-        trail = Text(" → ").join(state_text(s) for s in seen)
-        return Group(trail, job_table(job))
+        return Group(Text(" → ").join(state_text(s) for s in trail), job_table(job))
 
-    with Live(view(), console=console, refresh_per_second=10, transient=False) as live:
-        while True:
-            state = str(job.get("state"))
-            if not seen or seen[-1] != state:
-                seen.append(state)
-            live.update(view())
-            if state in terminal or time.monotonic() >= deadline:
-                return job
+    if quiet:
+        while not finished():
             time.sleep(interval_s)
-            job = read()
+            job, trail = read()
+        return job
+    with Live(view(), console=console, refresh_per_second=10, transient=False) as live:
+        while not finished():
+            time.sleep(interval_s)
+            job, trail = read()
+            live.update(view())
+    return job
 
 
-__all__ = ["print_job", "print_probe", "watch_status", "job_table", "state_text", "JobState"]
+__all__ = ["job_table", "print_job", "print_probe", "state_text", "watch_job"]

@@ -197,6 +197,15 @@ def status(thread_id: str, *, env: Mapping[str, str] | None = None) -> dict[str,
     return store.read_status(thread_id)
 
 
+def status_with_trail(thread_id: str, *, env: Mapping[str, str] | None = None) -> tuple[dict[str, Any], list[str]]:
+    """The status plus every state the job has passed through, read from its journal."""
+    current = status(thread_id, env=env)
+    if "jobId" not in current:
+        return current, [current.get("state", "not_scheduled")]
+    job = JobStore.open(_env(env)).load(current["threadId"], current["jobId"])
+    return current, [t.dest.value for t in job.transitions]
+
+
 def cancel(thread_id: str, job_id: str, *, env: Mapping[str, str] | None = None) -> dict[str, Any]:
     """Ask the job's worker to stop before its next dispatch."""
     thread_id, job_id = valid_thread_id(thread_id), valid_job_id(job_id)

@@ -13,7 +13,7 @@ from rekall.cli import main
 from rekall.states.render import render
 from rekall.testing import FakeClock
 
-from jobkit import new_thread, open_store, scheduled_run
+from tests.jobkit import new_thread, open_store, scheduled_run
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ from rekall.history import collect_history, print_history
 from rekall.store import JobStore
 from rekall.testing import FakeClock
 
-from jobkit import new_thread, open_store, scheduled_run
+from tests.jobkit import new_thread, open_store, scheduled_run
 
 
 @pytest.fixture

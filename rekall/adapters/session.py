@@ -351,6 +351,8 @@ class ThreadSession:
                 if self.tap is not None:
                     self.tap("recv", message)
                 await self._handle(link, message)
+                if self.tap is not None:
+                    self.tap("handled", message)
         except IpcError as exc:  # a transport failure or a malformed frame
             detail = exc.message
         except Exception as exc:  # a message we could not handle: say so, never die silently
@@ -542,20 +544,28 @@ async def connect_thread(
     peer_uid_lookup: PeerUidLookup = peer_uid,
     max_resyncs: int = MAX_RESYNCS_PER_CONNECTION,
     tap: Tap | None = None,
+    adapter: str | None = None,
 ) -> ThreadSession:
     """Connect to the owner of ``thread_id``, follow it and wait for its first snapshot.
 
     The endpoint is resolved from ``env`` (default ``os.environ``) unless given. The first
     snapshot's facts are readable from ``session.mirror`` on return; no events are emitted
-    for them (they are the caller's baseline).
+    for them (they are the caller's baseline). ``tap(direction, message)`` sees every
+    message sent (``"send"``) and received (``"recv"``, then ``"handled"`` once processed);
+    ``adapter`` names a registered
+    protocol adapter (default: the newest).
     """
     thread_id = validate_thread_id(thread_id)
+    module = registry.DEFAULT if adapter is None else registry.adapter_named(adapter)
+    if module is None:
+        raise InvalidInput(f"no protocol adapter named {adapter!r}", field="adapter",
+                           hint=f"known: {', '.join(a.NAME for a in registry.ADAPTERS)}")
     explicit = endpoint is not None or transport is not None
     if endpoint is None:
         endpoint = resolve_endpoint(env) if transport is None else Endpoint("test", "custom transport")
     session = ThreadSession(
         thread_id, endpoint=endpoint, transport=transport, env=env, explicit_endpoint=explicit,
         client_type=client_type, request_timeout_s=request_timeout_s, snapshot_timeout_s=snapshot_timeout_s,
-        peer_uid_lookup=peer_uid_lookup, max_resyncs=max_resyncs, tap=tap)
+        peer_uid_lookup=peer_uid_lookup, adapter=module, max_resyncs=max_resyncs, tap=tap)
     await session._open(emit=False)
     return session

@@ -161,9 +161,9 @@ class AppServer:
             "threadId": thread_id, "input": [{"type": "text", "text": text}], **params})
         return result["turn"]
 
-    async def start_compaction(self, thread_id: str) -> None:
+    async def start_compaction(self, thread_id: str, *, timeout: float = DEFAULT_TIMEOUT_S) -> None:
         """``thread/compact/start``. Its ``{}`` result is acceptance, not completion."""
-        await self.request("thread/compact/start", {"threadId": thread_id})
+        await self.request("thread/compact/start", {"threadId": thread_id}, timeout=timeout)
 
     # --- incoming -----------------------------------------------------------------------
 

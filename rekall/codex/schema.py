@@ -35,7 +35,7 @@ from typing import Any
 import attrs
 import cattrs
 
-from rekall.codex.schema_checks import SCHEMA_FILES, SchemaCheck, Status, overall_status, run_checks
+from rekall.codex.schema_checks import SchemaCheck, Status, overall_status, run_checks
 from rekall.errors import CodexError
 
 CACHE_FORMAT = 1

@@ -26,8 +26,6 @@ import attrs
 
 REQUESTS_FILE = "ClientRequest.json"
 NOTIFICATIONS_FILE = "ServerNotification.json"
-#: The generated files the checks read; nothing else is loaded.
-SCHEMA_FILES = (REQUESTS_FILE, NOTIFICATIONS_FILE)
 
 
 @attrs.frozen

@@ -113,6 +113,8 @@ class CodexBackend:
             self._stopping.set()
         if self._runner is not None:
             runner, self._runner = self._runner, None
+            if self._ready is not None and not self._ready.done():
+                runner.cancel()  # still starting (perhaps hung): do not wait for it
             await asyncio.gather(runner, return_exceptions=True)
         if self._owns_mock:
             self.mock.close()
@@ -125,8 +127,7 @@ class CodexBackend:
             raise RouterError("no-client-found")
         try:
             if method == COMPACT:
-                await server.request("thread/compact/start", {"threadId": self.thread_id},
-                                     timeout=self.request_timeout_s)
+                await server.start_compaction(self.thread_id, timeout=self.request_timeout_s)
                 return {"ok": True}
             if method == START_TURN:
                 return {"result": {"turn": await self._start_turn(server, _turn_request(params))}}

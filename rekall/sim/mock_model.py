@@ -46,7 +46,7 @@ RequestKind = Literal["turn", "compaction", "other"]
 
 @attrs.frozen
 class RecordedRequest:
-    """One HTTP request the mock received, with what it answered."""
+    """One HTTP request the mock received."""
 
     seq: int
     method: str
@@ -283,6 +283,8 @@ def _handler_for(model: MockModel) -> type[http.server.BaseHTTPRequestHandler]:
             try:
                 body = json.loads(raw) if raw else None
             except ValueError:
+                body = None
+            if raw and not isinstance(body, dict):  # kept for inspection, answered like any request
                 body = {"unparsed": raw[:200].decode(errors="replace")}
             status, payload, content_type = model._answer(self.command, self.path, body)
             try:

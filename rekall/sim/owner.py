@@ -119,6 +119,7 @@ class SimulatedOwner:
 
         self.requests: list[RecordedRequest] = []
         self.follow_count = 0
+        self.discovery_count = 0
         self.connections = 0
         self.probe_replies: list[dict[str, Any]] = []
 
@@ -287,6 +288,8 @@ class SimulatedOwner:
             if fault.silent:
                 return
             mine = isinstance(params, dict) and params.get("conversationId") == self.thread_id
+            self.discovery_count += 1
+            self._notify()
             if fault.error is not None:
                 self._send(client, p.failure(request_id, fault.error))
             elif mine and not self.no_owner:

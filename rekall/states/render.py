@@ -87,6 +87,9 @@ def markdown() -> str:
         *_table(["trigger", "meaning", "evidence (`?` = optional)"],
                 [[f"`{t.name}`", t.doc, ", ".join(f"`{k.describe()}`" for k in t.keys)] for t in TRIGGERS.values()]),
         "",
+        "`str` is a non-blank string, `text` any string, `number` a finite int or float. Unknown or missing "
+        "keys are refused before anything happens.",
+        "",
         "## Rules",
         "",
         f"- **Headroom** (a continuation needs it, checked at completion and again before the turn): "

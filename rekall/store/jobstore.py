@@ -34,15 +34,15 @@ from rekall.errors import InvalidInput, StoreError
 from rekall.ids import job_id as valid_job, thread_id as valid_thread
 from rekall.states import SCHEDULE, JobState
 from rekall.store.clock import Clock, SystemClock
-from rekall.store.errors import LockBusy, StatusCorrupt, UnknownJob
+from rekall.store.errors import JournalCorrupt, LockBusy, StatusCorrupt, UnknownJob
 from rekall.store.fsio import FileOps, read_private
 from rekall.store.guard import guarded
 from rekall.store.handoff import record_bytes, sha256_hex, validate_handoff, verify_record
-from rekall.store.journal import JournalWriter, scan_journal
+from rekall.store.journal import JournalWriter, first_record, scan_journal
 from rekall.store.lifecycle import Lifecycle
 from rekall.store.owner import Liveness, LockOwner, liveness, process_start_time, this_host
 from rekall.store.paths import Layout, ensure_private_dir, resolve_jobs_dir
-from rekall.store.replay import Replay, derive_status, history_before, replay_file, replay_scan
+from rekall.store.replay import HISTORY_LIMIT, Replay, derive_status, history_before, replay_file, replay_scan
 from rekall.store.wire import TransitionRecord, decode_lock, encode_lock, encode_record
 
 log = logging.getLogger("rekall.store")
@@ -131,11 +131,36 @@ class JobStore:
         except UnknownJob:
             return None
 
-    def thread_jobs(self, thread_id: str) -> list[Replay]:
-        """Every job of the thread, oldest first (by job number)."""
+    def _ordered(self, thread: str) -> list[tuple[int, str, str]]:
+        """``(job number, created at, job id)`` of the thread's jobs, oldest first, from first records only."""
+        order = []
+        for _, job in self.layout.journals(thread=thread):
+            first = first_record(self.layout.journal(thread, job))
+            number = first.fields.get("jobNumber") if isinstance(first, TransitionRecord) else None
+            if not isinstance(number, int):
+                raise JournalCorrupt(f"{self.layout.journal(thread, job)} does not start by scheduling a job",
+                                     hint="move it aside; nothing was changed")
+            order.append((number, first.at, job))
+        return sorted(order)
+
+    def thread_jobs(self, thread_id: str, *, before: int | None = None, last: int | None = None) -> list[Replay]:
+        """The thread's jobs, oldest first: optionally only those numbered below ``before``, and the
+        ``last`` few of them (only those are replayed)."""
         thread = valid_thread(thread_id)
-        jobs = [self.load(thread, job) for _, job in self.layout.journals(thread=thread)]
-        return sorted(jobs, key=lambda j: (j.job_number, j.created_at))
+        order = [entry for entry in self._ordered(thread) if before is None or entry[0] < before]
+        return [self.load(thread, job) for _, _, job in order[-last if last else 0:]]
+
+    def latest(self, thread_id: str) -> Replay | None:
+        jobs = self.thread_jobs(thread_id, last=1)
+        return jobs[0] if jobs else None
+
+    def _next_job_number(self, thread: str) -> int:
+        order = self._ordered(thread)
+        return order[-1][0] + 1 if order else 1
+
+    def _earlier(self, job: Replay) -> list[Replay]:
+        """The jobs a status's history summarises: the last few before ``job``."""
+        return self.thread_jobs(job.thread_id, before=job.job_number, last=HISTORY_LIMIT)
 
     def all_jobs(self) -> list[tuple[str, str]]:
         """``(thread, job)`` of every journal in the store."""
@@ -147,18 +172,16 @@ class JobStore:
         matches = self.layout.journals(job=wanted)
         if matches:
             return self.load(*matches[0])
-        jobs = self.thread_jobs(wanted)
-        if jobs:
-            return jobs[-1]
+        latest = self.latest(wanted)
+        if latest is not None:
+            return latest
         raise UnknownJob(f"no job or thread {wanted} in {self.root}",
                          hint="list jobs with `rekall history`; check REKALL_JOBS_DIR")
 
-    def status_of(self, job: Replay, earlier: list[Replay] | None = None) -> dict[str, Any]:
-        """The derived status of ``job`` (``earlier``: the thread's jobs, to summarise as history)."""
-        if earlier is None:
-            earlier = [j for j in self.thread_jobs(job.thread_id) if j.job_id != job.job_id]
+    def status_of(self, job: Replay) -> dict[str, Any]:
+        """The derived status of ``job``, with the summaries of the thread's earlier jobs."""
         return derive_status(job.view, job.transitions[-1], job.path, self.layout.log(job.thread_id, job.job_id),
-                             history_before(job, earlier))
+                             history_before(job, self._earlier(job)))
 
     # --- status ------------------------------------------------------------------------
 
@@ -170,11 +193,11 @@ class JobStore:
         transition rewrites it). Without any job: ``{threadId, status/state: not_scheduled}``.
         """
         thread = valid_thread(thread_id)
-        jobs = self.thread_jobs(thread)
+        latest = self.latest(thread)
         on_disk, problem = self._read_status_file(thread)
-        if not jobs:
+        if latest is None:
             return self._status_without_journal(thread, on_disk, problem)
-        status = self.status_of(jobs[-1], jobs[:-1])
+        status = self.status_of(latest)
         if problem is None and on_disk != status:
             problem = "stale: it differs from the journal"
         if problem is not None:
@@ -339,12 +362,10 @@ class JobStore:
 
     def _reap_orphan_if_dead(self, thread: str) -> dict[str, Any] | None:
         """A job that is not over but has no lock: reap it if its worker is gone."""
-        jobs = self.thread_jobs(thread)
-        if not jobs or jobs[-1].state.terminal:
+        latest = self.latest(thread)
+        if latest is None or latest.state.terminal or self._job_liveness(None, latest) is not Liveness.DEAD:
             return None
-        if self._job_liveness(None, jobs[-1]) is not Liveness.DEAD:
-            return None
-        job = self._mark_worker_lost(jobs[-1])
+        job = self._mark_worker_lost(latest)
         return {"jobId": job.job_id, "reaped": True, "lockRemoved": False, "state": job.state.value}
 
     def _mark_worker_lost(self, job: Replay) -> Replay:
@@ -372,11 +393,10 @@ class JobStore:
                 existing = self._settle_lock(thread, owner)
                 if existing is not None:
                     return existing
-            jobs = self.thread_jobs(thread)
-            if jobs and not jobs[-1].state.terminal:
-                self._settle_orphan(jobs[-1])
-                jobs = self.thread_jobs(thread)
-            return self._create(thread, str(uuid.uuid4()), jobs, clean, user_fingerprint, fields)
+            latest = self.latest(thread)
+            if latest is not None and not latest.state.terminal:
+                self._settle_orphan(latest)
+            return self._create(thread, str(uuid.uuid4()), clean, user_fingerprint, fields)
 
     def _settle_lock(self, thread: str, owner: LockOwner) -> CreatedJob | None:
         job = self._load_if_exists(thread, owner.job_id)
@@ -402,16 +422,17 @@ class JobStore:
                            hint=f"inspect `rekall explain {job.job_id}`; schedule again once it has ended")
         self._mark_worker_lost(job)
 
-    def _create(self, thread: str, job: str, earlier: list[Replay], handoff: dict[str, Any] | None,
+    def _create(self, thread: str, job: str, handoff: dict[str, Any] | None,
                 fingerprint: str | None, extra: dict[str, Any]) -> CreatedJob:
         now = self.clock.now()
-        me = LockOwner(job_id=job, thread_id=thread, pid=os.getpid(), process_start_time=process_start_time(os.getpid()),
+        pid = os.getpid()
+        me = LockOwner(job_id=job, thread_id=thread, pid=pid, process_start_time=process_start_time(pid),
                        host=self.host, created_at=now.iso)
         lock, journal = self.layout.lock(thread), self.layout.journal(thread, job)
         handoff_path = self.layout.handoff(thread, job)
         fields: dict[str, Any] = {
             "jobId": job, "threadId": thread, "createdAt": now.iso,
-            "jobNumber": earlier[-1].job_number + 1 if earlier else 1,
+            "jobNumber": self._next_job_number(thread),
             "userFingerprint": fingerprint, "resume": bool(handoff and handoff["resume"]),
             "errorCode": None, "outcomeMayBeUnknown": False,
         }
@@ -441,7 +462,7 @@ class JobStore:
                 path.unlink(missing_ok=True)
             raise
         created = self.load(thread, job)
-        status = self.status_of(created, earlier)
+        status = self.status_of(created)
         self._save_status_quietly(thread, status)
         return CreatedJob(job, status, already_scheduled=False)
 
@@ -458,21 +479,19 @@ class JobStore:
                              hint="check the ids with `rekall status`") from None
         replay = replay_scan(path, scan, thread, job)
         writer = JournalWriter.open(path, scan, self.fs)
-        earlier = [j for j in self.thread_jobs(thread) if j.job_id != job]
         return Lifecycle(replay, writer, clock=self.clock, log_path=self.layout.log(thread, job),
-                         history=history_before(replay, earlier),
+                         history=history_before(replay, self._earlier(replay)),
                          write_status=lambda status: self._save_status(thread, status))
 
     def request_cancel(self, thread_id: str, job_id: str) -> dict[str, Any]:
         """Write the job's cancel marker, if it is the thread's current job and not over."""
         thread, job = valid_thread(thread_id), valid_job(job_id)
-        jobs = self.thread_jobs(thread)
-        if not jobs or jobs[-1].job_id != job:
-            if any(j.job_id == job for j in jobs):
-                raise StoreError(f"job {job} is not the current job of thread {thread} (that is {jobs[-1].job_id})",
+        current = self.latest(thread)
+        if current is None or current.job_id != job:
+            if self.layout.journal(thread, job).exists():
+                raise StoreError(f"job {job} is not the current job of thread {thread}",
                                  code="job_identity_mismatch", hint="inspect the thread with `rekall status`")
             raise UnknownJob(f"no job {job} for thread {thread}", hint="check the ids with `rekall status`")
-        current = jobs[-1]
         answer: dict[str, Any] = {"threadId": thread, "jobId": job, "state": current.state.value}
         if current.state.terminal:
             return {**answer, "cancellationRequested": False}

@@ -59,11 +59,21 @@ def scan_journal(path: Path) -> Scan:
         except BadRecord as exc:
             raise _corrupt(path, number, str(exc)) from None
         except NewerVersion as exc:
-            raise UnknownRecordVersion(
-                f"{path} line {number} is a record of version {exc.version!r}, which this rekall does not know",
-                hint="upgrade rekall to read this job; nothing was changed") from None
+            raise _unknown_version(path, number, exc) from None
         offset += len(line)
     return Scan(tuple(records), offset, 0)
+
+
+def first_record(path: Path) -> Record:
+    """Only the first record (it creates the job), for ordering jobs without replaying them."""
+    data = read_private(path)
+    end = data.find(b"\n")
+    try:
+        return decode_line(data if end < 0 else data[: end + 1])
+    except (Garbled, BadRecord) as exc:
+        raise _corrupt(path, 1, str(exc)) from None
+    except NewerVersion as exc:
+        raise _unknown_version(path, 1, exc) from None
 
 
 def _lines(data: bytes) -> list[bytes]:
@@ -75,8 +85,13 @@ def _lines(data: bytes) -> list[bytes]:
     return lines
 
 
+def _unknown_version(path: Path, number: int, exc: NewerVersion) -> UnknownRecordVersion:
+    return UnknownRecordVersion(f"{path} line {number} is a record of version {exc.version!r}, which this rekall "
+                                "does not know", hint="upgrade rekall to read this job; nothing was changed")
+
+
 def _corrupt(path: Path, number: int, reason: str) -> JournalCorrupt:
-    return JournalCorrupt(f"{path} line {number} is damaged ({reason}) and later lines follow it",
+    return JournalCorrupt(f"{path} line {number} is damaged ({reason}); it is not the torn end of a crash",
                           hint="the journal was changed outside rekall; keep it for inspection and move it "
                                "aside to schedule again; nothing was changed")
 

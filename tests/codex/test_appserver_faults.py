@@ -9,6 +9,7 @@ import anyio
 import pytest
 
 from rekall.codex.appserver import AppServerClosed, AppServerTimeout, ServerRequest, open_app_server
+from rekall.errors import CodexError
 
 pytestmark = pytest.mark.anyio
 
@@ -125,3 +126,10 @@ async def test_the_stderr_log_is_private(tmp_path: Path, home: Path) -> None:
     async with open_app_server(stand_in(tmp_path), home) as server:
         pass
     assert server.stderr_log.stat().st_mode & 0o777 == 0o600
+
+
+async def test_a_binary_that_cannot_start_is_a_clear_error(tmp_path: Path, home: Path) -> None:
+    with pytest.raises(CodexError) as caught:
+        async with open_app_server(tmp_path / "missing-codex", home):
+            pass
+    assert caught.value.code == "app_server_spawn_failed" and "missing-codex" in caught.value.message

@@ -18,7 +18,6 @@ from rekall.sim.backend import RouterError
 from rekall.sim.codex_backend import CodexBackend, create_backend, start_codex_sim_in_thread
 from rekall.sim.mock_model import escalated_command
 
-pytestmark = [pytest.mark.codex]
 
 FILLER = "context filler " * 8000
 
@@ -43,6 +42,7 @@ async def user_turn_done(owner: SimulatedOwner, backend: CodexBackend, text: str
     await owner.wait_until(lambda _: finished(backend, turn["id"]), timeout=30)
 
 
+@pytest.mark.codex
 @pytest.mark.anyio
 async def test_a_follower_compaction_runs_on_the_real_engine_and_lowers_the_tokens(
         codex_binary: Path, private_dir: Path) -> None:
@@ -100,6 +100,7 @@ class StateTap:
                     if any(p["path"][:1] == ["requests"] and p["op"] == op for p in c.get("patches", [])))
 
 
+@pytest.mark.codex
 @pytest.mark.anyio
 async def test_a_pending_approval_keeps_the_thread_busy_until_it_is_resolved(
         codex_binary: Path, private_dir: Path, tmp_path: Path) -> None:
@@ -125,6 +126,7 @@ async def test_a_pending_approval_keeps_the_thread_busy_until_it_is_resolved(
     assert not (tmp_path / "x").exists()
 
 
+@pytest.mark.codex
 @pytest.mark.anyio
 async def test_a_follower_approval_decision_answers_the_engine(codex_binary: Path, private_dir: Path,
                                                                tmp_path: Path) -> None:
@@ -143,6 +145,7 @@ async def test_a_follower_approval_decision_answers_the_engine(codex_binary: Pat
             assert backend.pending == {}
 
 
+@pytest.mark.codex
 @pytest.mark.anyio
 async def test_engine_refusals_and_unknown_methods_become_router_errors(codex_binary: Path,
                                                                         private_dir: Path) -> None:
@@ -163,6 +166,7 @@ async def test_engine_refusals_and_unknown_methods_become_router_errors(codex_bi
             await backend.answer_request(12345, {"decision": "accept"})
 
 
+@pytest.mark.codex
 @pytest.mark.anyio
 async def test_a_stopped_engine_answers_client_disconnected(codex_binary: Path, private_dir: Path) -> None:
     backend = CodexBackend(codex_binary, private_dir)
@@ -174,6 +178,7 @@ async def test_a_stopped_engine_answers_client_disconnected(codex_binary: Path, 
     assert caught.value.code == "client-disconnected"
 
 
+@pytest.mark.codex
 def test_the_threaded_handle_exposes_the_mock_and_the_thread(codex_binary: Path, private_dir: Path) -> None:
     with start_codex_sim_in_thread(codex_binary, private_dir) as sim:
         assert uuid.UUID(sim.thread_id)
@@ -194,6 +199,7 @@ def test_without_a_real_codex_the_backend_says_how_to_install_it(monkeypatch: py
     assert "install-codex" in caught.value.message
 
 
+@pytest.mark.codex
 @pytest.mark.anyio
 async def test_rekall_sim_backend_codex_serves_a_real_thread(codex_binary: Path, tmp_path: Path) -> None:
     import json
@@ -223,3 +229,21 @@ async def test_rekall_sim_backend_codex_serves_a_real_thread(codex_binary: Path,
         _, stderr = process.communicate(timeout=30)
     assert process.returncode == 0, stderr
     assert set(Path(tempfile.gettempdir()).glob("rekall-codex-sim-*")) == leftovers  # its CODEX_HOME is gone
+
+
+@pytest.mark.anyio
+async def test_an_engine_that_cannot_start_fails_start_and_releases_the_mock(tmp_path: Path) -> None:
+    class NoOwner:
+        def publish(self, patches: list) -> None:
+            raise AssertionError("nothing may be published")
+
+        def publish_snapshot(self) -> None:
+            raise AssertionError("nothing may be published")
+
+    workdir = tmp_path / "work"
+    workdir.mkdir(mode=0o700)
+    backend = CodexBackend(tmp_path / "no-such-codex", workdir)
+    with pytest.raises(CodexError) as caught:
+        await backend.start(NoOwner())
+    assert caught.value.code == "app_server_spawn_failed"
+    assert backend.mock._server is None and backend.server is None and backend.thread_id == ""

@@ -155,3 +155,12 @@ def test_a_stopped_model_has_no_url() -> None:
     model = MockModel()
     with pytest.raises(RuntimeError, match="not running"):
         model.base_url
+
+
+@pytest.mark.parametrize("raw", [b"{not json", b"[1, 2]"])
+def test_a_body_that_is_not_a_json_object_is_recorded_not_fatal(model: MockModel, raw: bytes) -> None:
+    connection = http.client.HTTPConnection("127.0.0.1", model.port, timeout=5)
+    connection.request("POST", "/v1/responses", body=raw)
+    assert connection.getresponse().status == 200
+    connection.close()
+    assert model.requests[-1].body == {"unparsed": raw.decode()}

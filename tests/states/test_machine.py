@@ -7,7 +7,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 from rekall.states import IllegalTransition, Instant, JobMachine, JobState, JobView, Step, TransitionRefused
 from rekall.testing import FakeClock
 
-from .reference import ILLEGAL, PROGRESS, REFUSED, TRIGGERS, evidence_for, expected
+from tests.states.reference import ILLEGAL, PROGRESS, REFUSED, TRIGGERS, evidence_for, expected
 
 JOB = "11111111-1111-4111-8111-111111111111"
 

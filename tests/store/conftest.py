@@ -7,7 +7,7 @@ import pytest
 from rekall.store import JobStore
 from rekall.testing import FakeClock
 
-from jobkit import new_thread, open_store
+from tests.jobkit import new_thread, open_store
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ import pytest
 from rekall.errors import InvalidInput
 from rekall.store import MAX_HANDOFF_BYTES, read_handoff_file, validate_handoff
 
-from jobkit import handoff
+from tests.jobkit import handoff
 
 
 def _size(value: dict) -> int:

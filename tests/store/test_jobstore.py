@@ -25,7 +25,7 @@ from rekall.store.wire import encode_lock
 from rekall.store.owner import LockOwner
 from rekall.testing import FakeClock
 
-from jobkit import FINGERPRINT, handoff, idle, me, new_thread, schedule, scheduled_run, snapshot
+from tests.jobkit import FINGERPRINT, handoff, idle, me, new_thread, schedule, scheduled_run, snapshot
 
 
 def dead_pid() -> int:

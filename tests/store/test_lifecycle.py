@@ -17,8 +17,8 @@ from rekall.store import FileOps, JobStore, JournalUnusable
 from rekall.store.journal import scan_journal
 from rekall.testing import FakeClock
 
-from jobkit import FINGERPRINT, handoff, idle, me, new_thread, run, schedule, script, snapshot
-from states.reference import ILLEGAL, PROGRESS, REFUSED, TRIGGERS, evidence_for, expected
+from tests.jobkit import FINGERPRINT, handoff, idle, me, new_thread, run, schedule, snapshot
+from tests.states.reference import ILLEGAL, PROGRESS, REFUSED, TRIGGERS, evidence_for, expected
 
 
 class Crash(BaseException):

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from jobkit import new_thread
+from tests.jobkit import new_thread
 
 CHILD = r"""
 import json, sys

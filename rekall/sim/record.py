@@ -1,0 +1,289 @@
+"""Record protocol transcripts from the simulator (``fixtures/ipc/<adapter>/*.jsonl``).
+
+Each scenario drives a real :class:`~rekall.adapters.session.ThreadSession` against a
+:class:`~rekall.sim.owner.SimulatedOwner` over a real socket and writes down what was
+sent and received, the calls and how they ended, the events and the final facts, in the
+format :mod:`rekall.adapters.conformance` replays. Regenerate with::
+
+    python -m rekall.sim.record --out fixtures/ipc/v11            # every scenario
+    python -m rekall.sim.record --out fixtures/ipc/v11 compaction # just one
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from rekall import events as ev
+from rekall.adapters import connect_thread, registry
+from rekall.adapters.conformance import dump, error_json, event_json, facts_json, result_json
+from rekall.adapters.session import ThreadSession
+from rekall.errors import RekallError
+from rekall.sim.owner import GARBAGE, SimulatedOwner
+
+THREAD_ID = "0199a5c2-7e11-4000-8000-0000000000b1"
+COMPACT = "thread-follower-compact-thread"
+START_TURN = "thread-follower-start-turn"
+
+
+class Recorder:
+    def __init__(self, name: str, description: str) -> None:
+        self.entries: list[dict[str, Any]] = [{"transcript": name, "adapter": registry.DEFAULT.NAME,
+                                               "threadId": THREAD_ID, "description": description}]
+        self.session: ThreadSession | None = None
+        self.events: list[Any] = []
+        self._calls = 0
+        self._changed = asyncio.Event()
+        self._collector: asyncio.Task[None] | None = None
+
+    def tap(self, direction: str, message: Any) -> None:
+        if direction in ("send", "recv"):  # a copy now: the mirror changes the snapshot in place later
+            self.entries.append({direction: json.loads(json.dumps(message))})
+
+    async def call(self, name: str, args: dict[str, Any] | None = None) -> Any:
+        args = args or {}
+        self._calls += 1
+        number = self._calls
+        self.entries.append({"call": number, "name": name, "args": args})
+        try:
+            if name == "connect":
+                value = await connect_thread(THREAD_ID, env=self.env, tap=self.tap, **args)
+                self.session = value
+                self._collector = asyncio.create_task(self._collect(value))
+            else:
+                assert self.session is not None
+                value = await getattr(self.session, name)(**args)
+        except RekallError as exc:
+            self.entries.append({"outcome": number, "error": error_json(exc)})
+            return exc
+        self.entries.append({"outcome": number, "result": result_json(name, value, self.session)})
+        return value
+
+    async def _collect(self, session: ThreadSession) -> None:
+        async for event in session.events():
+            self.events.append(event)
+            self.entries.append({"event": event_json(event)})
+            self._changed.set()
+            self._changed = asyncio.Event()
+
+    async def until(self, kind: type, count: int = 1, timeout: float = 10.0) -> None:
+        """Wait until ``count`` events of ``kind`` have been seen in total."""
+        async with asyncio.timeout(timeout):
+            while sum(isinstance(e, kind) for e in self.events) < count:
+                await self._changed.wait()
+
+    def closed_by_peer(self) -> None:
+        """The peer closed the connection in answer to the last message we sent."""
+        last_send = max(i for i, e in enumerate(self.entries) if "send" in e)
+        self.entries.insert(last_send + 1, {"close": True})
+
+    async def finish(self) -> None:
+        if self.session is not None:
+            self.entries.append({"facts": facts_json(self.session.mirror.facts)})
+            await self.session.aclose()
+            if self._collector is not None:
+                await self._collector
+
+    env: dict[str, str] = {}
+
+
+Scenario = Callable[[Recorder, SimulatedOwner], Awaitable[None]]
+SCENARIOS: dict[str, tuple[str, dict[str, Any], Scenario]] = {}
+
+
+def scenario(name: str, description: str, **sim_options: Any) -> Callable[[Scenario], Scenario]:
+    def register(fn: Scenario) -> Scenario:
+        SCENARIOS[name] = (description, sim_options, fn)
+        return fn
+
+    return register
+
+
+@scenario("handshake", "initialize, owner discovery, follow, first snapshot")
+async def _handshake(rec: Recorder, sim: SimulatedOwner) -> None:
+    await rec.call("connect")
+
+
+@scenario("patches", "user turn, steering, approvals, telemetry and history paging as patches")
+async def _patches(rec: Recorder, sim: SimulatedOwner) -> None:
+    await _thread_changes(rec, sim)
+
+
+@scenario("snapshots", "the same changes sent as full snapshots", mode="snapshots")
+async def _snapshots(rec: Recorder, sim: SimulatedOwner) -> None:
+    await _thread_changes(rec, sim)
+
+
+async def _thread_changes(rec: Recorder, sim: SimulatedOwner) -> None:
+    backend = sim.backend
+    await rec.call("connect")
+    backend.user_turn("next task")
+    await rec.until(ev.UserBoundaryChanged, 1)
+    backend.steer("also this")
+    await rec.until(ev.UserBoundaryChanged, 2)
+    backend.agent_message()
+    backend.cosmetic_edit()
+    request = backend.add_request()
+    backend.complete_turn()
+    await rec.until(ev.ThreadBusy, 2)
+    backend.resolve_request(request)
+    await rec.until(ev.ThreadIdle)
+    backend.page_in_history(2)
+    backend.set_telemetry(42000)
+    await rec.until(ev.Telemetry)
+
+
+@scenario("compaction", "compact, then the compaction turn completes and the tokens drop")
+async def _compaction(rec: Recorder, sim: SimulatedOwner) -> None:
+    await rec.call("connect")
+    await rec.call("compact")
+    await rec.until(ev.ThreadIdle)
+
+
+@scenario("start_turn", "start the continuation turn; it runs and completes")
+async def _start_turn(rec: Recorder, sim: SimulatedOwner) -> None:
+    await rec.call("connect")
+    await rec.call("start_turn", {"text": "Continue with nextStep only.", "client_user_message_id": "job-1"})
+    await rec.until(ev.ThreadIdle)
+
+
+@scenario("router_errors", "every router error for compact and start-turn, and bad acknowledgements")
+async def _router_errors(rec: Recorder, sim: SimulatedOwner) -> None:
+    await rec.call("connect")
+    idle = 0
+    for method, name, args in ((COMPACT, "compact", {}),
+                               (START_TURN, "start_turn", {"text": "go on", "client_user_message_id": "job-2"})):
+        for error in ("no-client-found", "request-version-mismatch", "no-handler-for-request",
+                      "client-disconnected", "request-timeout"):
+            sim.fail_next(method, error)
+            await rec.call(name, args)
+            if error in ("client-disconnected", "request-timeout"):  # the owner acted anyway
+                idle += 1
+                await rec.until(ev.ThreadIdle, idle)
+    sim.reply_next(COMPACT, {"ok": False})
+    await rec.call("compact")
+    idle += 1
+    await rec.until(ev.ThreadIdle, idle)
+    sim.reply_next(START_TURN, {"ok": True})
+    await rec.call("start_turn", {"text": "go on", "client_user_message_id": "job-3"})
+    await rec.until(ev.ThreadIdle, idle + 1)
+
+
+@scenario("timeouts", "the router times out a slow owner; a silent router hits our own timeout")
+async def _timeouts(rec: Recorder, sim: SimulatedOwner) -> None:
+    await rec.call("connect", {"request_timeout_s": 0.1})
+    sim.delay_next(COMPACT, 0.5)
+    await rec.call("compact")
+    await rec.until(ev.ThreadIdle)
+    sim.silence_next(START_TURN)
+    await rec.call("start_turn", {"text": "go on", "client_user_message_id": "job-4"})
+    await rec.until(ev.ThreadIdle, 2)
+
+
+@scenario("dropped_connection", "the owner drops the socket on start-turn")
+async def _dropped(rec: Recorder, sim: SimulatedOwner) -> None:
+    await rec.call("connect")
+    sim.drop_connection_on(START_TURN)
+    await rec.call("start_turn", {"text": "go on", "client_user_message_id": "job-5"})
+    await rec.until(ev.ConnectionLost)
+    rec.closed_by_peer()
+    await rec.call("compact")  # not sent: nothing to replay on the wire
+
+
+@scenario("resync", "a revision gap and an inapplicable patch, each answered by a re-follow")
+async def _resync(rec: Recorder, sim: SimulatedOwner) -> None:
+    await rec.call("connect")
+    sim.drop_updates(1)
+    sim.backend.add_request()
+    sim.backend.set_runtime("active")
+    await rec.until(ev.Resynced)
+    sim.send_inapplicable_patch()
+    await rec.until(ev.Resynced, 2)
+
+
+@scenario("owner_moved", "the thread moves to another window; the session follows the new owner")
+async def _owner_moved(rec: Recorder, sim: SimulatedOwner) -> None:
+    await rec.call("connect")
+    sim.move_owner()
+    await rec.until(ev.Resynced)
+    await rec.call("compact")
+    await rec.until(ev.ThreadIdle)
+
+
+@scenario("foreign_state", "state from a client that is not the owner is ignored after asking the router")
+async def _foreign(rec: Recorder, sim: SimulatedOwner) -> None:
+    await rec.call("connect")
+    sim.broadcast_foreign_state("client-somebody-else")
+    await sim.wait_until(lambda s: s.discovery_count == 2)  # the session asked the router who owns the thread
+    sim.backend.set_runtime("active")
+    await rec.until(ev.ThreadBusy)
+
+
+@scenario("version_bump", "state broadcasts in v12 after connecting: reported, not applied")
+async def _version_bump(rec: Recorder, sim: SimulatedOwner) -> None:
+    await rec.call("connect")
+    sim.state_version = 12
+    sim.backend.set_runtime("active")
+    await rec.until(ev.ProtocolChanged)
+
+
+@scenario("version_bump_at_connect", "the first snapshot arrives in v12: connect fails at once", state_version=12)
+async def _version_bump_connect(rec: Recorder, sim: SimulatedOwner) -> None:
+    await rec.call("connect")
+
+
+@scenario("no_owner", "owner discovery answers no-client-found", no_owner=True)
+async def _no_owner(rec: Recorder, sim: SimulatedOwner) -> None:
+    await rec.call("connect")
+
+
+@scenario("probes", "client-discovery-request gets canHandle:false, a request gets no-handler-for-request")
+async def _probes(rec: Recorder, sim: SimulatedOwner) -> None:
+    await rec.call("connect")
+    sim.probe_clients()
+    await sim.wait_until(lambda s: len(s.probe_replies) == 2)
+
+
+@scenario("broken_frame", "a frame that is not JSON closes the connection with a clear reason")
+async def _broken(rec: Recorder, sim: SimulatedOwner) -> None:
+    await rec.call("connect")
+    rec.entries.append({"recv_raw": GARBAGE["invalid_json"].hex()})
+    sim.send_garbage("invalid_json")
+    await rec.until(ev.ConnectionLost)
+
+
+async def record(name: str) -> list[dict[str, Any]]:
+    description, options, fn = SCENARIOS[name]
+    owner_options = {k: options.pop(k) for k in ("mode", "state_version", "no_owner") if k in options}
+    sim = SimulatedOwner(thread_id=THREAD_ID, compaction_delay_s=0.01, turn_duration_s=0.01,
+                         mode=owner_options.get("mode", "patches"), **options)
+    sim.state_version = owner_options.get("state_version", sim.state_version)
+    sim.no_owner = owner_options.get("no_owner", False)
+    options.update(owner_options)  # SCENARIOS stays reusable
+    rec = Recorder(name, description)
+    async with sim:
+        rec.env = sim.env
+        await fn(rec, sim)
+        await rec.finish()
+    return rec.entries
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("names", nargs="*", help=f"scenarios (default: all of {', '.join(SCENARIOS)})")
+    args = parser.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    for name in args.names or list(SCENARIOS):
+        entries = asyncio.run(record(name))
+        dump(entries, args.out / f"{name}.jsonl")
+        print(f"{args.out / (name + '.jsonl')}: {len(entries) - 1} entries")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
