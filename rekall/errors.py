@@ -45,6 +45,7 @@ class InvalidInput(RekallError):
     """A value supplied by the caller failed validation (an id, a handoff field, a date)."""
 
     code = "invalid_input"
+    exit_status = 2
 
     def __init__(self, message: str, *, field: str | None = None, hint: str | None = None,
                  code: str | None = None) -> None:

@@ -90,12 +90,13 @@ def describe_outcome(state: str, f: Mapping[str, Any]) -> str:
         return f"Resume skipped: {_skip_words(f)}. The compaction itself completed: {_compaction_words(f)}."
     if state == JobState.CANCELLED:
         return _CANCEL_WORDS.get(f.get("reason", ""), f"Cancelled ({f.get('reason')})") + "." + _unknown_words(f)
+    error = str(f.get("error") or "no message recorded").rstrip(".")
     if state == JobState.TIMED_OUT:
-        return f"Timed out: {f.get('error')}." + _unknown_words(f)
+        return f"Timed out: {error}." + _unknown_words(f)
     if state == JobState.FAILED:
         if f.get("errorCode") == "worker_lost":
-            return f"Failed: the worker process was lost ({f.get('error')})." + _unknown_words(f)
-        return f"Failed ({f.get('errorCode')}): {f.get('error')}." + _unknown_words(f)
+            return f"Failed: the worker process was lost ({error})." + _unknown_words(f)
+        return f"Failed ({f.get('errorCode')}): {error}." + _unknown_words(f)
     try:
         return f"In progress ({state}): {JobState(state).doc}"
     except ValueError:

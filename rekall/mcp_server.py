@@ -67,7 +67,7 @@ class Handoff(TypedDict):
     nextStep: Annotated[str, Field(description=(
         "The exact authorised next action, including where to stop. Required (may be empty only when "
         "resume is false)."))]
-    resume: Annotated[bool, Field(description="Explicit opt-in to ONE automatic continuation turn.")]
+    resume: Annotated[bool, Field(strict=True, description="Explicit opt-in to ONE automatic continuation turn.")]
 
 
 class ProbeResult(TypedDict, total=False):

@@ -27,3 +27,8 @@ class FakeClock:
 
 
 __all__ = ["FakeClock"]
+
+# The in-memory transport (rekall.transports.memory): connect a session to a fake peer without sockets.
+from rekall.transports.memory import MemoryStream, MemoryTransport, memory_stream_pair  # noqa: E402
+
+__all__ += ["MemoryStream", "MemoryTransport", "memory_stream_pair"]

@@ -10,7 +10,7 @@ from rekall.explain import build_explanation, describe_outcome, print_explanatio
 from rekall.store import JobStore, UnknownJob
 from rekall.testing import FakeClock
 
-from tests.jobkit import new_thread, open_store, schedule, scheduled_run, run
+from tests.jobkit import new_thread, open_store, run, schedule, scheduled_run
 
 
 @pytest.fixture

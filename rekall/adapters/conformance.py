@@ -117,7 +117,16 @@ async def replay_transcript(entries: list[dict[str, Any]], *, timeout: float = 2
             progress.handled += 1
             progress.bump()
 
+    peer_errors: list[ConformanceError] = []
+
     async def peer(stream: Any) -> None:
+        try:
+            await play(stream)
+        except ConformanceError as exc:
+            peer_errors.append(exc)
+            await stream.aclose()  # the client's call fails at once instead of waiting for its timeout
+
+    async def play(stream: Any) -> None:
         channel = MessageChannel(stream)
         for index, entry in enumerate(body):
             progress.position = index
@@ -191,9 +200,16 @@ async def replay_transcript(entries: list[dict[str, Any]], *, timeout: float = 2
 
     async with asyncio.timeout(timeout):
         try:
-            await drive()
-            if peer_task is not None:
-                await peer_task
+            try:
+                await drive()
+                if peer_task is not None:
+                    await peer_task
+            except ConformanceError:
+                if peer_errors:  # the first difference is the one that matters
+                    raise peer_errors[0] from None
+                raise
+            if peer_errors:
+                raise peer_errors[0]
         finally:
             events = []
             if session is not None:

@@ -3,7 +3,8 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from rekall.transports import MemoryTransport, MessageChannel, TransportError, encode_message, memory_stream_pair
+from rekall.testing import MemoryTransport, memory_stream_pair
+from rekall.transports import MessageChannel, TransportError, encode_message
 
 
 @pytest.mark.anyio

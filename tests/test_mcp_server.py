@@ -1,0 +1,173 @@
+"""The MCP server: tool surface, argument errors, robustness on stdio, concurrency."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import anyio
+import pytest
+from mcp import Client
+
+from rekall.mcp_server import TOOL_NAMES, build_server
+from rekall.sim import SimulatedOwner
+from tests.mcpkit import HANDOFF
+
+pytestmark = pytest.mark.anyio
+
+THREAD = "0199a5c2-1111-4000-8000-000000000001"
+
+
+@pytest.fixture
+def jobs_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    jobs = tmp_path / "jobs"
+    monkeypatch.setenv("REKALL_JOBS_DIR", str(jobs))
+    return jobs
+
+
+async def test_the_server_lists_four_tools_with_annotations_and_structured_output():
+    async with Client(build_server()) as client:
+        tools = {tool.name: tool for tool in (await client.list_tools()).tools}
+    assert sorted(tools) == sorted(TOOL_NAMES)
+    assert tools["probe_compaction"].annotations.read_only_hint is True
+    assert tools["compaction_status"].annotations.read_only_hint is True
+    for name in ("schedule_compaction", "cancel_compaction"):
+        assert tools[name].annotations.read_only_hint is False
+        assert tools[name].annotations.destructive_hint is False
+    for tool in tools.values():
+        assert tool.annotations.open_world_hint is False
+        assert tool.output_schema is not None and tool.output_schema["type"] == "object"
+        assert tool.input_schema["required"][0] == "threadId"
+        assert "Never guess" in tool.input_schema["properties"]["threadId"]["description"]
+
+
+async def test_tool_descriptions_teach_the_order_and_every_state():
+    async with Client(build_server()) as client:
+        tools = {tool.name: tool for tool in (await client.list_tools()).tools}
+    status = tools["compaction_status"].description
+    for state in ("scheduled", "waiting_for_idle", "requesting", "accepted", "waiting_for_resume_idle", "resuming",
+                  "completed", "resumed", "skipped", "cancelled", "timed_out", "failed"):
+        assert state in status
+    assert "before probe and schedule" in status
+    assert "finish your turn" in tools["schedule_compaction"].description.lower()
+    assert "after compaction_status" in tools["probe_compaction"].description
+
+
+async def test_the_handoff_schema_declares_the_node_limits():
+    async with Client(build_server()) as client:
+        tools = {tool.name: tool for tool in (await client.list_tools()).tools}
+    schema = tools["schedule_compaction"].input_schema
+    handoff = schema["$defs"]["Handoff"]
+    assert sorted(handoff["required"]) == ["discard", "nextStep", "preserve", "resume", "summary"]
+    assert handoff["additionalProperties"] is False
+    assert handoff["properties"]["preserve"]["maxItems"] == 40
+    assert handoff["properties"]["discard"]["maxItems"] == 40
+
+
+@pytest.mark.parametrize(
+    ("arguments", "expected"),
+    [
+        ({"threadId": "../../config.toml"}, "threadId must be a UUID"),
+        ({"threadId": THREAD, "handoff": {**HANDOFF, "extra": 1}}, "extra"),
+        ({"threadId": THREAD, "handoff": {**HANDOFF, "resume": "yes"}}, "resume"),
+        ({"threadId": THREAD, "handoff": {**HANDOFF, "preserve": ["x"] * 41}}, "preserve"),
+        ({"threadId": THREAD, "handoff": {**HANDOFF, "summary": "я" * 32000}}, "32000"),
+        ({"threadId": THREAD, "handoff": {**HANDOFF, "summary": "key sk-proj-" + "Ab3" * 14}}, "summary"),
+    ],
+)
+async def test_invalid_arguments_give_clear_tool_errors(jobs_env, arguments, expected):
+    async with Client(build_server()) as client:
+        result = await client.call_tool("schedule_compaction", arguments)
+    assert result.is_error
+    text = result.content[0].text
+    assert expected in text
+    assert "sk-proj-" not in text  # a credential is named, never echoed
+
+
+async def test_an_unknown_job_cannot_be_cancelled(jobs_env):
+    async with Client(build_server()) as client:
+        result = await client.call_tool("cancel_compaction",
+                                         {"threadId": THREAD, "jobId": "0199a5c2-1111-4000-8000-0000000000ff"})
+    assert result.is_error and "job_identity_mismatch" in result.content[0].text
+
+
+async def test_status_of_a_thread_without_jobs_is_not_scheduled(jobs_env):
+    async with Client(build_server()) as client:
+        result = await client.call_tool("compaction_status", {"threadId": THREAD})
+    assert result.structured_content["state"] == "not_scheduled"
+
+
+async def test_a_slow_probe_does_not_block_compaction_status(jobs_env, monkeypatch):
+    async with SimulatedOwner() as sim:
+        for name, value in sim.env.items():
+            monkeypatch.setenv(name, value)
+
+        # The owner holds back the first snapshot until the test has its status answer.
+        sim.ignore_follows(1)
+        async with Client(build_server()) as client:
+            probe_done = anyio.Event()
+            probe_result = {}
+
+            async def probe() -> None:
+                probe_result["r"] = await client.call_tool("probe_compaction", {"threadId": sim.thread_id})
+                probe_done.set()
+
+            async with anyio.create_task_group() as group:
+                group.start_soon(probe)
+                await sim.wait_until(lambda s: s.follow_count >= 1, timeout=5)
+                with anyio.fail_after(5):
+                    status = await client.call_tool("compaction_status", {"threadId": sim.thread_id})
+                assert not probe_done.is_set()  # the probe is still waiting for its snapshot
+                assert status.structured_content["state"] == "not_scheduled"
+                sim.publish_snapshot()
+        assert probe_done.is_set()
+        result = probe_result["r"].structured_content
+        assert result["connected"] is True and result["ownerId"] == sim.owner_id
+
+
+def _frame(message: dict) -> bytes:
+    return (json.dumps(message) + "\n").encode()
+
+
+def test_malformed_json_rpc_never_kills_the_stdio_server(tmp_path):
+    garbage = [b"{broken\n", b"null\n", b"[]\n", b"42\n", b"\xff\xfe not utf-8\n",
+               b'{"jsonrpc":"2.0","id":7,"method":"no/such/method"}\n', b"x" * 2_000_000 + b"\n"]
+    init = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+            "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                       "clientInfo": {"name": "raw", "version": "0"}}}
+    listing = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
+    unknown_tool = {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "nope", "arguments": {}}}
+    wrong_type = {"jsonrpc": "2.0", "id": 4, "method": "tools/call",
+                  "params": {"name": "compaction_status", "arguments": {"threadId": 42}}}
+    stdin = b"".join(garbage) + _frame(init) + _frame({"jsonrpc": "2.0", "method": "notifications/initialized"}) \
+        + _frame(listing) + _frame(unknown_tool) + _frame(wrong_type)
+    env = {"PATH": "/usr/bin:/bin", "REKALL_JOBS_DIR": str(tmp_path / "jobs"), "HOME": str(tmp_path)}
+    server = subprocess.Popen([sys.executable, "-m", "rekall", "mcp"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, env=env)
+    replies = {}
+    watchdog = threading.Timer(60, server.kill)  # bounds every read below
+    watchdog.start()
+    try:
+        server.stdin.write(stdin)
+        server.stdin.flush()
+        # Read until every request with an id was answered; EOF first would mean the server died.
+        while not {1, 2, 3, 4, 7} <= replies.keys():
+            line = server.stdout.readline()
+            assert line, f"server closed stdout early: {server.stderr.read().decode()[-2000:]}"
+            message = json.loads(line)
+            if message.get("id") is not None:
+                replies[message["id"]] = message
+        server.stdin.close()
+        assert server.wait(timeout=30) == 0
+    finally:
+        watchdog.cancel()
+        server.kill()
+        server.wait()
+    assert replies[1]["result"]["serverInfo"]["name"] == "rekall"
+    assert sorted(t["name"] for t in replies[2]["result"]["tools"]) == sorted(TOOL_NAMES)
+    assert replies[3]["result"]["isError"] is True and "nope" in replies[3]["result"]["content"][0]["text"]
+    assert replies[4]["result"]["isError"] is True
+    assert replies[7]["error"]["code"] == -32601
