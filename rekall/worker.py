@@ -114,6 +114,7 @@ class Worker:
         self._idle_generation = 0
         self._idle_timer: asyncio.TimerHandle | None = None
         self._idle_since: float | None = None
+        self._item_at = time.monotonic()
         self._telemetry_wait: asyncio.TimerHandle | None = None
         self._telemetry_wait_over = False
         self._request_pending = False
@@ -186,6 +187,7 @@ class Worker:
                                 baselineCompactions=len(self.baseline),
                                 revision=self.session.mirror.revision)
             self._spawn(self._pump())
+            self._item_at = time.monotonic()  # the first snapshot is the first observation
             self._consider()
             while not self.done:
                 await self._handle(await self.queue.get())
@@ -213,6 +215,8 @@ class Worker:
             self.queue.put_nowait(event)
 
     async def _shutdown(self) -> None:
+        # The lock goes first: once the outcome is journaled, a new job may be scheduled.
+        self.store.release_lock(self.thread_id, self.job_id)
         for handle in self._handles:
             handle.cancel()
         for task in list(self._tasks):
@@ -224,7 +228,6 @@ class Worker:
                 await self.session.aclose()
             except Exception:  # closing is best effort; the job's outcome is already recorded
                 log.exception("closing the session failed")
-        self.store.release_lock(self.thread_id, self.job_id)
 
     # --- cancellation ------------------------------------------------------------------
 
@@ -252,6 +255,7 @@ class Worker:
     # --- the reactor -------------------------------------------------------------------
 
     async def _handle(self, item: Any) -> None:
+        self._item_at = time.monotonic()  # debounces count from when a fact arrived, not from our work
         if isinstance(item, _CancelSignalled):
             if self.store.cancel_path(self.thread_id, self.job_id).exists():
                 self._fire("cancel", reason="explicit_cancellation")
@@ -333,8 +337,9 @@ class Worker:
             return
         if self._idle_timer is None and not self._request_pending:
             self._idle_generation += 1
-            self._idle_since = time.monotonic()
-            self._idle_timer = self._later(self.settings.idle_stable_s, _IdleHeld(self._idle_generation))
+            self._idle_since = self._item_at
+            remaining = self.settings.idle_stable_s - (time.monotonic() - self._item_at)
+            self._idle_timer = self._later(max(0.0, remaining), _IdleHeld(self._idle_generation))
 
     def _on_idle_held(self) -> None:
         mirror = self.session.mirror

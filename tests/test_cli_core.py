@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 
 from rekall.cli import main
+from rekall.errors import InvalidInput
+from rekall.store import UnknownJob
 from rekall.states.render import render
 from rekall.testing import FakeClock
 
@@ -48,13 +50,13 @@ def test_explain_prints_a_job_written_by_the_store(jobs: Path, capsys: pytest.Ca
 
 @pytest.mark.parametrize("bad", ["../../etc/passwd", "nope"])
 def test_explain_rejects_a_bad_id_with_a_clear_error(jobs: Path, bad: str, capsys: pytest.CaptureFixture[str]):
-    assert main(["explain", bad]) == 1
+    assert main(["explain", bad]) == InvalidInput.exit_status != 0
     err = capsys.readouterr().err
     assert "jobId must be a UUID" in err and "next:" in err
 
 
 def test_explain_of_an_unknown_job_says_so_in_json(jobs: Path, capsys: pytest.CaptureFixture[str]):
-    assert main(["explain", new_thread(), "--json"]) == 1
+    assert main(["explain", new_thread(), "--json"]) == UnknownJob.exit_status != 0
     assert json.loads(capsys.readouterr().out)["error"]["code"] == "unknown_job"
 
 
@@ -65,7 +67,7 @@ def test_history_lists_jobs_and_rejects_a_bad_date(jobs: Path, capsys: pytest.Ca
     job = scheduled_run(store, clock, thread, "completed")
     assert main(["history", "--json", "--thread", thread]) == 0
     assert [r["jobId"] for r in json.loads(capsys.readouterr().out)] == [job]
-    assert main(["history", "--since", "yesterday"]) == 1
+    assert main(["history", "--since", "yesterday"]) == InvalidInput.exit_status != 0
     assert "--since" in capsys.readouterr().err
 
 

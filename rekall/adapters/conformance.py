@@ -35,7 +35,7 @@ from rekall.adapters.errors import RequestFailed
 from rekall.adapters.facts import ThreadFacts
 from rekall.adapters.session import ThreadSession, connect_thread
 from rekall.errors import RekallError
-from rekall.transports import MemoryTransport, MessageChannel, encode_message
+from rekall.transports import ByteStream, MemoryTransport, MessageChannel, encode_message
 
 CALLS = ("connect", "compact", "start_turn")
 
@@ -122,8 +122,9 @@ async def replay_transcript(entries: list[dict[str, Any]], *, timeout: float = 2
     async def peer(stream: Any) -> None:
         try:
             await play(stream)
-        except ConformanceError as exc:
-            peer_errors.append(exc)
+        except Exception as exc:  # noqa: BLE001 - any failure of the peer is a failed replay
+            failure = exc if isinstance(exc, ConformanceError) else ConformanceError(f"the replayed peer failed: {exc!r}")
+            peer_errors.append(failure)
             await stream.aclose()  # the client's call fails at once instead of waiting for its timeout
 
     async def play(stream: Any) -> None:
@@ -223,7 +224,7 @@ async def replay_transcript(entries: list[dict[str, Any]], *, timeout: float = 2
                                + "\n  recorded " + "\n           ".join(map(str, expected_events)))
 
 
-class _LazyAccept:
+class _LazyAccept(ByteStream):
     """Stands in for the server stream until the client connects (connect happens inside the call)."""
 
     def __init__(self, transport: MemoryTransport) -> None:

@@ -38,7 +38,7 @@ from rekall.sim import protocol as p
 from rekall.sim.backend import Backend, RouterError, ScriptedBackend
 from rekall.transports import ByteStream, MessageChannel, encode_message
 from rekall.transports.framing import MAX_FRAME_BYTES
-from rekall.transports.unix import UnixStream
+from rekall.transports.unix import SocketStream, serve_unix
 
 #: Broken frames the simulator can send, by name.
 GARBAGE: dict[str, bytes] = {
@@ -143,7 +143,7 @@ class SimulatedOwner:
 
     async def start(self) -> SimulatedOwner:
         path = self._prepare_path()
-        self._server = await asyncio.start_unix_server(self._serve_unix, path=str(path))
+        self._server = await serve_unix(str(path), self._serve_socket)
         os.chmod(path, 0o600)  # the 0700 directory already covers the moment before this
         self.socket_path = path
         self._inode = os.lstat(path).st_ino
@@ -209,11 +209,11 @@ class SimulatedOwner:
 
     # -- connections -------------------------------------------------------------------
 
-    async def _serve_unix(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _serve_socket(self, stream: SocketStream) -> None:
         try:
-            await self.serve_stream(UnixStream(reader, writer, peer_check="simulator end"))
+            await self.serve_stream(stream)
         except asyncio.CancelledError:
-            pass  # the root of this connection's task: asyncio 3.11 would log the cancellation
+            pass  # the root of this connection's task
 
     async def serve_stream(self, stream: ByteStream) -> None:
         """Run the router for one connected client (also usable with a memory transport)."""

@@ -54,6 +54,13 @@ class ByteStream:
         peer has closed its side. Raises :class:`TransportError` if the stream broke."""
         raise NotImplementedError  # pragma: no cover
 
+    async def receive_into(self, buffer: memoryview) -> int:
+        """Receive into ``buffer``; return the byte count, ``0`` at EOF. Transports that can
+        receive in place override this; the default copies from :meth:`receive`."""
+        data = await self.receive(len(buffer))
+        buffer[:len(data)] = data
+        return len(data)
+
     async def aclose(self) -> None:
         """Close the stream. Idempotent; never raises."""
         raise NotImplementedError  # pragma: no cover

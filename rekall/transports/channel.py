@@ -17,12 +17,11 @@ THREADED_DECODE_BYTES = 1 << 20
 class MessageChannel:
     """Send and receive whole JSON messages. ``receive`` returns ``None`` at a clean EOF."""
 
-    def __init__(self, stream: ByteStream, *, read_size: int = 256 * 1024) -> None:
+    def __init__(self, stream: ByteStream) -> None:
         self.stream = stream
-        self._decoder = FrameDecoder()
-        self._ready: deque[bytearray] = deque()
+        self._reader = FrameDecoder()
+        self._ready: deque[memoryview] = deque()  # borrowed: decoded before the next receive
         self._send_lock = asyncio.Lock()
-        self._read_size = read_size
 
     async def send(self, message: Any) -> None:
         frame = encode_message(message)
@@ -36,14 +35,14 @@ class MessageChannel:
 
     async def receive(self) -> Any | None:
         while not self._ready:
-            chunk = await self.stream.receive(self._read_size)
-            if not chunk:
-                if self._decoder.pending_bytes:
+            count = await self.stream.receive_into(self._reader.buffer())
+            if not count:
+                if self._reader.pending_bytes:
                     raise TransportError(
-                        f"IPC connection closed in the middle of a frame ({self._decoder.pending_bytes} bytes pending)",
+                        f"IPC connection closed in the middle of a frame ({self._reader.pending_bytes} bytes pending)",
                         hint="reconnect")
                 return None
-            self._ready.extend(self._decoder.feed(chunk))
+            self._ready.extend(self._reader.commit(count))
         body = self._ready.popleft()
         if len(body) >= THREADED_DECODE_BYTES:
             return await asyncio.to_thread(decode_body, body)

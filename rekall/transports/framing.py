@@ -5,11 +5,13 @@ Lengths of zero and lengths above :data:`MAX_FRAME_BYTES` (256 MiB, the same cap
 extension and the Codex TUI) are refused: after such a header the byte stream can no longer
 be trusted, so the caller must close the connection.
 
-:class:`FrameDecoder` is sans-I/O: feed it whatever chunks the socket produced, in any
-split, and it returns the complete frame bodies. Reassembly is linear in the bytes fed.
-A body is copied exactly once, into a buffer allocated from its header, so a 200 MB
-snapshot arriving in 64 KiB pieces is never re-concatenated (the Node client's quadratic
-``Buffer.concat`` is what we avoid here).
+:class:`FrameDecoder` is sans-I/O and linear in the bytes it is given. The transport
+receives straight into :meth:`FrameDecoder.buffer` and reports with
+:meth:`FrameDecoder.commit`; frames come back as views of that memory. A frame that fits
+the scratch buffer is never copied by us, and a larger one is received directly into a
+buffer sized from its header, so a 200 MB snapshot arriving in 64 KiB pieces is never
+re-concatenated (the Node client's quadratic ``Buffer.concat`` is what we avoid here).
+:meth:`FrameDecoder.feed` is the simple, copying form of the same thing.
 """
 
 from __future__ import annotations
@@ -50,10 +52,10 @@ def encode_message(message: Any) -> bytes:
     return encode_frame(json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
 
 
-def decode_body(body: bytes | bytearray) -> Any:
+def decode_body(body: bytes | bytearray | memoryview) -> Any:
     """Parse one frame body; invalid UTF-8 or JSON is a :class:`FrameError`."""
     try:
-        text = body.decode("utf-8")
+        text = str(body, "utf-8")
     except UnicodeDecodeError as exc:
         raise FrameError(f"IPC frame is not valid UTF-8 (byte {exc.start} of {len(body)})",
                          hint="the peer sent a corrupt frame; reconnect") from None
@@ -65,60 +67,91 @@ def decode_body(body: bytes | bytearray) -> Any:
 
 
 class FrameDecoder:
-    """Turns arbitrary chunks of the byte stream into complete frame bodies.
+    """Reassembles frames from the byte stream, in linear time.
 
-    ``feed`` returns the bodies completed by this chunk, in order. After a
-    :class:`FrameError` the decoder is poisoned and keeps raising: there is no way to find
-    the next frame boundary again.
+    Zero-copy use: ``n = recv_into(decoder.buffer())``, then ``frames = decoder.commit(n)``.
+    Each frame is a ``memoryview`` that stays valid until the next call to :meth:`buffer`;
+    decode it before asking for more bytes. Simple use: :meth:`feed` takes any chunk and
+    returns owned ``bytes``. After a :class:`FrameError` the decoder is poisoned and keeps
+    raising: there is no way to find the next frame boundary again. Frames that fit in the scratch buffer are views of it; a
+    larger body gets its own buffer (reused when up to :data:`KEEP_BIG_BUFFER_BYTES`, so a
+    stream of 1 MB snapshots does not allocate each time, and released when bigger).
     """
 
-    def __init__(self) -> None:
-        self._header = bytearray()
-        self._body: bytearray | None = None
-        self._filled = 0
+    KEEP_BIG_BUFFER_BYTES = 8 * 1024 * 1024
+
+    def __init__(self, scratch_bytes: int = 256 * 1024) -> None:
+        self._scratch = bytearray(scratch_bytes)
+        self._view = memoryview(self._scratch)
+        self._start = 0  # first byte not yet returned as (part of) a frame
+        self._end = 0  # end of the bytes received into the scratch
+        self._big: bytearray | None = None
+        self._big_length = 0  # length of the large body being received (0: none)
+        self._big_filled = 0
         self._error: FrameError | None = None
 
     @property
     def pending_bytes(self) -> int:
-        """Bytes of an incomplete frame held back (header and body)."""
-        return len(self._header) + self._filled
+        return self._end - self._start + self._big_filled
 
-    def feed(self, chunk: bytes | bytearray | memoryview) -> list[bytearray]:
+    def buffer(self) -> memoryview:
+        """Where the next bytes must be received (never empty)."""
         if self._error is not None:
             raise self._error
-        frames: list[bytearray] = []
+        if self._big_length:
+            return memoryview(self._big)[self._big_filled:self._big_length]  # type: ignore[arg-type]
+        if self._big is not None and len(self._big) > self.KEEP_BIG_BUFFER_BYTES:
+            self._big = None  # the frame it held has been handed out and decoded by now
+        if self._start == self._end:
+            self._start = self._end = 0
+        elif self._end == len(self._scratch):  # move the partial frame to the front
+            remaining = self._end - self._start
+            self._scratch[:remaining] = self._view[self._start:self._end]
+            self._start, self._end = 0, remaining
+        return self._view[self._end:]
+
+    def commit(self, count: int) -> list[memoryview]:
+        """``count`` bytes were written into the last :meth:`buffer`; return completed frames."""
+        if self._big_length:
+            self._big_filled += count
+            if self._big_filled < self._big_length:
+                return []
+            frame = memoryview(self._big)[:self._big_length]  # type: ignore[arg-type]
+            self._big_length = self._big_filled = 0
+            return [frame]
+        self._end += count
+        frames: list[memoryview] = []
+        while self._end - self._start >= HEADER_BYTES:
+            (length,) = _HEADER.unpack_from(self._scratch, self._start)
+            try:
+                _check_length(length)
+            except FrameError as exc:
+                self._error = exc
+                raise
+            body = self._start + HEADER_BYTES
+            if self._end - body >= length:
+                frames.append(self._view[body:body + length])
+                self._start = body + length
+                continue
+            if HEADER_BYTES + length > len(self._scratch):  # will not fit: give it its own buffer
+                if self._big is None or len(self._big) < length:
+                    self._big = bytearray(length)
+                have = self._end - body
+                self._big[:have] = self._view[body:self._end]
+                self._big_length, self._big_filled = length, have
+                self._start = self._end = 0
+            break
+        return frames
+
+    def feed(self, chunk: bytes | bytearray | memoryview) -> list[bytes]:
+        """Copy ``chunk`` in and return the frames it completed (owned copies)."""
         view = memoryview(chunk).cast("B")
-        pos, end = 0, len(view)
-        while pos < end:
-            if self._body is None:
-                if not self._header and end - pos >= HEADER_BYTES:
-                    (length,) = _HEADER.unpack_from(view, pos)
-                    pos += HEADER_BYTES
-                else:  # a header split across chunks
-                    take = min(HEADER_BYTES - len(self._header), end - pos)
-                    self._header += view[pos:pos + take]
-                    pos += take
-                    if len(self._header) < HEADER_BYTES:
-                        break
-                    (length,) = _HEADER.unpack(self._header)
-                    self._header.clear()
-                try:
-                    _check_length(length)
-                except FrameError as exc:
-                    self._error = exc
-                    raise
-                if end - pos >= length:  # the common case: the whole body is in this chunk
-                    frames.append(bytearray(view[pos:pos + length]))
-                    pos += length
-                    continue
-                self._body = bytearray(length)
-                self._filled = 0
-            take = min(len(self._body) - self._filled, end - pos)
-            self._body[self._filled:self._filled + take] = view[pos:pos + take]
-            self._filled += take
-            pos += take
-            if self._filled == len(self._body):
-                frames.append(self._body)
-                self._body = None
-                self._filled = 0
+        frames: list[bytes] = []
+        pos = 0
+        while pos < len(view):
+            target = self.buffer()
+            count = min(len(target), len(view) - pos)
+            target[:count] = view[pos:pos + count]
+            pos += count
+            frames += [bytes(frame) for frame in self.commit(count)]
         return frames

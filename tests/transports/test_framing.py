@@ -87,3 +87,37 @@ def test_frames_round_trip_under_arbitrary_chunking(messages, data):
         previous = cut
     assert decoded == messages
     assert decoder.pending_bytes == 0
+
+
+@settings(max_examples=150, deadline=None)
+@given(messages=st.lists(json_values, min_size=1, max_size=8), data=st.data(),
+       scratch=st.sampled_from([8, 64, 4096]))
+def test_receiving_in_place_round_trips_under_arbitrary_receive_sizes(messages, data, scratch):
+    stream = b"".join(encode_message(m) for m in messages)
+    decoder = FrameDecoder(scratch_bytes=scratch)  # tiny scratch: most frames take the large-body path
+    decoded, pos = [], 0
+    while pos < len(stream):
+        target = decoder.buffer()
+        assert len(target) > 0
+        count = min(len(target), len(stream) - pos, data.draw(st.integers(1, 64)))
+        target[:count] = stream[pos:pos + count]  # what recv_into does
+        pos += count
+        decoded += [decode_body(view) for view in decoder.commit(count)]  # views: decode before buffer()
+    assert decoded == messages and decoder.pending_bytes == 0
+
+
+def test_a_large_body_is_received_straight_into_its_own_buffer_which_is_reused():
+    decoder = FrameDecoder(scratch_bytes=1024)
+    frame = encode_frame(b"y" * 10_000)
+    buffers = set()
+    for _ in range(2):
+        got, pos = [], 0
+        while pos < len(frame):
+            target = decoder.buffer()
+            count = min(len(target), 3000, len(frame) - pos)
+            target[:count] = frame[pos:pos + count]
+            pos += count
+            got += decoder.commit(count)
+        assert [bytes(view) for view in got] == [b"y" * 10_000]
+        buffers.add(id(got[0].obj))
+    assert len(buffers) == 1  # the second body of that size reused the first one's buffer
