@@ -86,7 +86,11 @@ def run_jobs(count: int, debounce_ms: int) -> dict[str, Any]:
             follows = sim.follow_count
             asyncio.run(service.schedule(sim.thread_id, HANDOFF, env=env))
             # Wait on the owner's side, without polling: the new worker follows once it waits for idle.
-            sim.wait_until(lambda owner: owner.follow_count > follows + 1, timeout=30)
+            try:
+                sim.wait_until(lambda owner: owner.follow_count > follows + 1, timeout=30)
+            except TimeoutError:
+                raise RuntimeError(f"job {n}: the worker never followed the thread: "
+                                   f"{service.status(sim.thread_id, env=env)}") from None
             idle_at = sim.call(lambda owner: (owner.backend.complete_turn("completed"), time.monotonic())[1])
             sim.wait_until(lambda owner: len(owner.start_turn_requests) >= n, timeout=30)
             _wait_unlocked(Path(env["REKALL_JOBS_DIR"]) / f"{sim.thread_id}.lock")
