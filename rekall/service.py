@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+from pathlib import Path
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -45,18 +46,22 @@ def uses_test_transport(env: Mapping[str, str]) -> bool:
 # --- probe -----------------------------------------------------------------------------
 
 
-def public_schema_report(env: Mapping[str, str], store: JobStore | None = None) -> dict[str, Any]:
-    """The public app-server schema check, from cache when the binary is unchanged."""
+def public_schema_report(env: Mapping[str, str]) -> dict[str, Any]:
+    """The public app-server schema check of the extension's bundled Codex binary.
+
+    Cached by binary identity, so scheduling does not regenerate the schema each time. A
+    custom test transport (``REKALL_PIPE``) has no extension behind it: not checked.
+    """
     if uses_test_transport(env):
         return {"status": "not_checked", "reason": "custom_test_transport"}
-    from rekall.codex.discovery import find_codex_binary
-    from rekall.codex.schema import check_compatibility
+    from rekall.codex.discovery import discover_codex_binary
+    from rekall.codex.schema import check_compatibility, default_cache_dir
 
-    found = find_codex_binary(env)
-    report = check_compatibility(found.path, cache_dir=(store or JobStore.open(env)).root)
-    out = report.to_dict()
-    out["extensionVersion"] = getattr(found, "extension_version", None)
-    return out
+    found = discover_codex_binary(env)
+    report = check_compatibility(Path(found.path), cache_dir=default_cache_dir(env)).to_json()
+    report["binaryPath"] = found.path
+    report["extensionVersion"] = found.extension.version if found.extension else None
+    return report
 
 
 def headroom_now(tokens: int | None, window: int | None) -> dict[str, Any]:
@@ -161,7 +166,7 @@ async def schedule(
                   "ownerIdAtSchedule": session.owner_id}
     finally:
         await session.aclose()
-    schema = public_schema_report(env, store)
+    schema = public_schema_report(env)
     if schema.get("status") not in ("compatible", "not_checked"):
         raise Refused("the installed Codex app-server schema is not compatible with rekall",
                       hint="run `rekall doctor` for the failing checks")

@@ -177,7 +177,7 @@ def runtime_facts(state: Any) -> RuntimeFacts:
 
 @attrs.frozen
 class ItemFacts:
-    """What one item contributes. ``user_message`` is the item itself for userMessage items."""
+    """What one item contributes to the facts."""
 
     completed_id: str | None = None
     problem: str | None = None
@@ -185,14 +185,15 @@ class ItemFacts:
 
 
 NOT_RELEVANT = ItemFacts()
+USER_MESSAGE = ItemFacts(is_user_message=True)
 
 
 def item_facts(item: Any, *, in_history: bool) -> ItemFacts:
     if not isinstance(item, dict):
         return NOT_RELEVANT
+    if is_user_message(item):
+        return USER_MESSAGE
     kind = item.get("type")
-    if kind == "userMessage":
-        return ItemFacts(is_user_message=True)
     if kind != "contextCompaction":
         return NOT_RELEVANT
     item_id = item.get("id")
@@ -257,20 +258,29 @@ def _normalise_element(element: Any) -> Any:
     return {"type": element["type"], **{k: element[k] for k in fields if k in element}}
 
 
-def boundary_of(turn: dict[str, Any], user_messages: list[dict[str, Any]]) -> tuple[str, bool]:
-    """Fingerprint and stopped flag of a user-bearing turn."""
+def fingerprint_of(turn: dict[str, Any], user_messages: list[dict[str, Any]]) -> str:
+    """The user-boundary fingerprint of a user-bearing turn (its status plays no part)."""
     payload = {
         "id": turn_identity(turn),
         "input": normalise_input(turn_input(turn)),
         "messages": [{"id": m.get("id"), "content": normalise_input(m.get("content"))} for m in user_messages],
     }
     text = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def stopped(turn: dict[str, Any]) -> bool:
     status = turn.get("status")
-    return hashlib.sha256(text.encode("utf-8")).hexdigest(), isinstance(status, str) and status in STOPPED_STATUSES
+    return isinstance(status, str) and status in STOPPED_STATUSES
+
+
+def is_user_message(item: Any) -> bool:
+    return isinstance(item, dict) and item.get("type") == "userMessage"
 
 
 def user_messages(turn: Any) -> list[dict[str, Any]]:
-    return [i for i in (turn_items(turn) or []) if item_facts(i, in_history=False).is_user_message]
+    """A turn's ``userMessage`` items, in order."""
+    return [item for item in (turn_items(turn) or []) if is_user_message(item)]
 
 
 def history_container(state: Any) -> tuple[Any, list[str]]:
@@ -350,7 +360,7 @@ def derive_facts(state: Any) -> ThreadFacts:
             continue
         messages = user_messages(turn)
         if has_user_input(turn) or messages:
-            fingerprint, interrupted = boundary_of(turn, messages)
+            fingerprint, interrupted = fingerprint_of(turn, messages), stopped(turn)
             latest_id = turn_identity(turn)
             break
 

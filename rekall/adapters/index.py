@@ -33,7 +33,7 @@ _RUNTIME_FIELDS = frozenset({"threadRuntimeStatus", "requests", "unconfirmedTurn
 
 
 class _TurnEntry:
-    __slots__ = ("turn", "in_history", "problem", "items", "user_messages", "boundary")
+    __slots__ = ("turn", "in_history", "problem", "items", "user_messages", "user_list", "fingerprint")
 
     def __init__(self, turn: Any, in_history: bool) -> None:
         self.turn = turn
@@ -41,7 +41,8 @@ class _TurnEntry:
         self.problem: str | None = None
         self.items: dict[int, tuple[Any, f.ItemFacts]] = {}  # relevant items only
         self.user_messages = 0
-        self.boundary: tuple[str, bool] | None = None  # (fingerprint, interrupted), lazily
+        self.user_list: list[Any] | None = None  # the user messages in order, lazily
+        self.fingerprint: str | None = None  # lazily
 
     def user_bearing(self) -> bool:
         return self.problem is None and (self.user_messages > 0 or f.has_user_input(self.turn))
@@ -130,9 +131,11 @@ class FactIndex:
         fingerprint, interrupted, latest_id = f.NO_USER_INPUT, False, None
         latest = self._latest
         if latest is not None:
-            if latest.boundary is None:
-                latest.boundary = f.boundary_of(latest.turn, self._user_messages(latest))
-            fingerprint, interrupted = latest.boundary
+            if latest.fingerprint is None:
+                if latest.user_list is None:
+                    latest.user_list = f.user_messages(latest.turn)
+                latest.fingerprint = f.fingerprint_of(latest.turn, latest.user_list)
+            fingerprint, interrupted = latest.fingerprint, f.stopped(latest.turn)
             latest_id = f.turn_identity(latest.turn)
         tokens, window = self._telemetry
         return f.ThreadFacts(
@@ -148,11 +151,6 @@ class FactIndex:
             window=window,
             layout_problem=self._problem_text,
         )
-
-    @staticmethod
-    def _user_messages(entry: _TurnEntry) -> list[Any]:
-        # In item order (the entry's own map is unordered); only for the latest turn, on change.
-        return f.user_messages(entry.turn)
 
     def _find_latest(self) -> _TurnEntry | None:
         for turn in reversed(self._live_turns()):
@@ -197,7 +195,7 @@ class FactIndex:
             counter[key] += delta
             self._dirty_sets = True
 
-    def _add_item(self, entry: _TurnEntry, item: Any) -> None:
+    def _add_item(self, entry: _TurnEntry, item: Any, *, appended: bool = False) -> None:
         facts = f.item_facts(item, in_history=entry.in_history)
         if facts is f.NOT_RELEVANT:
             return
@@ -206,7 +204,11 @@ class FactIndex:
         self._count(self._problems, facts.problem, 1)
         if facts.is_user_message:
             entry.user_messages += 1
-            entry.boundary = None
+            entry.fingerprint = None
+            if appended and entry.user_list is not None:  # steering appends: keep the list
+                entry.user_list.append(item)
+            else:
+                entry.user_list = None
 
     def _remove_item(self, entry: _TurnEntry, item: Any) -> None:
         found = entry.items.pop(id(item), None)
@@ -217,7 +219,8 @@ class FactIndex:
         self._count(self._problems, facts.problem, -1)
         if facts.is_user_message:
             entry.user_messages -= 1
-            entry.boundary = None
+            entry.fingerprint = None
+            entry.user_list = None
 
     def _add_turn(self, turn: Any, in_history: bool) -> None:
         self._dirty_latest = True
@@ -235,14 +238,16 @@ class FactIndex:
         self._count(self._problems, entry.problem, 1)
         for item in f.turn_items(entry.turn) or []:
             self._add_item(entry, item)
-        entry.boundary = None
+        entry.fingerprint = None
+        entry.user_list = None
 
     def _unindex_items(self, entry: _TurnEntry) -> None:
         for item, _ in list(entry.items.values()):
             self._remove_item(entry, item)
         self._count(self._problems, entry.problem, -1)
         entry.problem = None
-        entry.boundary = None
+        entry.fingerprint = None
+        entry.user_list = None
 
     def _remove_turn(self, turn: Any, in_history: bool) -> None:
         if not isinstance(turn, dict):
@@ -285,9 +290,11 @@ class FactIndex:
         entry = self._turns.get(id(turn))
         if entry is None or not isinstance(turn, dict):
             return
-        self._dirty_latest = True  # user-bearing-ness or order may have changed
+        if rest[0] == "status":
+            return  # `interrupted` is read from the turn on every settle; nothing else depends on it
+        self._dirty_latest = True  # user-bearing-ness may have changed
         if rest[0] != "items":
-            entry.boundary = None  # header: id, input, status
+            entry.fingerprint = None  # header: id, input
             return
         if len(rest) == 1:  # the items array itself
             self._unindex_items(entry)
@@ -300,7 +307,7 @@ class FactIndex:
             if change.old is not MISSING:
                 self._remove_item(entry, change.old)
             if change.new is not MISSING:
-                self._add_item(entry, change.new)
+                self._add_item(entry, change.new, appended=change.inserted and rest[1] == len(items) - 1)
             return
         item = items[rest[1]]  # a change inside one item: re-read its few relevant fields
         self._remove_item(entry, item)

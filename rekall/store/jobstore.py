@@ -199,6 +199,8 @@ class JobStore:
             return self._status_without_journal(thread, on_disk, problem)
         status = self.status_of(latest)
         if problem is None and on_disk != status:
+            if _behind(on_disk, status) and self._owner_liveness(thread) is Liveness.ALIVE:
+                return status  # the worker journaled a transition and is about to rewrite the file
             problem = "stale: it differs from the journal"
         if problem is not None:
             log.warning("status file of thread %s is %s; rebuilt from the journal", thread, problem)
@@ -505,3 +507,11 @@ class JobStore:
         """The saved handoff record, if unchanged and bound to this thread and job."""
         thread, job = valid_thread(thread_id), valid_job(job_id)
         return verify_record(self.layout.handoff(thread, job), thread, job, expected_sha256)
+
+
+def _behind(on_disk: dict[str, Any] | None, status: dict[str, Any]) -> bool:
+    """The file shows an earlier point of the same job's journal."""
+    if on_disk is None or on_disk.get("jobId") != status.get("jobId"):
+        return False
+    seq = on_disk.get("journalSeq")
+    return isinstance(seq, int) and seq < status["journalSeq"]

@@ -144,7 +144,9 @@ def test_a_crash_after_the_write_but_before_fsync_may_keep_the_unacknowledged_re
     reopened = JobStore.open({"REKALL_JOBS_DIR": str(jobs_dir)}, clock=clock)
     assert reopened.open_lifecycle(thread, job).state is JobState.REQUESTING
     status = reopened.read_status(thread)
-    assert status["state"] == "requesting" and status["statusFileProblem"].startswith("stale")
+    # The lock still names a live process (this one), so a file one record behind is the
+    # ordinary gap between the journal append and the status rewrite, not a problem.
+    assert status["state"] == "requesting" and "statusFileProblem" not in status
 
 
 def test_a_failed_fsync_leaves_the_job_where_it_was_and_the_handle_unusable(jobs_dir: Path, clock: FakeClock,
@@ -173,7 +175,9 @@ def test_a_status_file_that_cannot_be_written_does_not_undo_the_transition(store
     assert "No space" in lifecycle.status_error
     monkeypatch.undo()
     status = store.read_status(thread)
-    assert status["state"] == "requesting" and status["statusFileProblem"].startswith("stale")
+    # The lock still names a live process (this one), so a file one record behind is the
+    # ordinary gap between the journal append and the status rewrite, not a problem.
+    assert status["state"] == "requesting" and "statusFileProblem" not in status
 
 
 def test_notes_are_journaled_without_changing_the_state(store: JobStore, thread: str):

@@ -1,0 +1,128 @@
+"""The worker's reactor, run in-process against the simulated owner on a real socket.
+
+The end-to-end scenarios (tests/test_scenarios.py) run the worker as the detached process
+it is; these tests drive the cases that need a finer grip on timing or on the process.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import anyio
+import pytest
+
+from rekall import service
+from rekall.config import WorkerSettings
+from rekall.errors import RekallError
+from rekall.explain import build_explanation
+from rekall.sim import SimulatedOwner
+from rekall.states import JobState
+from rekall.store import JobStore
+from rekall.worker import Worker
+from tests.mcpkit import HANDOFF
+
+pytestmark = pytest.mark.anyio
+
+COMPACT = "thread-follower-compact-thread"
+FAST = WorkerSettings(idle_stable_s=0.05, deadline_s=20)
+
+
+def _no_spawn(thread_id: str, job_id: str, **_: object) -> int:
+    return os.getpid()  # the test runs the worker itself, in this process
+
+
+async def schedule(sim: SimulatedOwner, jobs: Path, handoff=HANDOFF) -> tuple[JobStore, str]:
+    env = {**sim.env, "REKALL_JOBS_DIR": str(jobs)}
+    scheduled = await service.schedule(sim.thread_id, handoff, env=env, spawn=_no_spawn)
+    return JobStore.open(env), scheduled["jobId"]
+
+
+async def run(store: JobStore, sim: SimulatedOwner, job: str, settings: WorkerSettings = FAST) -> JobState:
+    worker = Worker(store, sim.thread_id, job, settings=settings, env=sim.env)
+    with anyio.fail_after(30):
+        return await worker.run()
+
+
+async def test_telemetry_that_trails_the_completed_item_is_awaited_briefly(tmp_path):
+    # The item completes while the token count still shows the old context; fresh
+    # telemetry follows a moment later, as on a real engine.
+    async with SimulatedOwner(telemetry_after="stale") as sim:
+        store, job = await schedule(sim, tmp_path / "jobs")
+
+        async def fresh_telemetry_after_completion() -> None:
+            await sim.wait_until(lambda s: any(i.get("completed") is True and i.get("id") == "compaction-1"
+                                               for t in s.backend.state["turns"] for i in t.get("items", [])),
+                                 timeout=20)
+            sim.backend.set_telemetry(12_000, 100_000)
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(fresh_telemetry_after_completion)
+            final = await run(store, sim, job, WorkerSettings(idle_stable_s=1.0, deadline_s=20))
+        assert final is JobState.RESUMED
+        assert store.read_status(sim.thread_id)["contextTokensAfter"] == 12_000
+
+
+async def test_a_lost_acknowledgement_is_proven_by_the_completion_seen_after_reconnecting(tmp_path):
+    async with SimulatedOwner() as sim:
+        sim.drop_connection_on(COMPACT, deliver=True)  # the owner compacts, the answer is lost
+        store, job = await schedule(sim, tmp_path / "jobs")
+        assert await run(store, sim, job) is JobState.RESUMED
+        assert len(sim.compact_requests) == 1 and len(sim.start_turn_requests) == 1
+        explanation = build_explanation(store, job)
+        accepted = next(row for row in explanation["timeline"] if row["trigger"] == "compaction_accepted")
+        assert accepted["evidence"]["inferredFrom"] == "completion_observed"
+        assert {"connection_lost", "reconnected"} <= {note["kind"] for note in explanation["notes"]}
+
+
+async def test_a_cancel_marker_present_at_start_cancels_the_scheduled_job_without_connecting(tmp_path):
+    async with SimulatedOwner() as sim:
+        store, job = await schedule(sim, tmp_path / "jobs")
+        follows = sim.follow_count
+        cancelled = service.cancel(sim.thread_id, job, env={**sim.env, "REKALL_JOBS_DIR": str(store.root)})
+        assert cancelled["cancellationRequested"] is True
+        assert await run(store, sim, job) is JobState.CANCELLED
+        path = build_explanation(store, job)["path"]
+        assert path == ["scheduled", "cancelled"]
+        assert sim.follow_count == follows and not sim.compact_requests
+
+
+async def test_a_worker_never_runs_a_job_that_has_already_started(tmp_path):
+    async with SimulatedOwner() as sim:
+        store, job = await schedule(sim, tmp_path / "jobs", handoff=None)
+        assert await run(store, sim, job) is JobState.COMPLETED
+        with pytest.raises(RekallError) as caught:
+            await run(store, sim, job)
+        assert caught.value.code == "job_already_started"
+        assert len(sim.compact_requests) == 1
+
+
+async def test_the_deadline_after_acceptance_records_an_unknown_outcome(tmp_path):
+    async with SimulatedOwner(compaction_delay_s=60) as sim:
+        store, job = await schedule(sim, tmp_path / "jobs")
+        final = await run(store, sim, job, WorkerSettings(idle_stable_s=0.05, deadline_s=0.5))
+        assert final is JobState.TIMED_OUT
+        status = store.read_status(sim.thread_id)
+        assert status["outcomeMayBeUnknown"] is True and status["errorCode"] == "deadline_exceeded"
+        assert len(sim.compact_requests) == 1
+
+
+async def test_idle_must_hold_for_the_whole_debounce(tmp_path):
+    # Busy again before the debounce ends: the timer starts over, and only a full idle
+    # interval lets the request go.
+    async with SimulatedOwner(runtime="active") as sim:
+        store, job = await schedule(sim, tmp_path / "jobs", handoff=None)
+
+        async def flicker() -> None:
+            await sim.wait_until(lambda s: s.followers >= 1, timeout=10)
+            sim.backend.set_runtime("idle")
+            sim.backend.set_runtime("active")
+            assert not sim.compact_requests
+            sim.backend.set_runtime("idle")
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(flicker)
+            final = await run(store, sim, job, WorkerSettings(idle_stable_s=0.3, deadline_s=20))
+        assert final is JobState.COMPLETED
+        idle = next(r for r in build_explanation(store, job)["timeline"] if r["trigger"] == "idle_stable")
+        assert idle["evidence"]["idleMs"] >= 300
