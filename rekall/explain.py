@@ -174,8 +174,14 @@ def build_explanation(store: JobStore, job_or_thread_id: str) -> dict[str, Any]:
 # --- for people ----------------------------------------------------------------------------
 
 
+def _short(value: Any) -> str:
+    """Ids and hashes are long; their first characters identify them on a screen."""
+    text = str(value)
+    return text if len(text) <= 18 else text[:12] + "…"
+
+
 def _compact(value: Mapping[str, Any]) -> str:
-    return ", ".join(f"{k}={v}" for k, v in value.items())
+    return "\n".join(f"{k}={_short(v)}" for k, v in value.items())
 
 
 def print_explanation(explanation: Mapping[str, Any], console: Console) -> None:
@@ -185,6 +191,7 @@ def print_explanation(explanation: Mapping[str, Any], console: Console) -> None:
     table = Table(title="Timeline", show_lines=False)
     for column in ("seq", "time", "+", "transition", "evidence", "guards"):
         table.add_column(column, overflow="fold")
+    table.columns[0].justify = "right"
     rows: list[tuple[int, list[Any]]] = []
     for row in explanation["timeline"]:
         guards = Text()

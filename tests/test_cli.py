@@ -82,6 +82,9 @@ def test_schedule_then_watch_status_until_the_job_ends(tmp_path):
         assert final["state"] == "resumed"
         people = run("status", env=env)
         assert "resumed" in people.stdout and "tokens after" in people.stdout
+        live = run("status", "--watch", env=env)  # a finished job: the whole path, then the table
+        assert "scheduled → waiting_for_idle → requesting → accepted" in live.stdout
+        assert "resuming → resumed" in live.stdout
         explained = json.loads(run("explain", sim.thread_id, "--json", env=env).stdout)
         assert explained["jobId"] == final["jobId"]
         assert explained["path"][-1] == "resumed" and explained["outcome"].startswith("Resumed")

@@ -346,7 +346,7 @@ def test_work_per_patch_does_not_grow_with_the_thread(monkeypatch):
                                    {"type": "contextCompaction", "id": f"c{i}", "completed": True}]}
                         for i in range(3000)])
     mirror = loaded(big)
-    calls = {"item_facts": 0, "boundary_of": 0}
+    calls = {"item_facts": 0, "fingerprint_of": 0}
     for name in calls:
         original = getattr(f, name)
 
@@ -359,5 +359,5 @@ def test_work_per_patch_does_not_grow_with_the_thread(monkeypatch):
           {"op": "replace", "path": ["turns", 2999, "items", 0, "id"], "value": "streamed"},
           {"op": "replace", "path": ["turns", 7, "items", 1, "completed"], "value": False},
           {"op": "replace", "path": ["latestTokenUsageInfo", "last", "totalTokens"], "value": 5})
-    assert calls == {"item_facts": 3, "boundary_of": 0}
+    assert calls == {"item_facts": 3, "fingerprint_of": 0}
     assert "c7" not in mirror.completed_compaction_ids and len(mirror.completed_compaction_ids) == 2999
