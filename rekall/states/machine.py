@@ -16,15 +16,17 @@ written to disk.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
-from transitions import EventData, Machine, MachineError
 
 from rekall.errors import RekallError
 from rekall.states.evidence import validate_evidence
 from rekall.states.model import Instant, JobState, JobView
 from rekall.states.table import TRANSITIONS, Transition, rows_for
+
+if TYPE_CHECKING:  # the library is imported where a machine is built: `rekall status` never needs it
+    from transitions import EventData, Machine
 
 
 @attrs.frozen
@@ -132,6 +134,8 @@ def machine_config() -> dict[str, Any]:
 
 def build_machine(*, initial: JobState = JobState.SCHEDULED) -> Machine:
     """A ``transitions.Machine`` for one job, acting as its own model, starting at ``initial``."""
+    from transitions import Machine
+
     return Machine(initial=initial.value, **machine_config())
 
 
@@ -161,6 +165,8 @@ class JobMachine:
         state = self.state
         if not rows_for(state, trigger):
             raise IllegalTransition(state, trigger)
+        from transitions import MachineError
+
         attempt = _Attempt(self._view, evidence, now, commit)
         try:
             self._machine.trigger(trigger, attempt=attempt)

@@ -1,0 +1,443 @@
+"""``rekall doctor``: is this installation able to compact a thread? One row per concern.
+
+Rows, in the order a problem in one makes the next meaningless:
+
+=================  =========================================================================
+``codex_home``     ``CODEX_HOME`` (default ``~/.codex``): absolute, and a directory
+``ipc_endpoint``   the router's socket and its directory: owner, mode, no symlink (the checks
+                   of :mod:`rekall.transports.endpoint`); a ``REKALL_PIPE`` test endpoint is
+                   named as such, with its filesystem checks skipped
+``router``         connect (with the peer-uid check) and ``initialize``
+``owner``          only when ``CODEX_THREAD_ID`` is set: owner discovery, follow, first snapshot
+``codex_binary``   the extension-bundled ``codex`` (:func:`rekall.codex.discovery.discover_codex_binary`)
+``public_schema``  the app-server schema checks, through the same cache as ``schedule``
+``jobs_dir``       the jobs directory: a directory, owned by you, no group or other access
+``locks``          every ``<thread>.lock``: held by a live worker, stale, or undecidable
+``workers``        running ``rekall worker`` processes (Linux, from ``/proc``) of this jobs
+                   directory whose job does not hold its thread's lock
+=================  =========================================================================
+
+Each row is GREEN, AMBER (works, but look) or RED (rekall cannot work, or must not), with a
+one-line hint whenever it is not GREEN. The verdict is the worst row; ``rekall doctor`` exits
+1 on RED. The doctor changes nothing: it does not create or tighten the jobs directory and does
+not reap stale locks (``rekall status`` does that); the only file it may write is the schema
+cache that ``probe`` and ``schedule`` also use.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import stat
+import sys
+import uuid
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import attrs
+
+from rekall.config import env_value
+from rekall.errors import RekallError
+from rekall.ids import is_uuid
+
+Level = Literal["GREEN", "AMBER", "RED"]
+_RANK: dict[str, int] = {"GREEN": 0, "AMBER": 1, "RED": 2}
+_STYLE = {"GREEN": "bold green", "AMBER": "bold yellow", "RED": "bold red"}
+
+#: Bounds for the IPC checks: a healthy router answers in milliseconds.
+ROUTER_TIMEOUT_S = 5.0
+OWNER_TIMEOUT_S = 8.0
+
+
+@attrs.frozen
+class Row:
+    name: str
+    level: Level
+    detail: str
+    #: What to do next; ``None`` exactly when the row is GREEN.
+    hint: str | None = None
+
+    def __attrs_post_init__(self) -> None:
+        if (self.level == "GREEN") != (self.hint is None):
+            raise ValueError(f"row {self.name}: a hint is required exactly when the level is not GREEN")
+
+    @classmethod
+    def green(cls, name: str, detail: str) -> Row:
+        return cls(name, "GREEN", detail)
+
+    @classmethod
+    def failed(cls, name: str, exc: RekallError, level: Level = "RED") -> Row:
+        return cls(name, level, exc.message, exc.hint or "see the detail")
+
+    @classmethod
+    def not_checked(cls, name: str, because: str, hint: str) -> Row:
+        return cls(name, "AMBER", f"not checked: {because}", hint)
+
+    def to_json(self) -> dict[str, Any]:
+        return attrs.asdict(self)
+
+
+@attrs.frozen
+class Report:
+    rows: tuple[Row, ...]
+
+    @property
+    def verdict(self) -> Level:
+        return max((r.level for r in self.rows), key=_RANK.__getitem__, default="GREEN")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"verdict": self.verdict, "rows": [r.to_json() for r in self.rows]}
+
+
+# --- CODEX_HOME ---------------------------------------------------------------------------
+
+
+def check_codex_home(env: Mapping[str, str]) -> Row:
+    value = env_value(env, "CODEX_HOME")
+    shown = f"CODEX_HOME={value}" if value else f"CODEX_HOME not set; default {Path.home() / '.codex'}"
+    home = Path(value) if value else Path.home() / ".codex"
+    if not home.is_absolute():
+        return Row("codex_home", "RED", f"{shown} is not an absolute path",
+                   "set CODEX_HOME to an absolute path, or unset it to use ~/.codex")
+    if not home.exists():
+        return Row("codex_home", "AMBER", f"{shown} does not exist: Codex has not run with this home",
+                   "set CODEX_HOME to the directory the Codex extension uses (default ~/.codex)")
+    if not home.is_dir():
+        return Row("codex_home", "RED", f"{shown} is not a directory", "point CODEX_HOME at Codex's directory")
+    return Row.green("codex_home", f"{shown} (a directory)")
+
+
+# --- IPC ------------------------------------------------------------------------------------
+
+
+def check_endpoint(env: Mapping[str, str]) -> tuple[Row, Any]:
+    """The endpoint row, and the endpoint when it may be used."""
+    from rekall.transports import resolve_endpoint
+
+    try:
+        endpoint = resolve_endpoint(env)
+    except RekallError as exc:
+        return Row.failed("ipc_endpoint", exc), None
+    if endpoint.kind == "test":
+        return Row("ipc_endpoint", "AMBER",
+                   f"test endpoint {endpoint.path} ({endpoint.note}): owner, mode and symlink checks are skipped; "
+                   "the peer uid is still checked on connect",
+                   "unset REKALL_PIPE and CONTEXT_COMPACT_PIPE to use the extension's own socket"), endpoint
+    if endpoint.kind == "pipe":
+        return Row.green("ipc_endpoint", f"named pipe {endpoint.path} (no filesystem checks apply)"), endpoint
+    sock = Path(endpoint.path)
+    modes = f"directory {_mode(sock.parent)}, socket {_mode(sock)}, both owned by you, neither a symlink"
+    note = f"; {endpoint.note}" if endpoint.note else ""
+    return Row.green("ipc_endpoint", f"{endpoint.kind} socket {sock}: {modes}{note}"), endpoint
+
+
+def _mode(path: Path) -> str:
+    return f"{stat.S_IMODE(os.lstat(path).st_mode):04o}"
+
+
+async def _initialize(endpoint: Any) -> tuple[str, str]:
+    """Connect and run ``initialize``; return our client id and the peer check."""
+    from rekall.adapters.registry import DEFAULT as adapter
+    from rekall.adapters import ConnectionLostError
+    from rekall.transports import MessageChannel, transport_for
+
+    stream = await transport_for(endpoint).connect()
+    channel = MessageChannel(stream)
+    try:
+        request_id = str(uuid.uuid4())
+        await channel.send(adapter.request(
+            adapter.INITIALIZE, adapter.initialize_params("codex-rekall"), request_id=request_id,
+            source=adapter.INITIAL_CLIENT_ID, timeout_ms=int(ROUTER_TIMEOUT_S * 1000)))
+        while (message := await channel.receive()) is not None:
+            inbound = adapter.classify(message, thread_id="", owner_id=None)
+            if isinstance(inbound, adapter.Reply):
+                await channel.send(inbound.message)  # e.g. a discovery probe: we handle nothing
+            elif isinstance(inbound, adapter.Response) and inbound.request_id == request_id:
+                return adapter.client_id_from(inbound), stream.peer_check
+        raise ConnectionLostError("the router closed the connection before answering initialize",
+                                  hint="reload the VS Code window so that the extension restarts its router")
+    finally:
+        await channel.aclose()
+
+
+async def check_router(endpoint: Any) -> Row:
+    if endpoint is None:
+        return Row.not_checked("router", "no usable IPC endpoint", "fix the ipc_endpoint row first")
+    try:
+        async with asyncio.timeout(ROUTER_TIMEOUT_S):
+            client_id, peer_check = await _initialize(endpoint)
+    except TimeoutError:
+        return Row("router", "RED", f"no answer to initialize on {endpoint.path} within {ROUTER_TIMEOUT_S:g} s",
+                   "the extension may be hung; reload the VS Code window")
+    except RekallError as exc:
+        return Row.failed("router", exc)
+    return Row.green("router", f"initialize answered on {endpoint.path} (client id {client_id}); "
+                               f"peer check: {peer_check}")
+
+
+async def check_owner(env: Mapping[str, str], endpoint: Any) -> Row | None:
+    """Owner discovery for ``CODEX_THREAD_ID``; ``None`` (no row) when it is not set."""
+    from rekall.adapters import connect_thread
+
+    thread = env_value(env, "CODEX_THREAD_ID")
+    if thread is None:
+        return None
+    if endpoint is None:
+        return Row.not_checked("owner", f"no usable IPC endpoint to find the owner of {thread}",
+                               "fix the ipc_endpoint row first")
+    try:
+        session = await connect_thread(thread, endpoint=endpoint, request_timeout_s=OWNER_TIMEOUT_S,
+                                       snapshot_timeout_s=OWNER_TIMEOUT_S)
+    except RekallError as exc:
+        return Row.failed("owner", exc)
+    try:
+        mirror = session.mirror
+        found = (f"thread {session.thread_id} is owned by client {session.owner_id}; adapter {session.adapter}, "
+                 f"runtime {mirror.runtime_status or 'unknown'}")
+        if mirror.layout_problem:
+            return Row("owner", "RED", f"{found}; unsupported state layout: {mirror.layout_problem}",
+                       "update rekall: the extension changed its conversation state")
+        return Row.green("owner", found)
+    finally:
+        await session.aclose()
+
+
+# --- the codex binary and its schema -----------------------------------------------------
+
+
+def check_codex_binary(env: Mapping[str, str]) -> tuple[Row, Any]:
+    """The binary row, and the binary when one was found."""
+    from rekall.codex.discovery import discover_codex_binary
+    from rekall.transports.endpoint import override_endpoint
+
+    try:
+        found = discover_codex_binary(env)
+    except RekallError as exc:
+        # With a test endpoint there is no extension, and probe and schedule skip the schema check.
+        test = override_endpoint(env)
+        if test is not None and exc.code == "codex_binary_not_found":
+            return Row("codex_binary", "AMBER", f"{exc.message} (not needed with the test endpoint {test.path})",
+                       exc.hint or "set REKALL_CODEX_BINARY"), None
+        return Row.failed("codex_binary", exc), None
+    origin = "REKALL_CODEX_BINARY" if found.source == "override" else "PATH"
+    who = (f"extension {found.extension.publisher}.{found.extension.name} {found.extension.version}"
+           if found.extension else "no extension folder (a standalone Codex CLI)")
+    return Row.green("codex_binary", f"{found.path} (from {origin}; {who})"), found
+
+
+def check_schema(env: Mapping[str, str], binary: Any) -> Row:
+    from rekall.codex.schema import check_compatibility, default_cache_dir
+
+    if binary is None:
+        return Row.not_checked("public_schema", "no codex binary", "fix the codex_binary row first")
+    try:
+        report = check_compatibility(Path(binary.path), cache_dir=default_cache_dir(env))
+    except RekallError as exc:
+        return Row.failed("public_schema", exc)
+    source = "from the cache" if report.from_cache else "generated now"
+    if report.status != "compatible":
+        failed = "; ".join(f"{c.name}: {c.detail} ({c.file}#{c.pointer})" for c in report.failed)
+        return Row("public_schema", "RED", f"Codex {report.binary.version} ({source}) fails {failed}",
+                   "use a Codex version rekall supports, or update rekall; schedule refuses until then")
+    return Row.green("public_schema", f"Codex {report.binary.version}: all {len(report.checks)} checks pass "
+                                      f"({', '.join(c.name for c in report.checks)}; {source})")
+
+
+# --- the jobs directory, its locks and workers -------------------------------------------
+
+
+def check_jobs_dir(env: Mapping[str, str]) -> tuple[Row, Path | None]:
+    """The jobs directory row, and the directory when its contents may be inspected.
+
+    Read-only: :func:`rekall.store.paths.ensure_private_dir` creates and tightens it when a
+    job is scheduled; here we only say what it will find.
+    """
+    from rekall.store import resolve_jobs_dir
+
+    root = resolve_jobs_dir(env)
+    try:
+        st = os.lstat(root)
+    except FileNotFoundError:
+        return Row.green("jobs_dir", f"{root} does not exist yet; it is created 0700 at the first schedule"), None
+    if stat.S_ISLNK(st.st_mode):
+        st = os.stat(root)  # the store follows a link; judge what it points at
+    if not stat.S_ISDIR(st.st_mode):
+        return Row("jobs_dir", "RED", f"{root} is not a directory", "set REKALL_JOBS_DIR to a private directory"), None
+    if sys.platform == "win32":
+        return Row.green("jobs_dir", f"{root} (POSIX modes do not apply on Windows)"), root
+    mode = stat.S_IMODE(st.st_mode)
+    if st.st_uid != os.geteuid():
+        return Row("jobs_dir", "RED", f"{root} belongs to uid {st.st_uid}, not to you (uid {os.geteuid()}); "
+                   "rekall refuses to use it", "set REKALL_JOBS_DIR to a private directory of your own"), None
+    exposed = [p.name for p in _entries(root) if stat.S_IMODE(p.lstat().st_mode) & 0o077]
+    if mode & 0o077:
+        return Row("jobs_dir", "AMBER", f"{root} has mode {mode:04o}: group or others can list your jobs",
+                   f"run: chmod 700 {root}  (rekall also tightens it the next time it schedules)"), root
+    if exposed:
+        return Row("jobs_dir", "AMBER", f"{root} is 0700 but {len(exposed)} file(s) are readable by group or "
+                   f"others: {', '.join(sorted(exposed)[:3])}{' …' if len(exposed) > 3 else ''}",
+                   f"run: chmod 600 {root}/*"), root
+    return Row.green("jobs_dir", f"{root}: mode {mode:04o}, owned by you, files private"), root
+
+
+def _entries(root: Path) -> Iterator[Path]:
+    try:
+        yield from root.iterdir()
+    except OSError:
+        return
+
+
+def check_locks(root: Path | None) -> Row:
+    from rekall.store import JobStore, Liveness, LockBusy
+
+    if root is None:
+        return Row.green("locks", "no jobs directory, so no locks")
+    store = JobStore(root)  # not JobStore.open: that would create or tighten the directory
+    threads = sorted(p.name[: -len(".lock")] for p in _entries(root)
+                     if p.name.endswith(".lock") and is_uuid(p.name[: -len(".lock")]))
+    live, stale, unknown, unreadable = [], [], [], []
+    for thread in threads:
+        try:
+            owner = store.lock_owner(thread)
+        except LockBusy as exc:
+            unreadable.append(exc.message)
+            continue
+        if owner is None:
+            continue  # released meanwhile
+        # The same rule `rekall status` applies: the lock's owner or the job's recorded worker.
+        verdict = store._owner_liveness(thread)  # noqa: SLF001 - asked to be made public (see report)
+        who = f"thread {thread} (job {owner.job_id}, pid {owner.pid} on {owner.host or 'an unknown host'})"
+        {Liveness.ALIVE: live, Liveness.DEAD: stale}.get(verdict, unknown).append((thread, who))
+    if not (stale or unknown or unreadable):
+        return Row.green("locks", f"{len(live)} lock(s), each held by a live worker" if live else "no locks")
+    problems = ([f"stale (its worker is gone): {who}" for _, who in stale]
+                + [f"undecidable (another host, or no identity): {who}" for _, who in unknown] + unreadable)
+    if stale:
+        others = " (likewise for the others)" if len(stale) > 1 else ""
+        hint = (f"run `rekall status {stale[0][0]}`: it records the job as failed (worker_lost) and removes "
+                f"the lock{others}")
+    else:
+        hint = ("if no rekall worker runs for that thread, inspect `rekall explain JOB` and move the lock aside; "
+                "rekall never removes a lock it cannot prove stale")
+    return Row("locks", "AMBER", f"{len(threads)} lock(s): " + "; ".join(problems), hint)
+
+
+@attrs.frozen
+class WorkerProcess:
+    pid: int
+    thread_id: str
+    job_id: str
+    jobs_dir: Path
+
+
+def worker_processes(proc: Path = Path("/proc")) -> list[WorkerProcess]:
+    """Our running ``rekall worker THREAD JOB`` processes (Linux), with the jobs directory each uses."""
+    from rekall.store import resolve_jobs_dir
+
+    found = []
+    for entry in _entries(proc):
+        if not entry.name.isdigit():
+            continue
+        try:
+            if entry.stat().st_uid != os.geteuid():
+                continue
+            argv = (entry / "cmdline").read_bytes().decode(errors="replace").split("\0")
+            ids = _worker_ids(argv)
+            if ids is None or _is_zombie(entry):
+                continue
+            environ = dict(v.split("=", 1) for v in (entry / "environ").read_bytes().decode(errors="replace")
+                           .split("\0") if "=" in v)
+        except OSError:
+            continue  # gone meanwhile, or not ours to read
+        found.append(WorkerProcess(int(entry.name), *ids, resolve_jobs_dir(environ)))
+    return found
+
+
+def _worker_ids(argv: list[str]) -> tuple[str, str] | None:
+    """``(thread, job)`` when ``argv`` is ``… rekall worker THREAD JOB`` (module or entry point)."""
+    for i in range(len(argv) - 3):
+        if (argv[i] == "rekall" or argv[i].endswith("/rekall")) and argv[i + 1] == "worker" \
+                and is_uuid(argv[i + 2]) and is_uuid(argv[i + 3]):
+            return argv[i + 2].lower(), argv[i + 3].lower()
+    return None
+
+
+def _is_zombie(entry: Path) -> bool:
+    stat_line = (entry / "stat").read_text(errors="replace")
+    return stat_line[stat_line.rfind(")") + 2:][:1] in ("Z", "X")
+
+
+def check_workers(root: Path | None, proc: Path = Path("/proc")) -> Row:
+    from rekall.store import JobStore, LockBusy
+
+    if not proc.is_dir():
+        return Row("workers", "AMBER", f"not checked: no {proc} on {sys.platform}",
+                   "look for `rekall worker` processes with ps; each should hold its thread's lock")
+    if root is None:
+        return Row.green("workers", "no jobs directory, so no workers")
+    store = JobStore(root)
+    ours = [w for w in worker_processes(proc) if w.jobs_dir == root]
+    orphans = []
+    for worker in ours:
+        try:
+            owner = store.lock_owner(worker.thread_id)
+        except LockBusy:
+            owner = None
+        if owner is not None and owner.job_id == worker.job_id:
+            continue
+        job = store.latest(worker.thread_id)
+        if job is not None and job.job_id == worker.job_id and job.state.terminal:
+            continue  # it released the lock after its terminal state and is exiting
+        holder = f"the lock names job {owner.job_id}" if owner else "the thread has no lock"
+        orphans.append((worker, holder))
+    if not orphans:
+        return Row.green("workers", f"{len(ours)} worker(s) running, each holding its thread's lock" if ours
+                         else "no rekall workers running")
+    listed = "; ".join(f"pid {w.pid} (thread {w.thread_id}, job {w.job_id}; {holder})" for w, holder in orphans)
+    return Row("workers", "AMBER", f"{len(orphans)} orphaned worker(s): {listed}",
+               f"each stops at its deadline; to stop one now: kill {orphans[0][0].pid}")
+
+
+# --- the whole report --------------------------------------------------------------------
+
+
+async def diagnose(env: Mapping[str, str] | None = None) -> Report:
+    env = os.environ if env is None else env
+    rows = [check_codex_home(env)]
+    endpoint_row, endpoint = check_endpoint(env)
+    rows += [endpoint_row, await check_router(endpoint)]
+    if (owner_row := await check_owner(env, endpoint)) is not None:
+        rows.append(owner_row)
+    binary_row, binary = check_codex_binary(env)
+    rows += [binary_row, await asyncio.to_thread(check_schema, env, binary)]
+    jobs_row, root = check_jobs_dir(env)
+    rows += [jobs_row, check_locks(root), check_workers(root)]
+    return Report(tuple(rows))
+
+
+def print_report(report: Report, console: Any) -> None:
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(title="rekall doctor", show_lines=False)
+    for column in ("check", "level", "detail", "next step"):
+        table.add_column(column, overflow="fold")
+    for row in report.rows:
+        table.add_row(row.name, Text(row.level, style=_STYLE[row.level]), row.detail, row.hint or "")
+    console.print(table)
+    console.print(Text.assemble("verdict: ", Text(report.verdict, style=_STYLE[report.verdict])))
+
+
+def run_doctor(as_json: bool, *, env: Mapping[str, str] | None = None, console: Any = None) -> int:
+    """The ``rekall doctor`` verb: 1 when any row is RED, else 0."""
+    import json
+
+    report = asyncio.run(diagnose(env))
+    if as_json:
+        sys.stdout.write(json.dumps(report.to_json(), indent=2, ensure_ascii=False) + "\n")
+    else:
+        from rich.console import Console
+
+        print_report(report, console or Console())
+    return 1 if report.verdict == "RED" else 0

@@ -1,0 +1,315 @@
+"""Real jobs under faults: ``service.schedule`` (what the MCP tool calls), the detached worker
+process it spawns, and the simulated owner on a real Unix socket, one of each per job.
+
+``ChaosJob`` drives one job and can hurt it (kill the worker, script owner faults through
+``job.sim``); ``audit`` then checks what the job left behind against what the owner really
+did. Every wait is bounded. Waiting for the worker's state polls ``service.status`` (the
+worker is another process and the status is the only thing it tells the world); waiting for
+the worker to end uses a pidfd where the OS has one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from rekall import service
+from rekall.errors import RekallError
+from rekall.explain import build_explanation
+from rekall.sim import start_sim_in_thread
+from rekall.sim.threaded import SimHandle
+from rekall.states import SCHEDULE, TERMINAL_STATES, JobState, find_row
+from rekall.store import JobStore
+from rekall.store.journal import scan_journal
+from tests.mcpkit import HANDOFF, job_env
+
+COMPACT = "thread-follower-compact-thread"
+START_TURN = "thread-follower-start-turn"
+TERMINAL = frozenset(state.value for state in TERMINAL_STATES)
+ROUTER_ERRORS = ("no-client-found", "request-version-mismatch", "no-handler-for-request",
+                 "client-disconnected", "request-timeout")
+NOT_DELIVERED = frozenset(ROUTER_ERRORS[:3])
+
+#: Short timers so that a stuck job ends quickly: the debounce, the worker's deadline, and the
+#: request timeout (REKALL_REQUEST_TIMEOUT_S is read by the worker once it supports it).
+FAST = {"REKALL_IDLE_STABLE_MS": "60", "REKALL_DEADLINE_S": "8", "REKALL_REQUEST_TIMEOUT_S": "1"}
+POLL_S = 0.02
+
+
+def wait_for_exit(pid: int, timeout: float) -> bool:
+    """True once ``pid`` has exited (a zombie counts), False if it still runs after ``timeout``."""
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return True
+    except (AttributeError, OSError):  # no pidfd here: look at the process table instead
+        end = time.monotonic() + timeout
+        while _running(pid):
+            if time.monotonic() > end:
+                return False
+            time.sleep(POLL_S)
+        return True
+    try:
+        readable, _, _ = select.select([fd], [], [], timeout)
+        return bool(readable)
+    finally:
+        os.close(fd)
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            return handle.read().rsplit(b")", 1)[1].split()[0] not in (b"Z", b"X")
+    except OSError:
+        return True
+
+
+def spawn_placeholder(thread_id: str, job_id: str, **_: Any) -> int:
+    """A spawn that starts a process which never runs the job (it just sleeps, detached)."""
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], start_new_session=True,
+                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _reap_in_background(child)
+    return child.pid
+
+
+def spawn_driver(code: str, *args: str) -> Callable[..., int]:
+    """A spawn that runs ``code`` (a test's worker driver) with ``THREAD JOB *args`` as argv."""
+    def spawn(thread_id: str, job_id: str, *, log_path: Path, env: Mapping[str, str]) -> int:
+        with open(log_path, "ab") as log:
+            os.chmod(log_path, 0o600)
+            child = subprocess.Popen([sys.executable, "-c", code, thread_id, job_id, *args], env=dict(env),
+                                     start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                     stderr=log, cwd=Path(__file__).resolve().parents[2])
+        _reap_in_background(child)
+        return child.pid
+    return spawn
+
+
+def _reap_in_background(child: subprocess.Popen[Any]) -> None:
+    import threading
+
+    threading.Thread(target=child.wait, daemon=True).start()
+
+
+class ChaosJob:
+    """One thread on its own simulated owner, one jobs directory, at most a few jobs."""
+
+    def __init__(self, workdir: Path, *, env: Mapping[str, str] | None = None, **sim_options: Any) -> None:
+        self.sim: SimHandle = start_sim_in_thread(**sim_options)
+        self.thread_id = self.sim.thread_id
+        self.jobs_dir = workdir / "jobs"
+        self.env = job_env(self.sim.env, self.jobs_dir, **{**FAST, **(env or {})})
+        self.store = JobStore.open(self.env)
+        self.job_id: str | None = None
+        self.pid: int | None = None
+        self.handoff: dict[str, Any] | None = None
+
+    def __enter__(self) -> ChaosJob:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self.pid is not None and not wait_for_exit(self.pid, 0):
+            os.kill(self.pid, signal.SIGKILL)  # never leave a worker behind a failed test
+        self.sim.stop()
+
+    # --- driving -------------------------------------------------------------------------
+
+    def schedule(self, handoff: Mapping[str, Any] | None = HANDOFF, *, spawn: Callable[..., int] | None = None,
+                 ) -> dict[str, Any]:
+        result = asyncio.run(service.schedule(self.thread_id, handoff, env=self.env, spawn=spawn))
+        if not result.get("alreadyScheduled"):
+            self.job_id, self.pid = result["jobId"], result["pid"]
+            self.handoff = None if handoff is None else dict(handoff)
+        return result
+
+    def status(self) -> dict[str, Any]:
+        return service.status(self.thread_id, env=self.env)
+
+    def cancel(self) -> dict[str, Any]:
+        assert self.job_id is not None
+        return service.cancel(self.thread_id, self.job_id, env=self.env)
+
+    def wait_state(self, states: Iterable[str], timeout: float = 15.0) -> dict[str, Any]:
+        """Poll the status until the job is in one of ``states`` (AssertionError if it ends elsewhere)."""
+        wanted = set(states)
+        end = time.monotonic() + timeout
+        while True:
+            current = self.status()
+            if current["state"] in wanted:
+                return current
+            if current["state"] in TERMINAL:
+                raise AssertionError(f"job ended {current['state']} while waiting for {sorted(wanted)}: {current}")
+            if time.monotonic() > end:
+                raise TimeoutError(f"job still {current['state']} after {timeout:g} s, waiting for {sorted(wanted)}")
+            time.sleep(POLL_S)
+
+    def wait_followed(self, follows_before: int, timeout: float = 15.0) -> None:
+        """Wait until the worker follows the thread (the schedule call followed once already)."""
+        self.sim.wait_until(lambda owner: owner.follow_count >= follows_before + 2, timeout=timeout)
+
+    def kill_worker(self) -> None:
+        assert self.pid is not None
+        try:
+            os.kill(self.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        assert wait_for_exit(self.pid, 10), f"worker {self.pid} survived SIGKILL"
+
+    def finish(self, timeout: float = 30.0) -> dict[str, Any]:
+        """Wait for the worker to exit, then read the status (which reaps a dead worker's job)."""
+        assert self.pid is not None
+        if not wait_for_exit(self.pid, timeout):
+            os.kill(self.pid, signal.SIGKILL)
+            raise AssertionError(f"the worker of job {self.job_id} still ran after {timeout:g} s: {self.status()}")
+        return self.status()
+
+    def counts(self) -> tuple[int, int]:
+        return self.sim.call(lambda owner: (len(owner.compact_requests), len(owner.start_turn_requests)))
+
+    def owner_effects(self, job_id: str) -> tuple[list[str], list[str], list[str]]:
+        """What the owner really did: compactions started, compactions completed, and the turns
+        started for ``job_id`` (its clientUserMessageId)."""
+        def read(owner: Any) -> tuple[list[str], list[str], list[str]]:
+            started, completed, turns = [], [], []
+            for turn in owner.backend.state["turns"]:
+                for item in turn.get("items", []):
+                    if item.get("type") == "contextCompaction" and item.get("id") != "old":
+                        started.append(item["id"])
+                        if item.get("completed") is True:
+                            completed.append(item["id"])
+                if turn.get("params", {}).get("clientUserMessageId") == job_id:
+                    turns.append(turn["turnId"])
+            return started, completed, turns
+        return self.sim.call(read)
+
+    def log_text(self) -> str:
+        assert self.job_id is not None
+        path = self.store.log_path(self.thread_id, self.job_id)
+        return path.read_text(encoding="utf-8", errors="replace") if path.exists() else ""
+
+
+# --- the audit -----------------------------------------------------------------------------
+
+
+@attrs.frozen
+class Audit:
+    """What one finished job left behind, and every rule it broke (``problems``)."""
+
+    state: str
+    error_code: str | None
+    outcome_may_be_unknown: bool | None
+    path: tuple[str, ...]
+    compact_requests: int
+    start_turn_requests: int
+    data_lost: tuple[str, ...]
+    problems: tuple[str, ...]
+
+    @property
+    def duplicates(self) -> int:
+        return max(0, self.compact_requests - 1) + max(0, self.start_turn_requests - 1)
+
+    @property
+    def outcome(self) -> str:
+        return self.state if self.error_code is None else f"{self.state} ({self.error_code})"
+
+
+def audit(job: ChaosJob) -> Audit:
+    """Check a finished job: terminal, a legal path, an intact journal and handoff, at most one
+    request of each kind, no lock left, and a status that does not contradict the owner."""
+    assert job.job_id is not None
+    problems: list[str] = []
+    lost: list[str] = []
+    status = job.status()
+    try:
+        explanation = build_explanation(job.store, job.job_id)
+    except RekallError as exc:
+        lost.append(f"explain failed: [{exc.code}] {exc.message}")
+        explanation = {"timeline": [], "path": [], "state": None}
+    path = tuple(explanation["path"])
+    problems += _path_problems(explanation["timeline"])
+    if explanation["state"] != status.get("state") or status.get("jobId") != job.job_id:
+        lost.append(f"status says {status.get('state')} of job {status.get('jobId')}, the journal "
+                    f"{explanation['state']} of job {job.job_id}")
+    lost += _journal_problems(job)
+    if job.handoff is not None:
+        try:
+            job.store.verify_handoff(job.thread_id, job.job_id, status.get("handoffSha256"))
+        except RekallError as exc:
+            lost.append(f"handoff does not verify: [{exc.code}] {exc.message}")
+    if status.get("state") not in TERMINAL:
+        problems.append(f"not terminal: {status.get('state')}")
+    if job.store.lock_path(job.thread_id).exists():
+        problems.append("the thread's lock is still there after the worker ended")
+    compacts, turns = job.counts()
+    if compacts > 1 or turns > 1:
+        problems.append(f"duplicate requests: {compacts} compact, {turns} start-turn")
+    problems += _truth_problems(status, path, job.owner_effects(job.job_id), job)
+    return Audit(state=str(status.get("state")), error_code=status.get("errorCode"),
+                 outcome_may_be_unknown=status.get("outcomeMayBeUnknown"), path=path, compact_requests=compacts,
+                 start_turn_requests=turns, data_lost=tuple(lost), problems=tuple(problems))
+
+
+def _path_problems(timeline: list[dict[str, Any]]) -> list[str]:
+    """Every step must be a row of the transition table, starting from the schedule record."""
+    if not timeline:
+        return ["empty journal"]
+    first = timeline[0]
+    problems = [] if (first["trigger"], first["to"]) == (SCHEDULE, "scheduled") else [f"odd first record {first}"]
+    for row in timeline[1:]:
+        if row["from"] in TERMINAL:
+            problems.append(f"a transition after the terminal state {row['from']}: {row['trigger']}")
+        elif find_row(JobState(row["from"]), row["trigger"], JobState(row["to"])) is None:
+            problems.append(f"no table row {row['from']} --{row['trigger']}--> {row['to']}")
+    return problems
+
+
+def _journal_problems(job: ChaosJob) -> list[str]:
+    assert job.job_id is not None
+    try:
+        scan = scan_journal(job.store.journal_path(job.thread_id, job.job_id))
+    except (RekallError, OSError) as exc:
+        return [f"journal unreadable: {exc}"]
+    return [f"{scan.torn_bytes} torn bytes left at the journal's end"] if scan.torn_bytes else []
+
+
+def _truth_problems(status: Mapping[str, Any], path: tuple[str, ...],
+                    effects: tuple[list[str], list[str], list[str]], job: ChaosJob) -> list[str]:
+    """The status may say "unknown"; it may never say something the owner contradicts."""
+    started, completed, turns = effects
+    state, unknown = status.get("state"), status.get("outcomeMayBeUnknown")
+    problems = []
+    if "compactionId" in status and status["compactionId"] not in completed:
+        problems.append(f"compaction {status['compactionId']} was reported but the owner completed {completed}")
+    if state == "resumed" and turns != [status.get("resumeTurnId")]:
+        problems.append(f"resumed with turn {status.get('resumeTurnId')} but the owner started {turns}")
+    if len(turns) > 1 or len(started) > 1:
+        problems.append(f"the owner acted twice: compactions {started}, turns {turns}")
+    if unknown is False and state in ("cancelled", "failed", "timed_out"):
+        if "accepted" not in path and started:
+            problems.append(f"{state} with a known outcome before acceptance, but the owner compacted {started}")
+        if "resuming" not in path and turns:
+            problems.append(f"{state} with a known outcome before resuming, but the owner started {turns}")
+        if "resuming" in path and turns:
+            problems.append(f"{state} with a known outcome after resuming, but the owner started {turns}")
+    if state == "cancelled" and status.get("reason") == "explicit_cancellation":
+        assert job.job_id is not None
+        if not job.store.cancel_path(job.thread_id, job.job_id).exists():
+            problems.append("cancelled on request, but no cancel marker was ever written")
+    return problems
