@@ -109,8 +109,10 @@ def patch_mix(step: int, state_turns: int) -> list[dict[str, Any]]:
         return [{"op": "remove", "path": ["requests", 0]}]
     if kind == 8:
         return [{"op": "replace", "path": ["turns", last, "status"], "value": "inProgress" if step % 20 else "completed"}]
-    return [{"op": "add", "path": ["turns", last, "items", "-"],
-             "value": {"type": "userMessage", "id": f"steer{step}", "content": [{"type": "text", "text": "steer"}]}}]
+    if step % 100 == 9:  # a user steering the running turn: rarer than output, but it happens
+        return [{"op": "add", "path": ["turns", last, "items", "-"],
+                 "value": {"type": "userMessage", "id": f"steer{step}", "content": [{"type": "text", "text": "steer"}]}}]
+    return [{"op": "replace", "path": ["turns", last, "items", 9, "text"], "value": _text(1500 + step % 50, step)}]
 
 
 # --- part 1: framing --------------------------------------------------------------------

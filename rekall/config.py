@@ -17,6 +17,8 @@ from rekall.errors import InvalidInput
 DEFAULT_IDLE_STABLE_MS = 750
 #: The worker gives up (``timed_out``) after this long, waiting included.
 DEFAULT_DEADLINE_S = 15 * 60
+#: How long the router and rekall wait for the owner's answer to one request.
+DEFAULT_REQUEST_TIMEOUT_S = 10.0
 #: Reconnect delays after a lost connection; their count bounds the attempts per loss.
 RECONNECT_DELAYS_S = (0.05, 0.1, 0.2, 0.4, 0.8, 1.6, 3.2)
 
@@ -48,6 +50,7 @@ def _positive_number(env: Mapping[str, str], name: str, default: float) -> float
 class WorkerSettings:
     idle_stable_s: float
     deadline_s: float
+    request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S
     reconnect_delays_s: tuple[float, ...] = RECONNECT_DELAYS_S
 
     @classmethod
@@ -56,4 +59,5 @@ class WorkerSettings:
         return cls(
             idle_stable_s=_positive_number(env, "REKALL_IDLE_STABLE_MS", DEFAULT_IDLE_STABLE_MS) / 1000,
             deadline_s=_positive_number(env, "REKALL_DEADLINE_S", DEFAULT_DEADLINE_S),
+            request_timeout_s=_positive_number(env, "REKALL_REQUEST_TIMEOUT_S", DEFAULT_REQUEST_TIMEOUT_S),
         )

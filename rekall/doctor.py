@@ -37,9 +37,15 @@ from typing import Any, Literal
 
 import attrs
 
+from rekall.adapters import ConnectionLostError, connect_thread, registry
+from rekall.codex.discovery import CodexBinary, discover_codex_binary
+from rekall.codex.schema import check_compatibility, default_cache_dir
 from rekall.config import env_value
 from rekall.errors import RekallError
 from rekall.ids import is_uuid
+from rekall.store import JobStore, Liveness, LockBusy, resolve_jobs_dir
+from rekall.transports import Endpoint, MessageChannel, resolve_endpoint, transport_for
+from rekall.transports.endpoint import override_endpoint
 
 Level = Literal["GREEN", "AMBER", "RED"]
 _RANK: dict[str, int] = {"GREEN": 0, "AMBER": 1, "RED": 2}
@@ -67,8 +73,8 @@ class Row:
         return cls(name, "GREEN", detail)
 
     @classmethod
-    def failed(cls, name: str, exc: RekallError, level: Level = "RED") -> Row:
-        return cls(name, level, exc.message, exc.hint or "see the detail")
+    def failed(cls, name: str, exc: RekallError) -> Row:
+        return cls(name, "RED", exc.message, exc.hint or "see the detail")
 
     @classmethod
     def not_checked(cls, name: str, because: str, hint: str) -> Row:
@@ -111,10 +117,8 @@ def check_codex_home(env: Mapping[str, str]) -> Row:
 # --- IPC ------------------------------------------------------------------------------------
 
 
-def check_endpoint(env: Mapping[str, str]) -> tuple[Row, Any]:
+def check_endpoint(env: Mapping[str, str]) -> tuple[Row, Endpoint | None]:
     """The endpoint row, and the endpoint when it may be used."""
-    from rekall.transports import resolve_endpoint
-
     try:
         endpoint = resolve_endpoint(env)
     except RekallError as exc:
@@ -133,15 +137,15 @@ def check_endpoint(env: Mapping[str, str]) -> tuple[Row, Any]:
 
 
 def _mode(path: Path) -> str:
-    return f"{stat.S_IMODE(os.lstat(path).st_mode):04o}"
+    try:
+        return f"{stat.S_IMODE(os.lstat(path).st_mode):04o}"
+    except OSError:
+        return "unknown (it changed while being checked)"
 
 
-async def _initialize(endpoint: Any) -> tuple[str, str]:
+async def _initialize(endpoint: Endpoint) -> tuple[str, str]:
     """Connect and run ``initialize``; return our client id and the peer check."""
-    from rekall.adapters.registry import DEFAULT as adapter
-    from rekall.adapters import ConnectionLostError
-    from rekall.transports import MessageChannel, transport_for
-
+    adapter = registry.DEFAULT
     stream = await transport_for(endpoint).connect()
     channel = MessageChannel(stream)
     try:
@@ -161,7 +165,7 @@ async def _initialize(endpoint: Any) -> tuple[str, str]:
         await channel.aclose()
 
 
-async def check_router(endpoint: Any) -> Row:
+async def check_router(endpoint: Endpoint | None) -> Row:
     if endpoint is None:
         return Row.not_checked("router", "no usable IPC endpoint", "fix the ipc_endpoint row first")
     try:
@@ -176,10 +180,8 @@ async def check_router(endpoint: Any) -> Row:
                                f"peer check: {peer_check}")
 
 
-async def check_owner(env: Mapping[str, str], endpoint: Any) -> Row | None:
+async def check_owner(env: Mapping[str, str], endpoint: Endpoint | None) -> Row | None:
     """Owner discovery for ``CODEX_THREAD_ID``; ``None`` (no row) when it is not set."""
-    from rekall.adapters import connect_thread
-
     thread = env_value(env, "CODEX_THREAD_ID")
     if thread is None:
         return None
@@ -206,11 +208,8 @@ async def check_owner(env: Mapping[str, str], endpoint: Any) -> Row | None:
 # --- the codex binary and its schema -----------------------------------------------------
 
 
-def check_codex_binary(env: Mapping[str, str]) -> tuple[Row, Any]:
+def check_codex_binary(env: Mapping[str, str]) -> tuple[Row, CodexBinary | None]:
     """The binary row, and the binary when one was found."""
-    from rekall.codex.discovery import discover_codex_binary
-    from rekall.transports.endpoint import override_endpoint
-
     try:
         found = discover_codex_binary(env)
     except RekallError as exc:
@@ -221,14 +220,18 @@ def check_codex_binary(env: Mapping[str, str]) -> tuple[Row, Any]:
                        exc.hint or "set REKALL_CODEX_BINARY"), None
         return Row.failed("codex_binary", exc), None
     origin = "REKALL_CODEX_BINARY" if found.source == "override" else "PATH"
-    who = (f"extension {found.extension.publisher}.{found.extension.name} {found.extension.version}"
-           if found.extension else "no extension folder (a standalone Codex CLI)")
-    return Row.green("codex_binary", f"{found.path} (from {origin}; {who})"), found
+    if found.extension is None:
+        # The schema check then covers this CLI, which may not be the engine the extension runs.
+        return Row("codex_binary", "AMBER", f"{found.path} (from {origin}) is not inside an extension folder, "
+                   "so the extension's version is unknown",
+                   "point REKALL_CODEX_BINARY at the extension's own …/openai.chatgpt-<version>/bin/<platform>/codex"
+                   ), found
+    ext = found.extension
+    return Row.green("codex_binary", f"{found.path} (from {origin}; extension {ext.publisher}.{ext.name} "
+                                     f"{ext.version})"), found
 
 
-def check_schema(env: Mapping[str, str], binary: Any) -> Row:
-    from rekall.codex.schema import check_compatibility, default_cache_dir
-
+def check_schema(env: Mapping[str, str], binary: CodexBinary | None) -> Row:
     if binary is None:
         return Row.not_checked("public_schema", "no codex binary", "fix the codex_binary row first")
     try:
@@ -253,8 +256,6 @@ def check_jobs_dir(env: Mapping[str, str]) -> tuple[Row, Path | None]:
     Read-only: :func:`rekall.store.paths.ensure_private_dir` creates and tightens it when a
     job is scheduled; here we only say what it will find.
     """
-    from rekall.store import resolve_jobs_dir
-
     root = resolve_jobs_dir(env)
     try:
         st = os.lstat(root)
@@ -289,8 +290,6 @@ def _entries(root: Path) -> Iterator[Path]:
 
 
 def check_locks(root: Path | None) -> Row:
-    from rekall.store import JobStore, Liveness, LockBusy
-
     if root is None:
         return Row.green("locks", "no jobs directory, so no locks")
     store = JobStore(root)  # not JobStore.open: that would create or tighten the directory
@@ -333,8 +332,6 @@ class WorkerProcess:
 
 def worker_processes(proc: Path = Path("/proc")) -> list[WorkerProcess]:
     """Our running ``rekall worker THREAD JOB`` processes (Linux), with the jobs directory each uses."""
-    from rekall.store import resolve_jobs_dir
-
     found = []
     for entry in _entries(proc):
         if not entry.name.isdigit():
@@ -369,8 +366,6 @@ def _is_zombie(entry: Path) -> bool:
 
 
 def check_workers(root: Path | None, proc: Path = Path("/proc")) -> Row:
-    from rekall.store import JobStore, LockBusy
-
     if not proc.is_dir():
         return Row("workers", "AMBER", f"not checked: no {proc} on {sys.platform}",
                    "look for `rekall worker` processes with ps; each should hold its thread's lock")
@@ -421,8 +416,10 @@ def print_report(report: Report, console: Any) -> None:
     from rich.text import Text
 
     table = Table(title="rekall doctor", show_lines=False)
-    for column in ("check", "level", "detail", "next step"):
-        table.add_column(column, overflow="fold")
+    table.add_column("check", no_wrap=True)
+    table.add_column("level", no_wrap=True)
+    table.add_column("detail", overflow="fold", ratio=3)
+    table.add_column("next step", overflow="fold", ratio=2)
     for row in report.rows:
         table.add_row(row.name, Text(row.level, style=_STYLE[row.level]), row.detail, row.hint or "")
     console.print(table)

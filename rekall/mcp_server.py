@@ -230,5 +230,7 @@ TOOL_NAMES: tuple[Literal["probe_compaction", "schedule_compaction", "compaction
 
 
 def run_stdio() -> int:
-    build_server().run("stdio")
+    from rekall.mcp_stdio import serve_stdio
+
+    anyio.run(serve_stdio, build_server())
     return 0

@@ -117,7 +117,6 @@ class Worker:
         self._item_at = time.monotonic()
         self._telemetry_wait: asyncio.TimerHandle | None = None
         self._telemetry_wait_over = False
-        self._request_pending = False
         self._tasks: set[asyncio.Task[Any]] = set()
         self._handles: list[asyncio.TimerHandle] = []
 
@@ -203,7 +202,8 @@ class Worker:
 
     async def _connect(self) -> None:
         try:
-            self.session = await self.connect(self.thread_id, env=self.env)
+            self.session = await self.connect(self.thread_id, env=self.env,
+                                              request_timeout_s=self.settings.request_timeout_s)
         except IpcError as exc:
             self._fail(exc.code, exc.message, None)
             raise
@@ -264,7 +264,6 @@ class Worker:
             self._fire("deadline", deadlineS=self.settings.deadline_s)
             return
         if isinstance(item, _RequestDone):
-            self._request_pending = False
             self._on_request_done(item)
         elif isinstance(item, _ReconnectDone):
             if item.error is not None:
@@ -335,7 +334,9 @@ class Worker:
                 self._idle_generation += 1
             self._idle_since = None
             return
-        if self._idle_timer is None and not self._request_pending:
+        # Idle is tracked only in the waiting states, where no request that matters is in
+        # flight (a late answer to the compact request changes nothing once it completed).
+        if self._idle_timer is None:
             self._idle_generation += 1
             self._idle_since = self._item_at
             remaining = self.settings.idle_stable_s - (time.monotonic() - self._item_at)
@@ -372,8 +373,6 @@ class Worker:
     # --- requests ----------------------------------------------------------------------
 
     def _send(self, request: Callable[[], Awaitable[Any]], kind: str) -> None:
-        self._request_pending = True
-
         async def run() -> None:
             try:
                 result = await request()
@@ -412,8 +411,8 @@ class Worker:
         ordered = [cid for cid in self.completion_order if cid in new] or sorted(new)
         compaction_id = ordered[-1]
         if self.state is JobState.REQUESTING:
-            # The acknowledgement was lost with the connection, but the owner compacted: the
-            # completion proves acceptance.
+            # The acknowledgement is late or was lost with the connection, but the owner
+            # compacted: the completion proves acceptance, and the answer can change nothing.
             self._fire("compaction_accepted", ownerId=self.session.owner_id, inferredFrom="completion_observed")
         if self.status.get("resume") and not self._telemetry_reflects_compaction(mirror):
             if self._telemetry_wait is None:

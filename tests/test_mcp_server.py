@@ -147,7 +147,8 @@ def test_malformed_json_rpc_never_kills_the_stdio_server(tmp_path):
     env = {"PATH": "/usr/bin:/bin", "REKALL_JOBS_DIR": str(tmp_path / "jobs"), "HOME": str(tmp_path)}
     server = subprocess.Popen([sys.executable, "-m", "rekall", "mcp"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, env=env)
-    replies = {}
+    replies: dict = {}
+    replies_without_id: list = []
     watchdog = threading.Timer(60, server.kill)  # bounds every read below
     watchdog.start()
     try:
@@ -160,6 +161,8 @@ def test_malformed_json_rpc_never_kills_the_stdio_server(tmp_path):
             message = json.loads(line)
             if message.get("id") is not None:
                 replies[message["id"]] = message
+            elif "error" in message:
+                replies_without_id.append(message)
         server.stdin.close()
         assert server.wait(timeout=30) == 0
     finally:
@@ -171,3 +174,7 @@ def test_malformed_json_rpc_never_kills_the_stdio_server(tmp_path):
     assert replies[3]["result"]["isError"] is True and "nope" in replies[3]["result"]["content"][0]["text"]
     assert replies[4]["result"]["isError"] is True
     assert replies[7]["error"]["code"] == -32601
+    # Each garbage line was answered too (with id null: none could be read), and the server
+    # stayed up for everything after it.
+    nulls = [m for m in replies_without_id if m["error"]["code"] in (-32700, -32600)]
+    assert len(nulls) == 6

@@ -23,8 +23,8 @@ User boundary
     order: history turns, then live turns. Compaction turns (empty input, no user message)
     are not user-bearing. The fingerprint is SHA-256 over canonical JSON of the turn's id
     (``turnId``, else ``params.clientUserMessageId``, else ``turnStartedAtMs``), its input
-    and its user messages (``{id, content}``), with cosmetic fields (``text_elements``,
-    ``detail``) dropped. ``interrupted`` is true when that turn's status is ``interrupted``
+    and the digests of its user messages (each SHA-256 of ``{id, content}``), with cosmetic
+    fields (``text_elements``, ``detail``) dropped. ``interrupted`` is true when that turn's status is ``interrupted``
     or ``failed``.
 
     Unlike the Node client we take the *last* user-bearing turn rather than the one with the
@@ -258,15 +258,24 @@ def _normalise_element(element: Any) -> Any:
     return {"type": element["type"], **{k: element[k] for k in fields if k in element}}
 
 
-def fingerprint_of(turn: dict[str, Any], user_messages: list[dict[str, Any]]) -> str:
-    """The user-boundary fingerprint of a user-bearing turn (its status plays no part)."""
-    payload = {
-        "id": turn_identity(turn),
-        "input": normalise_input(turn_input(turn)),
-        "messages": [{"id": m.get("id"), "content": normalise_input(m.get("content"))} for m in user_messages],
-    }
-    text = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+def _digest(value: Any) -> str:
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def message_digest(message: dict[str, Any]) -> str:
+    """Digest of one user message: its id and its normalised content."""
+    return _digest({"id": message.get("id"), "content": normalise_input(message.get("content"))})
+
+
+def fingerprint_of(turn: dict[str, Any], message_digests: list[str]) -> str:
+    """The user-boundary fingerprint of a user-bearing turn (its status plays no part).
+
+    Messages enter through their digests, so a turn with many steering messages costs one
+    short digest per message when another is appended, not a re-serialisation of them all.
+    """
+    return _digest({"id": turn_identity(turn), "input": normalise_input(turn_input(turn)),
+                    "messages": message_digests})
 
 
 def stopped(turn: dict[str, Any]) -> bool:
@@ -360,7 +369,8 @@ def derive_facts(state: Any) -> ThreadFacts:
             continue
         messages = user_messages(turn)
         if has_user_input(turn) or messages:
-            fingerprint, interrupted = fingerprint_of(turn, messages), stopped(turn)
+            fingerprint = fingerprint_of(turn, [message_digest(m) for m in messages])
+            interrupted = stopped(turn)
             latest_id = turn_identity(turn)
             break
 

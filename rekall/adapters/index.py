@@ -41,7 +41,7 @@ class _TurnEntry:
         self.problem: str | None = None
         self.items: dict[int, tuple[Any, f.ItemFacts]] = {}  # relevant items only
         self.user_messages = 0
-        self.user_list: list[Any] | None = None  # the user messages in order, lazily
+        self.user_list: list[str] | None = None  # digests of the user messages in order, lazily
         self.fingerprint: str | None = None  # lazily
 
     def user_bearing(self) -> bool:
@@ -133,7 +133,7 @@ class FactIndex:
         if latest is not None:
             if latest.fingerprint is None:
                 if latest.user_list is None:
-                    latest.user_list = f.user_messages(latest.turn)
+                    latest.user_list = [f.message_digest(m) for m in f.user_messages(latest.turn)]
                 latest.fingerprint = f.fingerprint_of(latest.turn, latest.user_list)
             fingerprint, interrupted = latest.fingerprint, f.stopped(latest.turn)
             latest_id = f.turn_identity(latest.turn)
@@ -205,8 +205,8 @@ class FactIndex:
         if facts.is_user_message:
             entry.user_messages += 1
             entry.fingerprint = None
-            if appended and entry.user_list is not None:  # steering appends: keep the list
-                entry.user_list.append(item)
+            if appended and entry.user_list is not None:  # steering appends: extend the list
+                entry.user_list.append(f.message_digest(item))
             else:
                 entry.user_list = None
 

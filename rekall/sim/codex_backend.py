@@ -55,6 +55,8 @@ APPROVAL_DECISIONS = {
     "thread-follower-file-approval-decision": "decision",
 }
 START_TIMEOUT_S = 60.0
+#: ``mcpServer/startupStatus/updated`` statuses after which an MCP server's startup is over.
+MCP_STARTUP_OVER = frozenset({"ready", "failed", "cancelled"})
 
 
 class CodexBackend:
@@ -77,6 +79,9 @@ class CodexBackend:
         self.projection: ConversationProjection | None = None
         #: Server requests the engine is waiting on, by id (answered by a follower or a test).
         self.pending: dict[int | str, ServerRequest] = {}
+        #: The engine's latest MCP server startup report for this thread, by server name.
+        self.mcp_servers: dict[str, dict[str, Any]] = {}
+        self._mcp_changed = asyncio.Event()
         self._owner: OwnerPort | None = None
         self._runner: asyncio.Task[None] | None = None
         self._ready: asyncio.Future[None] | None = None
@@ -149,6 +154,17 @@ class CodexBackend:
         """A user types ``text`` in the owning window: a real ``turn/start``. Returns the turn."""
         return await self._start_turn(self._running(), {"input": [{"type": "text", "text": text}]})
 
+    async def wait_for_mcp_server(self, name: str, timeout: float = START_TIMEOUT_S) -> dict[str, Any]:
+        """Wait until the engine has started (or failed to start) MCP server ``name``; return its report.
+
+        Codex offers a server's tools to the model only once it is ready, so a test that makes
+        the model call one waits for this before the turn.
+        """
+        async with asyncio.timeout(timeout):
+            while self.mcp_servers.get(name, {}).get("status") not in MCP_STARTUP_OVER:
+                await self._mcp_changed.wait()
+        return self.mcp_servers[name]
+
     async def answer_request(self, request_id: Any, result: Any) -> None:
         """Answer a pending server request (an approval) as the user of the owning window would."""
         if request_id not in self.pending:
@@ -210,6 +226,11 @@ class CodexBackend:
                 self.pending[message.id] = message
             elif message.method == "serverRequest/resolved":
                 self.pending.pop(message.params.get("requestId"), None)
+            elif message.method == "mcpServer/startupStatus/updated" and message.params.get("threadId") in (
+                    None, self.thread_id):
+                self.mcp_servers[message.params.get("name")] = message.params
+                self._mcp_changed.set()
+                self._mcp_changed = asyncio.Event()
             self._publish(projection.apply(message))
 
 
@@ -259,6 +280,9 @@ class CodexSimHandle(SimHandle):
     def answer_request(self, request_id: Any, result: Any, timeout: float = 30.0) -> None:
         self.call(lambda owner: self._backend.answer_request(request_id, result), timeout)
 
+    def wait_for_mcp_server(self, name: str, timeout: float = START_TIMEOUT_S) -> dict[str, Any]:
+        return self.call(lambda owner: self._backend.wait_for_mcp_server(name, timeout), timeout + 5)
+
     def state(self) -> dict[str, Any]:
         """A copy of the thread's conversationState, taken on the simulator's loop."""
         return self.call(lambda owner: self._backend.snapshot())
@@ -267,12 +291,14 @@ class CodexSimHandle(SimHandle):
         return self.call(lambda owner: list(self._backend.pending))
 
 
-def start_codex_sim_in_thread(codex_binary: Path, tmp_dir: Path, **owner_options: Any) -> CodexSimHandle:
+def start_codex_sim_in_thread(codex_binary: Path, tmp_dir: Path, *, extra_config: str = "",
+                              **owner_options: Any) -> CodexSimHandle:
     """Start a simulated owner relaying to a real app-server on a private thread; return its handle.
 
-    ``tmp_dir`` holds the engine's isolated ``CODEX_HOME``. ``owner_options`` go to
+    ``tmp_dir`` holds the engine's isolated ``CODEX_HOME``; ``extra_config`` is added to its
+    ``config.toml`` (e.g. ``[mcp_servers.rekall]``). ``owner_options`` go to
     :class:`SimulatedOwner` (e.g. ``codex_home=True``). Use as a context manager to stop it.
     """
-    handle = CodexSimHandle(CodexBackend(codex_binary, tmp_dir), **owner_options)
+    handle = CodexSimHandle(CodexBackend(codex_binary, tmp_dir, extra_config=extra_config), **owner_options)
     handle.start(timeout=START_TIMEOUT_S + 5)
     return handle

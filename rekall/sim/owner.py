@@ -283,8 +283,7 @@ class SimulatedOwner:
             self._send(client, p.failure(request_id, "request-version-mismatch"))
             return
         if method == p.OWNER_DISCOVERY:
-            queue = self._faults.get(method)
-            fault = queue.pop(0) if queue else _Fault()
+            fault = self._next_fault(method)
             if fault.silent:
                 return
             mine = isinstance(params, dict) and params.get("conversationId") == self.thread_id
@@ -306,15 +305,16 @@ class SimulatedOwner:
 
     async def _answer_owner_request(self, client: _Client, message: dict[str, Any]) -> None:
         request_id, method = message.get("requestId"), str(message.get("method"))
-        queue = self._faults.get(method)
-        fault = queue.pop(0) if queue else _Fault()
+        fault = self._next_fault(method)
         if fault.drop_connection and not fault.deliver:
             await self._close_client(client)
             return
         if fault.error is not None and not fault.deliver:
             self._send(client, p.failure(request_id, fault.error))
             return
-        work = asyncio.ensure_future(self._call_backend(method, message.get("params")))
+        work = asyncio.create_task(self._call_backend(method, message.get("params")))
+        self._tasks.add(work)  # it may outlive this request (a router timeout), never the owner
+        work.add_done_callback(self._tasks.discard)
         timeout_ms = message.get("timeoutMs")
         budget = timeout_ms / 1000 if self.router_timeouts and isinstance(timeout_ms, (int, float)) else None
         try:
@@ -425,6 +425,10 @@ class SimulatedOwner:
         return len(self._clients)
 
     # -- faults ----------------------------------------------------------------------------
+
+    def _next_fault(self, method: str) -> _Fault:
+        queue = self._faults.get(method)
+        return queue.pop(0) if queue else _Fault()
 
     def fail_next(self, method: str, error: str, *, deliver: bool | None = None) -> None:
         """Answer the next ``method`` request with router error ``error``. By default the owner

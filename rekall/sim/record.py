@@ -18,6 +18,8 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import attrs
+
 from rekall import events as ev
 from rekall.adapters import connect_thread, registry
 from rekall.adapters.conformance import dump, error_json, event_json, facts_json, result_json
@@ -31,7 +33,8 @@ START_TURN = "thread-follower-start-turn"
 
 
 class Recorder:
-    def __init__(self, name: str, description: str) -> None:
+    def __init__(self, name: str, description: str, env: dict[str, str]) -> None:
+        self.env = env
         self.entries: list[dict[str, Any]] = [{"transcript": name, "adapter": registry.DEFAULT.NAME,
                                                "threadId": THREAD_ID, "description": description}]
         self.session: ThreadSession | None = None
@@ -88,16 +91,26 @@ class Recorder:
             if self._collector is not None:
                 await self._collector
 
-    env: dict[str, str] = {}
-
 
 Scenario = Callable[[Recorder, SimulatedOwner], Awaitable[None]]
-SCENARIOS: dict[str, tuple[str, dict[str, Any], Scenario]] = {}
 
 
-def scenario(name: str, description: str, **sim_options: Any) -> Callable[[Scenario], Scenario]:
+@attrs.frozen
+class _Entry:
+    description: str
+    run: Scenario
+    mode: str = "patches"
+    state_version: int | None = None
+    no_owner: bool = False
+
+
+SCENARIOS: dict[str, _Entry] = {}
+
+
+def scenario(name: str, description: str, **owner: Any) -> Callable[[Scenario], Scenario]:
+    """Register a scenario; ``owner`` sets ``mode``, ``state_version`` or ``no_owner`` on the simulator."""
     def register(fn: Scenario) -> Scenario:
-        SCENARIOS[name] = (description, sim_options, fn)
+        SCENARIOS[name] = _Entry(description, fn, **owner)
         return fn
 
     return register
@@ -257,17 +270,14 @@ async def _broken(rec: Recorder, sim: SimulatedOwner) -> None:
 
 
 async def record(name: str) -> list[dict[str, Any]]:
-    description, options, fn = SCENARIOS[name]
-    owner_options = {k: options.pop(k) for k in ("mode", "state_version", "no_owner") if k in options}
-    sim = SimulatedOwner(thread_id=THREAD_ID, compaction_delay_s=0.01, turn_duration_s=0.01,
-                         mode=owner_options.get("mode", "patches"), **options)
-    sim.state_version = owner_options.get("state_version", sim.state_version)
-    sim.no_owner = owner_options.get("no_owner", False)
-    options.update(owner_options)  # SCENARIOS stays reusable
-    rec = Recorder(name, description)
+    entry = SCENARIOS[name]
+    sim = SimulatedOwner(thread_id=THREAD_ID, compaction_delay_s=0.01, turn_duration_s=0.01, mode=entry.mode)
+    if entry.state_version is not None:
+        sim.state_version = entry.state_version
+    sim.no_owner = entry.no_owner
     async with sim:
-        rec.env = sim.env
-        await fn(rec, sim)
+        rec = Recorder(name, entry.description, sim.env)
+        await entry.run(rec, sim)
         await rec.finish()
     return rec.entries
 

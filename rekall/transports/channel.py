@@ -19,7 +19,7 @@ class MessageChannel:
 
     def __init__(self, stream: ByteStream) -> None:
         self.stream = stream
-        self._reader = FrameDecoder()
+        self._decoder = FrameDecoder()
         self._ready: deque[memoryview] = deque()  # borrowed: decoded before the next receive
         self._send_lock = asyncio.Lock()
 
@@ -35,14 +35,14 @@ class MessageChannel:
 
     async def receive(self) -> Any | None:
         while not self._ready:
-            count = await self.stream.receive_into(self._reader.buffer())
+            count = await self.stream.receive_into(self._decoder.buffer())
             if not count:
-                if self._reader.pending_bytes:
+                if self._decoder.pending_bytes:
                     raise TransportError(
-                        f"IPC connection closed in the middle of a frame ({self._reader.pending_bytes} bytes pending)",
+                        f"IPC connection closed in the middle of a frame ({self._decoder.pending_bytes} bytes pending)",
                         hint="reconnect")
                 return None
-            self._ready.extend(self._reader.commit(count))
+            self._ready.extend(self._decoder.commit(count))
         body = self._ready.popleft()
         if len(body) >= THREADED_DECODE_BYTES:
             return await asyncio.to_thread(decode_body, body)

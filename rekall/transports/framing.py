@@ -127,6 +127,8 @@ class FrameDecoder:
                 _check_length(length)
             except FrameError as exc:
                 self._error = exc
+                if frames:  # deliver the good frames first; the next call raises
+                    return frames
                 raise
             body = self._start + HEADER_BYTES
             if self._end - body >= length:
@@ -149,7 +151,12 @@ class FrameDecoder:
         frames: list[bytes] = []
         pos = 0
         while pos < len(view):
-            target = self.buffer()
+            try:
+                target = self.buffer()
+            except FrameError:
+                if frames:  # deliver the good frames first; the next call raises
+                    return frames
+                raise
             count = min(len(target), len(view) - pos)
             target[:count] = view[pos:pos + count]
             pos += count

@@ -112,11 +112,15 @@ class ChaosJob:
         self.sim: SimHandle = start_sim_in_thread(**sim_options)
         self.thread_id = self.sim.thread_id
         self.jobs_dir = workdir / "jobs"
-        self.env = job_env(self.sim.env, self.jobs_dir, **{**FAST, **(env or {})})
+        # The simulator's own variables win (a codex_home simulator names its CODEX_HOME).
+        sim_env = self.sim.env
+        self.env = job_env(sim_env, self.jobs_dir, **{**FAST, **sim_env, **(env or {})})
         self.store = JobStore.open(self.env)
         self.job_id: str | None = None
         self.pid: int | None = None
         self.handoff: dict[str, Any] | None = None
+        #: The owner's request counts and compactions when the current job was scheduled.
+        self.baseline: tuple[int, int, frozenset[str]] = (0, 0, frozenset())
 
     def __enter__(self) -> ChaosJob:
         return self
@@ -133,11 +137,20 @@ class ChaosJob:
 
     def schedule(self, handoff: Mapping[str, Any] | None = HANDOFF, *, spawn: Callable[..., int] | None = None,
                  ) -> dict[str, Any]:
+        before = self.owner_baseline()
         result = asyncio.run(service.schedule(self.thread_id, handoff, env=self.env, spawn=spawn))
         if not result.get("alreadyScheduled"):
-            self.job_id, self.pid = result["jobId"], result["pid"]
-            self.handoff = None if handoff is None else dict(handoff)
+            self.track(result, handoff, before)
         return result
+
+    def owner_baseline(self) -> tuple[int, int, frozenset[str]]:
+        return (*self.counts(), self.baseline[2] | frozenset(self.owner_effects("")[0]))
+
+    def track(self, scheduled: Mapping[str, Any], handoff: Mapping[str, Any] | None,
+              baseline: tuple[int, int, frozenset[str]]) -> None:
+        """Follow the job ``scheduled`` describes (a schedule answer made elsewhere, say by a CLI)."""
+        self.job_id, self.pid, self.baseline = scheduled["jobId"], scheduled["pid"], baseline
+        self.handoff = None if handoff is None else dict(handoff)
 
     def status(self) -> dict[str, Any]:
         return service.status(self.thread_id, env=self.env)
@@ -183,14 +196,20 @@ class ChaosJob:
     def counts(self) -> tuple[int, int]:
         return self.sim.call(lambda owner: (len(owner.compact_requests), len(owner.start_turn_requests)))
 
+    def job_counts(self) -> tuple[int, int]:
+        """Compact and start-turn requests since the current job was scheduled."""
+        compacts, turns = self.counts()
+        return compacts - self.baseline[0], turns - self.baseline[1]
+
     def owner_effects(self, job_id: str) -> tuple[list[str], list[str], list[str]]:
-        """What the owner really did: compactions started, compactions completed, and the turns
-        started for ``job_id`` (its clientUserMessageId)."""
+        """What the owner really did since the current job was scheduled: compactions started,
+        compactions completed, and the turns started for ``job_id`` (its clientUserMessageId)."""
+        earlier = self.baseline[2]
         def read(owner: Any) -> tuple[list[str], list[str], list[str]]:
             started, completed, turns = [], [], []
             for turn in owner.backend.state["turns"]:
                 for item in turn.get("items", []):
-                    if item.get("type") == "contextCompaction" and item.get("id") != "old":
+                    if item.get("type") == "contextCompaction" and item.get("id") not in ("old", *earlier):
                         started.append(item["id"])
                         if item.get("completed") is True:
                             completed.append(item["id"])
@@ -257,7 +276,7 @@ def audit(job: ChaosJob) -> Audit:
         problems.append(f"not terminal: {status.get('state')}")
     if job.store.lock_path(job.thread_id).exists():
         problems.append("the thread's lock is still there after the worker ended")
-    compacts, turns = job.counts()
+    compacts, turns = job.job_counts()
     if compacts > 1 or turns > 1:
         problems.append(f"duplicate requests: {compacts} compact, {turns} start-turn")
     problems += _truth_problems(status, path, job.owner_effects(job.job_id), job)

@@ -7,6 +7,7 @@ requests and data lost must both stay at zero.
 
 from __future__ import annotations
 
+import threading
 from collections import Counter
 from typing import Any
 
@@ -23,11 +24,21 @@ class Ledger:
     duplicate_requests: int = 0
     data_lost: int = 0
     problems: list[str] = attrs.field(factory=list)
+    _lock: threading.Lock = attrs.field(factory=threading.Lock, repr=False)  # runs record from threads
 
     def fault(self, kind: str, count: int = 1) -> None:
-        self.faults[kind] += count
+        with self._lock:
+            self.faults[kind] += count
+
+    def problem(self, text: str) -> None:
+        with self._lock:
+            self.problems.append(text)
 
     def job(self, result: Audit, label: str = "") -> None:
+        with self._lock:
+            self._job(result, label)
+
+    def _job(self, result: Audit, label: str) -> None:
         self.jobs += 1
         self.outcomes[result.outcome] += 1
         self.duplicate_requests += result.duplicates
@@ -36,6 +47,10 @@ class Ledger:
         self.problems += [f"{where}{p}" for p in (*result.data_lost, *result.problems)]
 
     def merge(self, other: Ledger) -> None:
+        with self._lock:
+            self._merge(other)
+
+    def _merge(self, other: Ledger) -> None:
         self.faults.update(other.faults)
         self.outcomes.update(other.outcomes)
         self.jobs += other.jobs

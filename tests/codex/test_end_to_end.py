@@ -4,13 +4,18 @@ The owner is the codex-backed simulated owner (a real app-server thread relayed 
 extension relays it, the model a loopback mock); ``schedule_compaction`` goes through the real
 ``rekall mcp`` over stdio and the worker it spawns is a real detached process. Nothing rekall
 sees is scripted: the compaction, its ``contextCompaction`` item, the token telemetry and the
-continuation turn all come from the engine.
+continuation turn all come from the engine. In the last test the agent itself calls
+``schedule_compaction`` in the middle of its turn, with Codex as the MCP client, as it would in
+the extension.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+import shutil
+import sys
+import tempfile
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -127,3 +132,62 @@ async def test_a_pending_approval_holds_the_job_in_waiting_for_idle_until_it_is_
     assert item["id"] == done["compactionId"] and item["completed"] is True
     assert len(codex_sim.compact_requests) == 1 and codex_sim.start_turn_requests == []
     assert not untouched.exists()  # declined: the engine never ran the command
+
+
+def rekall_mcp_server(env: Mapping[str, str]) -> str:
+    """``[mcp_servers.rekall]`` for the engine: this checkout's ``rekall mcp`` with ``env``.
+
+    Codex passes a stdio MCP server only an allowlist of variables (HOME, PATH, ...), so the
+    endpoint and the jobs directory are given explicitly.
+    """
+    return "\n".join(["[mcp_servers.rekall]", f"command = {json.dumps(sys.executable)}", 'args = ["-m", "rekall", "mcp"]',
+                      "", "[mcp_servers.rekall.env]", *(f"{k} = {json.dumps(v)}" for k, v in env.items()), ""])
+
+
+def item_types(state: dict[str, Any]) -> list[list[str]]:
+    return [[item["type"] for item in turn["items"]] for turn in state["turns"]]
+
+
+async def test_the_agent_schedules_its_own_compaction_through_codex_and_rekall_resumes_after_its_turn(
+        codex_binary: Path, tmp_path: Path) -> None:
+    socket_dir = Path(tempfile.mkdtemp(prefix="rk-e2e-", dir="/tmp"))  # short: a socket path has ~100 bytes
+    socket_path, jobs = socket_dir / "ipc.sock", tmp_path / "jobs"
+    engine_env = {"REKALL_PIPE": str(socket_path), "REKALL_JOBS_DIR": str(jobs), "REKALL_IDLE_STABLE_MS": "50"}
+    try:
+        with start_codex_sim_in_thread(codex_binary, tmp_path / "engine", socket_path=socket_path,
+                                       extra_config=rekall_mcp_server(engine_env)) as sim:
+            # Codex offers an MCP server's tools to the model only once the server is ready.
+            assert sim.wait_for_mcp_server("rekall", timeout=JOB_S)["status"] == "ready"
+            sim.mock.queue_text(FILLER)
+            run_user_turn(sim, "Read the parser and tell me everything about it.")
+
+            sim.mock.queue_mcp_call("rekall", "schedule_compaction", {"threadId": sim.thread_id, "handoff": HANDOFF})
+            run_user_turn(sim, "Compact this conversation now, then write the changelog.")
+            async with rekall_mcp(job_env(sim.env, jobs), sim.thread_id) as rekall:
+                done = await rekall.wait_terminal(JOB_S)
+                await wait_for_worker_exit(done["pid"])
+            state = sim.state()
+            compacts, starts = len(sim.compact_requests), len(sim.start_turn_requests)
+    finally:
+        shutil.rmtree(socket_dir, ignore_errors=True)
+
+    assert done["state"] == "resumed", done
+    # The engine ran: the agent's turn with the tool call, then (only after it) the compaction,
+    # then the one continuation turn.
+    assert item_types(state) == [["userMessage", "agentMessage"],
+                                 ["userMessage", "mcpToolCall", "agentMessage"],
+                                 ["contextCompaction"],
+                                 ["userMessage", "agentMessage"]]
+    tool_call = state["turns"][1]["items"][1]
+    assert (tool_call["server"], tool_call["tool"], tool_call["status"]) == ("rekall", "schedule_compaction",
+                                                                              "completed")
+    assert state["turns"][2]["items"][0]["id"] == done["compactionId"]
+    assert state["turns"][3]["turnId"] == done["resumeTurnId"]
+
+    # The agent got the tool's answer (its job and what to do next) before it ended its turn.
+    answer = sim.mock.requests_containing(f'"jobId":"{done["jobId"]}"')[0]
+    assert answer.kind == "turn" and "Finish your turn now" in answer.text
+    marker = f"[Automatic continuation requested through rekall; job {done['jobId']}]"
+    (continuation,) = sim.mock.requests_containing(marker)
+    assert json.dumps(HANDOFF, indent=2, ensure_ascii=False) in continuation.text
+    assert (compacts, starts) == (1, 1)

@@ -1,0 +1,150 @@
+"""stdio for ``rekall mcp``: newline-delimited JSON-RPC that answers bad input.
+
+The SDK's stdio transport drops a line it cannot validate without a reply, so a client
+that sent a malformed request with an id would wait forever. Here every line is checked
+first: a valid message goes on to the SDK; anything else gets the JSON-RPC error it calls
+for (``-32700`` for text that is not UTF-8 JSON, ``-32600`` for JSON that is not a valid
+message, with the request's id whenever one can be read). Overlong lines are refused
+without being held in memory. Replies and the SDK's own output share one writer, so lines
+never interleave.
+
+As the SDK does, the real stdin and stdout are moved to private descriptors while serving:
+fd 0 reads the null device and fd 1 writes to stderr, so a stray ``print`` cannot corrupt
+the wire.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import AsyncIterator
+from typing import Any, BinaryIO
+
+import anyio
+import anyio.to_thread
+import mcp_types as types
+from mcp.server import MCPServer
+from mcp.server.stdio import stdio_server
+
+#: Far above any valid call (a handoff is at most 32,000 bytes), far below harm.
+MAX_LINE_BYTES = 4 * 1024 * 1024
+PARSE_ERROR, INVALID_REQUEST = -32700, -32600
+
+
+class LineWriter:
+    """The wire's stdout: each ``write`` is one whole line, written and flushed under a lock."""
+
+    def __init__(self, raw: BinaryIO) -> None:
+        self._raw = raw
+        self._lock = anyio.Lock()
+
+    async def write(self, text: str) -> None:
+        data = text.encode("utf-8")
+        async with self._lock:
+            await anyio.to_thread.run_sync(self._write, data)
+
+    def _write(self, data: bytes) -> None:
+        self._raw.write(data)
+        self._raw.flush()
+
+    async def flush(self) -> None:  # every write already flushed
+        return None
+
+    async def error(self, request_id: Any, code: int, message: str) -> None:
+        reply = {"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": message}}
+        await self.write(json.dumps(reply) + "\n")
+
+
+def _readable_id(value: Any) -> Any:
+    """The id to answer with: a JSON-RPC id (string or integer) if the line carried one."""
+    if isinstance(value, dict):
+        request_id = value.get("id")
+        if isinstance(request_id, str) or (isinstance(request_id, int) and not isinstance(request_id, bool)):
+            return request_id
+    return None
+
+
+def _why(value: Any) -> str:
+    if not isinstance(value, dict):
+        return "a message must be a JSON object"
+    if value.get("jsonrpc") != "2.0":
+        return 'jsonrpc must be "2.0"'
+    if "id" in value and _readable_id(value) is None:
+        return "id must be a string or an integer"
+    if not isinstance(value.get("method"), str):
+        return "method must be a string"
+    if "params" in value and not isinstance(value["params"], dict):
+        return "params must be an object"
+    return "not a valid JSON-RPC 2.0 message"
+
+
+def check_line(line: bytes) -> tuple[str | None, tuple[Any, int, str] | None]:
+    """``(text, None)`` for a valid message, else ``(None, (id, code, message))`` to answer."""
+    try:
+        text = line.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return None, (None, PARSE_ERROR, f"Parse error: not UTF-8 (byte {exc.start})")
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        return None, (None, PARSE_ERROR, f"Parse error: {exc.msg} at offset {exc.pos}")
+    try:
+        types.jsonrpc_message_adapter.validate_json(text, by_name=False)
+    except ValueError:
+        request_id = _readable_id(value)
+        if isinstance(value, dict) and "method" not in value and request_id is not None:
+            return None, None  # a malformed *response* from the client: nothing to answer
+        return None, (request_id, INVALID_REQUEST, f"Invalid Request: {_why(value)}")
+    return text, None
+
+
+class CheckedLines:
+    """The wire's stdin as the SDK reads it: only valid messages get through."""
+
+    def __init__(self, raw: BinaryIO, writer: LineWriter, max_line_bytes: int = MAX_LINE_BYTES) -> None:
+        self._raw = raw
+        self._writer = writer
+        self._max = max_line_bytes
+
+    async def __aiter__(self) -> AsyncIterator[str]:
+        while True:
+            line = await anyio.to_thread.run_sync(self._raw.readline, self._max + 1)
+            if not line:
+                return
+            if len(line) > self._max and not line.endswith(b"\n"):
+                await anyio.to_thread.run_sync(self._skip_rest_of_line)
+                await self._writer.error(None, INVALID_REQUEST,
+                                         f"Invalid Request: line longer than {self._max} bytes")
+                continue
+            if not line.strip():
+                continue
+            text, problem = check_line(line)
+            if problem is not None:
+                await self._writer.error(*problem)
+            elif text is not None:
+                yield text
+
+    def _skip_rest_of_line(self) -> None:
+        while True:
+            chunk = self._raw.readline(self._max)
+            if not chunk or chunk.endswith(b"\n"):
+                return
+
+
+def _claim_stdio() -> tuple[BinaryIO, BinaryIO]:
+    """Move the wire to private descriptors; point fd 0 at the null device, fd 1 at stderr."""
+    wire_in, wire_out = os.dup(0), os.dup(1)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    os.dup2(2, 1)
+    return os.fdopen(wire_in, "rb"), os.fdopen(wire_out, "wb")
+
+
+async def serve_stdio(server: MCPServer) -> None:
+    wire_in, wire_out = _claim_stdio()
+    writer = LineWriter(wire_out)
+    async with stdio_server(stdin=CheckedLines(wire_in, writer), stdout=writer) as (read, write):  # type: ignore[arg-type]
+        # What MCPServer.run_stdio_async does, with our streams in place of the SDK's.
+        lowlevel = server._lowlevel_server
+        await lowlevel.run(read, write, lowlevel.create_initialization_options())

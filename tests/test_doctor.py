@@ -1,0 +1,364 @@
+"""``rekall doctor``: one row per concern, against the simulated owner and broken installations.
+
+The simulated owner with ``codex_home=True`` listens on ``$CODEX_HOME/ipc/ipc.sock``, so the
+real endpoint resolution and its filesystem checks run. Each RED or AMBER cause is made for
+real on disk (a mode, a symlink, a stale lock written through the store, a second extension
+on PATH) and the row that must catch it is checked, with its hint.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Iterator, Mapping
+from pathlib import Path
+
+import anyio
+import pytest
+
+from rekall import service
+from rekall.codex.pinned import find_real_codex
+from rekall.doctor import Report, Row, diagnose
+from rekall.sim import SimulatedOwner, start_sim_in_thread
+from rekall.store import JobStore, process_start_time
+from tests.mcpkit import wait_for_worker_exit
+
+pytestmark = pytest.mark.anyio
+
+EXTENSION_VERSION = "26.901.22334"
+SCHEMA_EXCERPT = Path(__file__).resolve().parents[1] / "fixtures" / "schema" / "codex-0.171.0"
+ALL_ROWS = ["codex_home", "ipc_endpoint", "router", "owner", "codex_binary", "public_schema", "jobs_dir", "locks",
+            "workers"]
+
+
+# --- helpers ------------------------------------------------------------------------------
+
+
+def fake_extension(root: Path, script: str, version: str = EXTENSION_VERSION) -> Path:
+    """An ``openai.chatgpt`` extension folder whose ``bin/<platform>/codex`` runs ``script``."""
+    extension = root / f"openai.chatgpt-{version}-linux-x64"
+    bin_dir = extension / "bin" / "linux-x86_64"
+    bin_dir.mkdir(parents=True)
+    (extension / "package.json").write_text(json.dumps({"publisher": "openai", "name": "chatgpt",
+                                                        "version": version}))
+    codex = bin_dir / "codex"
+    codex.write_text("#!/bin/sh\n" + script)
+    codex.chmod(0o755)
+    return codex
+
+
+def wrapping(real_codex: Path) -> str:
+    """A launcher script that runs the real Codex."""
+    return f'exec "{real_codex}" "$@"\n'
+
+
+def serving_schema(schema_dir: Path) -> str:
+    """A stand-in Codex that reports 0.171.0 and "generates" the schema in ``schema_dir``."""
+    return ('case "$1 $2" in\n'
+            '  "--version "*) echo "codex-cli 0.171.0" ;;\n'
+            f'  "app-server generate-json-schema") cp "{schema_dir}"/*.json "$4" ;;\n'
+            '  *) exit 2 ;;\n'
+            'esac\n')
+
+
+def base_env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    """No inherited rekall or Codex settings, no extension on PATH, no legacy socket in TMPDIR."""
+    tmp = tmp_path / "tmpdir"
+    tmp.mkdir(exist_ok=True)
+    env = {"PATH": "/usr/bin:/bin", "HOME": os.environ.get("HOME", str(tmp_path)), "TMPDIR": str(tmp),
+           "REKALL_JOBS_DIR": str(tmp_path / "jobs")}
+    env.update(extra)
+    return env
+
+
+def by_name(report: Report) -> dict[str, Row]:
+    return {row.name: row for row in report.rows}
+
+
+def run_cli(env: Mapping[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "rekall", "doctor", *args], env={**env, "COLUMNS": "200"},
+                          capture_output=True, text=True, timeout=60)
+
+
+@pytest.fixture
+async def sim_home() -> AsyncIterator[SimulatedOwner]:
+    """The simulated owner behind ``$CODEX_HOME/ipc/ipc.sock``."""
+    async with SimulatedOwner(codex_home=True) as sim:
+        yield sim
+
+
+@pytest.fixture
+def codex_binary() -> Path:
+    """The real Codex (as in tests/codex); skipped with the reason when it is not installed."""
+    binary, reason = find_real_codex()
+    if binary is None:
+        pytest.skip(reason)
+    return binary
+
+
+@pytest.fixture
+def excerpt_codex(tmp_path: Path) -> Path:
+    """An extension-bundled stand-in for Codex that serves the stored 0.171.0 schema excerpt."""
+    return fake_extension(tmp_path / "extensions", serving_schema(SCHEMA_EXCERPT))
+
+
+# --- healthy ------------------------------------------------------------------------------
+
+
+@pytest.mark.codex
+def test_a_healthy_installation_is_green_on_every_row_with_the_real_codex(codex_binary: Path, tmp_path: Path) -> None:
+    codex = fake_extension(tmp_path / "extensions", wrapping(codex_binary))
+    with start_sim_in_thread(codex_home=True) as sim:
+        thread = sim.thread_id
+        env = base_env(tmp_path, **sim.env, CODEX_THREAD_ID=thread, PATH=f"{codex.parent}:/usr/bin:/bin")
+        done = run_cli(env, "--json")
+        people = run_cli(env)
+
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["verdict"] == "GREEN"
+    assert [r["name"] for r in report["rows"]] == ALL_ROWS
+    assert all(set(r) == {"name", "level", "detail", "hint"} and r["level"] == "GREEN" and r["hint"] is None
+               for r in report["rows"]), report
+    rows = {r["name"]: r["detail"] for r in report["rows"]}
+    assert "primary socket" in rows["ipc_endpoint"] and "directory 0700, socket 0600" in rows["ipc_endpoint"]
+    assert "initialize answered" in rows["router"] and "matches ours" in rows["router"]
+    assert thread in rows["owner"] and "adapter v11" in rows["owner"]
+    assert f"openai.chatgpt {EXTENSION_VERSION}" in rows["codex_binary"] and "from PATH" in rows["codex_binary"]
+    assert "Codex 0.171.0: all 7 checks pass" in rows["public_schema"]
+    assert "item_completed.context_compaction" in rows["public_schema"]
+
+    assert people.returncode == 0, people.stderr
+    assert "rekall doctor" in people.stdout and "verdict: GREEN" in people.stdout
+    assert all(name in people.stdout for name in ALL_ROWS)
+
+
+async def test_a_test_endpoint_is_named_and_its_filesystem_checks_are_skipped(tmp_path: Path) -> None:
+    async with SimulatedOwner() as sim:
+        report = await diagnose(base_env(tmp_path, **sim.env, CODEX_THREAD_ID=sim.thread_id))
+    rows = by_name(report)
+    assert rows["ipc_endpoint"].level == "AMBER"
+    assert f"test endpoint {sim.socket_path} (from REKALL_PIPE)" in rows["ipc_endpoint"].detail
+    assert "checks are skipped" in rows["ipc_endpoint"].detail and "REKALL_PIPE" in rows["ipc_endpoint"].hint
+    assert rows["router"].level == "GREEN" and rows["owner"].level == "GREEN"
+    # No extension behind a test endpoint: probe and schedule skip the schema, so a missing binary is a warning.
+    assert rows["codex_binary"].level == "AMBER" and "not needed with the test endpoint" in rows["codex_binary"].detail
+    assert rows["public_schema"].level == "AMBER"
+    assert report.verdict == "AMBER"
+
+
+async def test_without_codex_thread_id_there_is_no_owner_row(sim_home: SimulatedOwner, tmp_path: Path,
+                                                             excerpt_codex: Path) -> None:
+    report = await diagnose(base_env(tmp_path, **sim_home.env, PATH=f"{excerpt_codex.parent}:/usr/bin"))
+    assert [r.name for r in report.rows] == [n for n in ALL_ROWS if n != "owner"]
+    assert report.verdict == "GREEN", report
+
+
+# --- the IPC endpoint ----------------------------------------------------------------------
+
+
+async def test_a_group_readable_ipc_directory_is_red_and_the_router_is_not_contacted(
+        sim_home: SimulatedOwner, tmp_path: Path) -> None:
+    ipc_dir = sim_home.socket_path.parent
+    ipc_dir.chmod(0o750)
+    report = await diagnose(base_env(tmp_path, **sim_home.env))
+    rows = by_name(report)
+    assert rows["ipc_endpoint"].level == "RED"
+    assert f"{ipc_dir} has mode 0750" in rows["ipc_endpoint"].detail
+    assert f"chmod 700 {ipc_dir}" in rows["ipc_endpoint"].hint
+    assert rows["router"].level == "AMBER" and rows["router"].detail.startswith("not checked")
+    assert sim_home.connections == 0 and report.verdict == "RED"
+
+
+async def test_a_symlinked_socket_is_red(sim_home: SimulatedOwner, tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    (home / "ipc").mkdir(parents=True, mode=0o700)
+    (home / "ipc" / "ipc.sock").symlink_to(sim_home.socket_path)
+    rows = by_name(await diagnose(base_env(tmp_path, CODEX_HOME=str(home))))
+    assert rows["ipc_endpoint"].level == "RED"
+    assert "is a symbolic link; refusing to follow it" in rows["ipc_endpoint"].detail
+    assert sim_home.connections == 0
+
+
+async def test_a_missing_socket_is_red_and_names_both_places_looked(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    (home / "ipc").mkdir(parents=True, mode=0o700)
+    report = await diagnose(base_env(tmp_path, CODEX_HOME=str(home)))
+    row = by_name(report)["ipc_endpoint"]
+    assert row.level == "RED" and report.verdict == "RED"
+    assert f"{home}/ipc/ipc.sock does not exist" in row.detail and "legacy" in row.detail
+    assert "open the thread in the Codex VS Code extension" in row.hint
+
+
+async def test_a_relative_codex_home_is_red(tmp_path: Path) -> None:
+    rows = by_name(await diagnose(base_env(tmp_path, CODEX_HOME="relative/home")))
+    assert rows["codex_home"].level == "RED" and "not an absolute path" in rows["codex_home"].detail
+    assert rows["ipc_endpoint"].level == "RED"
+
+
+async def test_a_thread_nobody_owns_is_red_on_the_owner_row(sim_home: SimulatedOwner, tmp_path: Path) -> None:
+    stranger = "0199a5c2-0000-7000-8000-000000000001"
+    rows = by_name(await diagnose(base_env(tmp_path, **sim_home.env, CODEX_THREAD_ID=stranger)))
+    assert rows["router"].level == "GREEN"
+    assert rows["owner"].level == "RED" and f"no client owns thread {stranger}" in rows["owner"].detail
+    assert "never guess an owner" in rows["owner"].hint
+
+
+# --- the codex binary and schema --------------------------------------------------------
+
+
+async def test_a_missing_codex_binary_is_red_outside_a_test_endpoint(sim_home: SimulatedOwner,
+                                                                     tmp_path: Path) -> None:
+    report = await diagnose(base_env(tmp_path, **sim_home.env))
+    rows = by_name(report)
+    assert rows["codex_binary"].level == "RED"
+    assert "no extension-bundled Codex binary found" in rows["codex_binary"].detail
+    assert "REKALL_CODEX_BINARY" in rows["codex_binary"].hint
+    assert rows["public_schema"].level == "AMBER" and report.verdict == "RED"
+
+
+async def test_two_extension_versions_on_path_are_red_as_ambiguous(tmp_path: Path, excerpt_codex: Path) -> None:
+    newer = fake_extension(tmp_path / "newer", serving_schema(SCHEMA_EXCERPT), version="26.999.1")
+    path = f"{excerpt_codex.parent}:{newer.parent}:/usr/bin"
+    rows = by_name(await diagnose(base_env(tmp_path, PATH=path)))
+    assert rows["codex_binary"].level == "RED"
+    assert "2 extension-bundled Codex binaries" in rows["codex_binary"].detail
+    assert str(excerpt_codex) in rows["codex_binary"].detail and str(newer) in rows["codex_binary"].detail
+
+
+async def test_a_standalone_codex_override_is_amber(tmp_path: Path) -> None:
+    standalone = tmp_path / "codex"
+    standalone.write_text("#!/bin/sh\n" + serving_schema(SCHEMA_EXCERPT))
+    standalone.chmod(0o755)
+    rows = by_name(await diagnose(base_env(tmp_path, REKALL_CODEX_BINARY=str(standalone))))
+    assert rows["codex_binary"].level == "AMBER" and "not inside an extension folder" in rows["codex_binary"].detail
+    assert rows["public_schema"].level == "GREEN"
+
+
+async def test_a_drifted_schema_is_red_naming_the_failing_checks_and_is_cached(tmp_path: Path) -> None:
+    from tests.codex.drift import remove_context_compaction
+
+    drifted = tmp_path / "drifted"
+    shutil.copytree(SCHEMA_EXCERPT, drifted)
+    remove_context_compaction(drifted)
+    codex = fake_extension(tmp_path / "extensions", serving_schema(drifted))
+    env = base_env(tmp_path, CODEX_HOME=str(tmp_path / "home"), PATH=f"{codex.parent}:/usr/bin")
+
+    first = by_name(await diagnose(env))["public_schema"]
+    assert first.level == "RED"
+    assert "item_started.context_compaction" in first.detail and "item_completed.context_compaction" in first.detail
+    assert "item_started.params" not in first.detail  # only the checks the drift broke
+    assert "generated now" in first.detail and "schedule refuses" in first.hint
+    again = by_name(await diagnose(env))["public_schema"]
+    assert again.level == "RED" and "from the cache" in again.detail
+
+
+# --- the jobs directory, locks and workers ----------------------------------------------
+
+
+async def test_a_group_readable_jobs_directory_is_amber_and_left_as_it_is(tmp_path: Path) -> None:
+    jobs = tmp_path / "jobs"
+    jobs.mkdir(mode=0o750)
+    jobs.chmod(0o750)
+    row = by_name(await diagnose(base_env(tmp_path)))["jobs_dir"]
+    assert row.level == "AMBER" and "mode 0750" in row.detail and f"chmod 700 {jobs}" in row.hint
+    assert jobs.stat().st_mode & 0o777 == 0o750  # the doctor changes nothing
+
+
+async def test_a_readable_file_in_a_private_jobs_directory_is_amber(tmp_path: Path) -> None:
+    jobs = tmp_path / "jobs"
+    jobs.mkdir(mode=0o700)
+    (jobs / "notes.json").write_text("{}")
+    (jobs / "notes.json").chmod(0o644)
+    row = by_name(await diagnose(base_env(tmp_path)))["jobs_dir"]
+    assert row.level == "AMBER" and "notes.json" in row.detail
+
+
+def dead_process() -> tuple[int, str | None]:
+    """The pid and start time of a process that has exited."""
+    child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    started = process_start_time(child.pid)
+    child.communicate(b"", timeout=30)
+    return child.pid, started
+
+
+async def test_a_stale_lock_is_amber_until_status_records_its_job_as_worker_lost(tmp_path: Path) -> None:
+    env = base_env(tmp_path)
+    store = JobStore.open(env)
+    thread = "0199a5c2-1111-7000-8000-000000000002"
+    job = store.create_job(thread, handoff=None, user_fingerprint=None).job_id
+    store.set_lock_owner(thread, job, *dead_process())
+
+    row = by_name(await diagnose(env))["locks"]
+    assert row.level == "AMBER"
+    assert f"stale (its worker is gone): thread {thread} (job {job}" in row.detail
+    assert f"rekall status {thread}" in row.hint and "worker_lost" in row.hint
+    assert store.lock_path(thread).exists()  # the doctor reaps nothing
+
+    recorded = service.status(thread, env=env)  # what the hint says to do
+    assert recorded["state"] == "failed" and recorded["errorCode"] == "worker_lost"
+    assert by_name(await diagnose(env))["locks"] == Row.green("locks", "no locks")
+
+
+@pytest.mark.skipif(not Path("/proc/self/cmdline").exists(), reason="the worker scan reads /proc (Linux)")
+async def test_a_worker_whose_job_does_not_hold_the_lock_is_orphaned(tmp_path: Path) -> None:
+    env = base_env(tmp_path)
+    JobStore.open(env)
+    thread, job = "0199a5c2-2222-7000-8000-000000000003", "0199a5c2-3333-7000-8000-000000000004"
+    # Looks like `python -m rekall worker THREAD JOB` to /proc, and waits for its stdin to close.
+    impostor = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()", "-m", "rekall", "worker",
+                                 thread, job], stdin=subprocess.PIPE, env=env)
+    elsewhere = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()", "-m", "rekall", "worker",
+                                  thread, job], stdin=subprocess.PIPE, env={**env, "REKALL_JOBS_DIR": str(tmp_path)})
+    try:
+        row = by_name(await diagnose(env))["workers"]
+    finally:
+        for child in (impostor, elsewhere):
+            child.communicate(b"", timeout=30)
+    assert row.level == "AMBER"
+    assert f"1 orphaned worker(s): pid {impostor.pid} (thread {thread}, job {job}; the thread has no lock)" in row.detail
+    assert str(elsewhere.pid) not in row.detail  # another jobs directory's worker is not ours to judge
+    assert row.hint.endswith(f"kill {impostor.pid}")
+
+
+@pytest.mark.slow
+async def test_a_running_job_holds_a_live_lock_and_its_worker_is_not_an_orphan(tmp_path: Path) -> None:
+    async with SimulatedOwner(runtime="active") as sim:
+        env = base_env(tmp_path, **sim.env, REKALL_IDLE_STABLE_MS="50")
+        scheduled = await service.schedule(sim.thread_id, env=env)
+        with anyio.fail_after(20):
+            while service.status(sim.thread_id, env=env)["state"] != "waiting_for_idle":
+                await anyio.sleep(0.02)
+        rows = by_name(await diagnose(env))
+        service.cancel(sim.thread_id, scheduled["jobId"], env=env)
+        await wait_for_worker_exit(scheduled["pid"])
+    assert rows["jobs_dir"].level == "GREEN" and "files private" in rows["jobs_dir"].detail
+    assert rows["locks"] == Row.green("locks", "1 lock(s), each held by a live worker")
+    if Path("/proc/self/cmdline").exists():
+        assert rows["workers"] == Row.green("workers", "1 worker(s) running, each holding its thread's lock")
+    assert service.status(sim.thread_id, env=env)["state"] == "cancelled"
+
+
+# --- the verb ----------------------------------------------------------------------------
+
+
+def test_the_verb_exits_1_on_red_and_prints_every_row_with_its_hint(tmp_path: Path) -> None:
+    done = run_cli(base_env(tmp_path, CODEX_HOME=str(tmp_path / "nowhere")), "--json")
+    assert done.returncode == 1, done.stderr
+    report = json.loads(done.stdout)
+    assert report["verdict"] == "RED"
+    assert all((r["level"] == "GREEN") == (r["hint"] is None) for r in report["rows"])
+
+    people = run_cli(base_env(tmp_path, CODEX_HOME=str(tmp_path / "nowhere")))
+    assert people.returncode == 1
+    assert "verdict: RED" in people.stdout and "open the thread in the Codex VS Code extension" in people.stdout
+
+
+def test_a_row_must_carry_a_hint_exactly_when_it_is_not_green() -> None:
+    with pytest.raises(ValueError):
+        Row("x", "AMBER", "detail")
+    with pytest.raises(ValueError):
+        Row("x", "GREEN", "detail", "hint")

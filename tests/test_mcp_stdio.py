@@ -1,0 +1,47 @@
+"""stdio for `rekall mcp`: every malformed line gets the JSON-RPC error it calls for."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+
+from rekall.mcp_stdio import INVALID_REQUEST, PARSE_ERROR, CheckedLines, LineWriter, check_line
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        (b"{broken", (None, PARSE_ERROR)),
+        (b"\xff\xfe", (None, PARSE_ERROR)),
+        (b"42", (None, INVALID_REQUEST)),
+        (b'{"jsonrpc":"2.0","id":14,"method":"tools/call","params":[1,2]}', (14, INVALID_REQUEST)),
+        (b'{"jsonrpc":"1.0","id":"a","method":"ping"}', ("a", INVALID_REQUEST)),
+        (b'{"jsonrpc":"2.0","id":4,"method":5}', (4, INVALID_REQUEST)),
+    ],
+)
+def test_a_malformed_line_is_answered_with_its_id_when_one_can_be_read(line, expected):
+    text, problem = check_line(line)
+    assert text is None
+    assert problem[:2] == expected
+    assert problem[2].startswith(("Parse error", "Invalid Request"))
+
+
+def test_a_valid_message_passes_through_unchanged():
+    line = b'{"jsonrpc":"2.0","id":1,"method":"ping"}'
+    assert check_line(line) == (line.decode(), None)
+
+
+async def test_an_overlong_line_is_refused_and_the_next_line_still_served():
+    wire_out = io.BytesIO()
+    writer = LineWriter(wire_out)
+    good = b'{"jsonrpc":"2.0","id":2,"method":"ping"}\n'
+    lines = CheckedLines(io.BytesIO(b"x" * 300 + b"\n" + b"\n" + good), writer, max_line_bytes=100)
+    passed = [line async for line in lines]
+    assert passed == [good.decode()]
+    reply = json.loads(wire_out.getvalue())
+    assert reply["id"] is None and reply["error"]["code"] == INVALID_REQUEST
+    assert "longer than 100 bytes" in reply["error"]["message"]

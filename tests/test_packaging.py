@@ -1,0 +1,200 @@
+"""The package as users get it: built, checked, installed with pipx and uv, and run.
+
+``python -m build`` runs once per session (isolated, as a user would run it; it fetches the
+build backend like any build). The archives are checked against an allowlist, so a jobs
+directory, a handoff, a log or a virtualenv left in the working tree can never ship.
+"""
+
+from __future__ import annotations
+
+import email.parser
+import fnmatch
+import json
+import os
+import shlex
+import subprocess
+import sys
+import tarfile
+import tomllib
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from rekall import __version__
+from tests.pluginkit import REPO_ROOT, front_matter, manifest, skill_file
+
+WHEEL_ALLOWED = (
+    "rekall/*.py",
+    "rekall/py.typed",
+    "rekall-{version}.dist-info/METADATA",
+    "rekall-{version}.dist-info/WHEEL",
+    "rekall-{version}.dist-info/RECORD",
+    "rekall-{version}.dist-info/entry_points.txt",
+    "rekall-{version}.dist-info/licenses/LICENSE*",
+)
+# Paths inside the sdist's top folder. fnmatch's "*" also crosses "/": "tests/*.py" covers subpackages.
+SDIST_ALLOWED = (
+    "PKG-INFO",
+    "pyproject.toml",
+    "README.md",
+    "LICENSE*",
+    ".gitignore",
+    "rekall/*.py",
+    "rekall/py.typed",
+    "tests/*.py",
+    "docs/*.md",
+    "bench/*.py",
+    "bench/*.md",
+    "fixtures/ipc/*.jsonl",
+    "fixtures/schema/README.md",
+    "fixtures/schema/codex-*/*.json",
+    "scripts/test",
+    "scripts/install-codex",
+    ".agents/plugins/marketplace.json",
+    "plugins/rekall/.codex-plugin/plugin.json",
+    "plugins/rekall/.mcp.json",
+    "plugins/rekall/skills/*/SKILL.md",
+)
+# Names of rekall's own private files and of local clutter; none may match the allowlists.
+PRIVATE = (
+    "jobs/x.json",
+    "tools/rekall/jobs/0199a5c2-1111-4000-8000-000000000001.json",
+    "tests/0199a5c2-1111-4000-8000-000000000001.0199a5c2-2222-4000-8000-000000000002.handoff.json",
+    "fixtures/ipc/v11/0199a5c2.0199a5c2.journal.jsonl.tmp",
+    "rekall/0199a5c2-1111-4000-8000-000000000001.lock",
+    "rekall/worker.log",
+    "tests/run.log",
+    "rekall/.env",
+    ".venv/lib/python3.11/site-packages/x.py",
+    "rekall/__pycache__/cli.cpython-311.pyc",
+    ".hypothesis/examples/x",
+    ".pytest_cache/v/cache/lastfailed",
+    "docs/handoff.json",
+    "id_ed25519",
+    "tests/server.pem",
+)
+
+
+def allowed(path: str, patterns: tuple[str, ...]) -> bool:
+    if any(part in (".venv", "__pycache__", ".hypothesis", ".pytest_cache", ".git") for part in path.split("/")):
+        return False
+    if path.endswith((".journal.jsonl", ".handoff.json", ".lock", ".log", ".cancel", ".tmp", ".pyc")):
+        return False
+    return any(fnmatch.fnmatchcase(path, p.format(version=__version__)) for p in patterns)
+
+
+def run(*args: str | Path, cwd: Path | None = None, env: dict[str, str] | None = None,
+        timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run([str(a) for a in args], capture_output=True, text=True, cwd=cwd,
+                            env=env, timeout=timeout)
+    assert result.returncode == 0, f"{args} exited {result.returncode}:\n{result.stdout}\n{result.stderr}"
+    return result
+
+
+@pytest.fixture(scope="session")
+def dists(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    out = tmp_path_factory.mktemp("dist")
+    run(sys.executable, "-m", "build", "--outdir", out, REPO_ROOT)
+    sdists, wheels = sorted(out.glob("*.tar.gz")), sorted(out.glob("*.whl"))
+    assert len(sdists) == len(wheels) == 1 and len(list(out.iterdir())) == 2, list(out.iterdir())
+    return {"sdist": sdists[0], "wheel": wheels[0]}
+
+
+def wheel_files(wheel: Path) -> list[str]:
+    with zipfile.ZipFile(wheel) as archive:
+        return [n for n in archive.namelist() if not n.endswith("/")]
+
+
+def sdist_files(sdist: Path) -> list[str]:
+    top = f"rekall-{__version__}/"
+    with tarfile.open(sdist) as archive:
+        names = [m.name for m in archive.getmembers() if m.isfile()]
+    assert all(n.startswith(top) for n in names), "everything lives under one top folder"
+    return [n[len(top):] for n in names]
+
+
+def test_python_m_build_makes_one_sdist_and_one_wheel_named_after_the_version(dists):
+    assert dists["sdist"].name == f"rekall-{__version__}.tar.gz"
+    assert dists["wheel"].name == f"rekall-{__version__}-py3-none-any.whl"
+
+
+@pytest.mark.parametrize("path", PRIVATE)
+def test_the_allowlists_refuse_private_files_and_clutter(path: str):
+    assert not allowed(path, SDIST_ALLOWED) and not allowed(path, WHEEL_ALLOWED)
+
+
+def test_the_wheel_holds_only_the_package_and_its_metadata(dists):
+    files = wheel_files(dists["wheel"])
+    assert "rekall/cli.py" in files and "rekall/mcp_server.py" in files
+    assert not [f for f in files if not allowed(f, WHEEL_ALLOWED)]
+
+
+def test_the_sdist_holds_only_sources_tests_docs_fixtures_and_the_plugin(dists):
+    files = sdist_files(dists["sdist"])
+    for expected in ("pyproject.toml", "rekall/cli.py", "tests/test_packaging.py", "docs/states.md",
+                     ".agents/plugins/marketplace.json", "plugins/rekall/skills/rekall/SKILL.md"):
+        assert expected in files
+    assert not [f for f in files if not allowed(f, SDIST_ALLOWED)]
+
+
+def test_no_shipped_file_mentions_this_machines_checkout_or_codex_home(dists):
+    # A status file, log or handoff that slipped in would carry these absolute paths.
+    local = [str(REPO_ROOT), str(Path.home() / ".codex"), os.environ["CODEX_HOME"]]
+    with zipfile.ZipFile(dists["wheel"]) as wheel:
+        texts = {name: wheel.read(name) for name in wheel_files(dists["wheel"])}
+    with tarfile.open(dists["sdist"]) as sdist:
+        texts |= {m.name: sdist.extractfile(m).read() for m in sdist.getmembers() if m.isfile()}
+    leaks = [(name, marker) for name, data in texts.items() for marker in local if marker.encode() in data]
+    assert not leaks
+
+
+def test_twine_check_passes_for_both_archives(dists):
+    result = run(sys.executable, "-m", "twine", "check", "--strict", dists["sdist"], dists["wheel"])
+    assert result.stdout.count("PASSED") == 2
+
+
+def test_the_version_has_one_source(dists):
+    with zipfile.ZipFile(dists["wheel"]) as wheel:
+        wheel_meta = email.parser.HeaderParser().parsestr(wheel.read(f"rekall-{__version__}.dist-info/METADATA").decode())
+    with tarfile.open(dists["sdist"]) as sdist:
+        sdist_meta = email.parser.HeaderParser().parsestr(
+            sdist.extractfile(f"rekall-{__version__}/PKG-INFO").read().decode())
+    cli = run(sys.executable, "-m", "rekall", "--version").stdout.split()
+    assert {
+        "wheel": wheel_meta["Version"],
+        "sdist": sdist_meta["Version"],
+        "plugin.json": manifest()["version"],
+        "SKILL.md": front_matter(skill_file())[0]["metadata"]["version"],
+        "rekall --version": cli[-1],
+    } == dict.fromkeys(("wheel", "sdist", "plugin.json", "SKILL.md", "rekall --version"), __version__)
+    pyproject = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    assert "version" not in pyproject["project"] and "version" in pyproject["project"]["dynamic"]
+    assert pyproject["tool"]["hatch"]["version"]["path"] == "rekall/__init__.py"
+
+
+def check_installed(command: Path, tool_home: Path, cwd: Path) -> None:
+    """``command`` is a working rekall installed under ``tool_home``, not this checkout."""
+    assert run(command, "--version", cwd=cwd).stdout.strip() == f"rekall {__version__}"
+    interpreter = shlex.split(command.resolve().read_text(encoding="utf-8").splitlines()[0].removeprefix("#!"))
+    where = run(*interpreter, "-c", "import rekall; print(rekall.__file__)", cwd=cwd).stdout.strip()
+    assert Path(where).is_relative_to(tool_home) and not Path(where).is_relative_to(REPO_ROOT)
+    job = json.loads(run(command, "demo", "--json", cwd=cwd, timeout=120).stdout)
+    assert job["state"] == "resumed" and job["resumeTurnId"]
+
+
+@pytest.mark.slow
+def test_pipx_install_of_the_checkout_gives_a_working_rekall(tmp_path: Path):
+    home, bin_dir = tmp_path / "pipx-home", tmp_path / "pipx-bin"
+    env = {**os.environ, "PIPX_HOME": str(home), "PIPX_BIN_DIR": str(bin_dir),
+           "PIPX_MAN_DIR": str(tmp_path / "pipx-man")}
+    run(sys.executable, "-m", "pipx", "install", "--python", sys.executable, REPO_ROOT, env=env, cwd=tmp_path)
+    check_installed(bin_dir / "rekall", home, cwd=tmp_path)
+
+
+@pytest.mark.slow
+def test_uv_tool_install_of_the_checkout_gives_a_working_rekall(tmp_path: Path):
+    tools, bin_dir = tmp_path / "uv-tools", tmp_path / "uv-bin"
+    env = {**os.environ, "UV_TOOL_DIR": str(tools), "UV_TOOL_BIN_DIR": str(bin_dir), "UV_PYTHON_DOWNLOADS": "never"}
+    run(sys.executable, "-m", "uv", "tool", "install", "--python", sys.executable, REPO_ROOT, env=env, cwd=tmp_path)
+    check_installed(bin_dir / "rekall", tools, cwd=tmp_path)

@@ -1,0 +1,112 @@
+"""``rekall probe --json`` against the simulated owner: everything the Node probe reports
+(reference §6.7), plus the endpoint, the peer check, the adapter, the observed method versions,
+the headroom now, and the public schema checks with whether they came from the cache.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rekall.codex.pinned import find_real_codex
+from rekall.sim import start_sim_in_thread
+from tests.test_doctor import EXTENSION_VERSION, fake_extension, wrapping
+
+SCHEMA_CHECKS = ["item_started.params", "item_started.context_compaction", "item_completed.params",
+                 "item_completed.context_compaction", "thread_compact_start.params", "thread_token_usage.fields",
+                 "turn_start.text_input"]
+#: The probe fields of the Node version (reference §6.7).
+NODE_FIELDS = {"threadId", "connected", "ownerId", "runtimeStatus", "completedCompactions", "contextTokens",
+               "modelContextWindow", "compatibility"}
+
+
+def probe(env: Mapping[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("REKALL_", "CONTEXT_COMPACT_", "CODEX_"))}
+    return subprocess.run([sys.executable, "-m", "rekall", "probe", *args], env={**clean, **env, "COLUMNS": "200"},
+                          capture_output=True, text=True, timeout=60)
+
+
+def probe_json(env: Mapping[str, str], thread: str) -> dict[str, Any]:
+    done = probe(env, thread, "--json")
+    assert done.returncode == 0, done.stdout + done.stderr
+    return json.loads(done.stdout)
+
+
+def test_probe_reports_the_owner_the_connection_and_the_headroom_now() -> None:
+    with start_sim_in_thread() as sim:
+        thread, owner, socket_path = sim.thread_id, sim.owner_id, sim.socket_path
+        result = probe_json(sim.env, thread)
+        assert sim.compact_requests == [] and sim.start_turn_requests == []  # read-only
+
+    assert NODE_FIELDS <= result.keys()
+    assert result["threadId"] == thread and result["connected"] is True and result["ownerId"] == owner
+    assert result["endpoint"] == {"kind": "test", "path": socket_path, "note": "from REKALL_PIPE",
+                                  "peer_check": f"uid {os.geteuid()} matches ours"}
+    assert result["adapter"] == "v11"
+    assert result["observedVersions"] == {"thread-stream-state-changed": [11]}
+    assert (result["runtimeStatus"], result["idle"], result["busyReason"]) == ("idle", True, None)
+    assert result["latestUserTurnStopped"] is False and result["completedCompactions"] == 1
+    assert (result["contextTokens"], result["modelContextWindow"]) == (90000, 100000)
+    assert result["headroom"] == {"contextTokens": 90000, "modelContextWindow": 100000, "usedFraction": 0.9}
+    # A test endpoint has no extension behind it: no schema check, no extension version (as in Node).
+    assert result["compatibility"] == {"runtime": {"status": "compatible"},
+                                       "publicSchema": {"status": "not_checked", "reason": "custom_test_transport"}}
+    assert result["extensionVersion"] is None
+
+
+def test_probe_of_a_busy_thread_without_telemetry_says_why_and_reports_no_headroom() -> None:
+    with start_sim_in_thread(runtime="active", tokens=None, window=None) as sim:
+        result = probe_json(sim.env, sim.thread_id)
+    assert (result["runtimeStatus"], result["idle"], result["busyReason"]) == ("active", False, "runtime_active")
+    assert result["contextTokens"] is None and result["modelContextWindow"] is None
+    assert result["headroom"] == {"contextTokens": None, "modelContextWindow": None, "usedFraction": None}
+
+
+def test_probe_for_people_shows_the_owner_and_the_window_used() -> None:
+    with start_sim_in_thread() as sim:
+        done = probe(sim.env, sim.thread_id)
+        owner = sim.owner_id
+    assert done.returncode == 0, done.stderr
+    assert owner in done.stdout and "90.0%" in done.stdout and "not_checked" in done.stdout
+
+
+def test_probe_of_a_thread_nobody_owns_fails_with_no_owner_and_a_next_step() -> None:
+    stranger = "0199a5c2-0000-7000-8000-0000000000aa"
+    with start_sim_in_thread() as sim:
+        done = probe(sim.env, stranger, "--json")
+    assert done.returncode == 1
+    error = json.loads(done.stdout)["error"]
+    assert error["code"] == "no_owner" and stranger in error["message"] and "never guess" in error["hint"]
+
+
+@pytest.mark.codex
+def test_probe_through_the_real_endpoint_lists_the_schema_checks_and_caches_them(tmp_path: Path) -> None:
+    real, reason = find_real_codex()
+    if real is None:
+        pytest.skip(reason)
+    codex = fake_extension(tmp_path / "extensions", wrapping(real))
+    with start_sim_in_thread(codex_home=True) as sim:
+        env = {**sim.env, "REKALL_CODEX_BINARY": str(codex)}
+        first, second = probe_json(env, sim.thread_id), probe_json(env, sim.thread_id)
+        socket_path = sim.socket_path
+
+    assert first["endpoint"] == {"kind": "primary", "path": socket_path, "note": "",
+                                 "peer_check": f"uid {os.geteuid()} matches ours"}
+    schema = first["compatibility"]["publicSchema"]
+    assert schema["status"] == "compatible"
+    assert [c["name"] for c in schema["checks"]] == SCHEMA_CHECKS
+    assert all(c["passed"] and c["file"].endswith(".json") and c["pointer"].startswith("/") for c in schema["checks"])
+    assert schema["binary"]["version"] == "0.171.0" and schema["binaryPath"] == str(codex)
+    assert first["extensionVersion"] == schema["extensionVersion"] == EXTENSION_VERSION
+    assert schema["from_cache"] is False
+
+    cached = second["compatibility"]["publicSchema"]
+    assert cached["from_cache"] is True
+    assert cached["checks"] == schema["checks"] and cached["generated_at"] == schema["generated_at"]
