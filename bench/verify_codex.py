@@ -158,11 +158,12 @@ async def one_job_run(binary: Path, index: int, idle_stable_ms: int) -> dict[str
             while (status := service.status(owner.thread_id, env=env))["state"] not in terminal:
                 await anyio.sleep(POLL_S)  # the worker is another process; its status file is the interface
             await _process_gone(scheduled["pid"])
-            resumed = status["state"] == "resumed"
+            resumed, reached = status["state"] == "resumed", False
             if resumed:  # the continuation turn started; its request reaches the model a moment later
                 marker = f"[Automatic continuation requested through rekall; job {status['jobId']}]"
                 request = await anyio.to_thread.run_sync(
                     lambda: backend.mock.wait_for(lambda r: r.contains(marker), timeout=TIMEOUT_S))
+                reached = request.kind == "turn"
                 await owner.wait_until(lambda _: any(t["turnId"] == status["resumeTurnId"] and t["status"] == "completed"
                                                      for t in backend.snapshot()["turns"]), timeout=TIMEOUT_S)
             counts = (len(owner.compact_requests), len(owner.start_turn_requests))
@@ -184,7 +185,7 @@ async def one_job_run(binary: Path, index: int, idle_stable_ms: int) -> dict[str
         "scheduleToResumedMs": _ms_between(status["createdAt"], status["resumedAt"]) if resumed else None,
         "idleStableMs": idle_stable_ms,
         "ownerRequests": {"compact": counts[0], "startTurn": counts[1]},
-        "continuationReachedModel": resumed and request.kind == "turn",
+        "continuationReachedModel": reached,
     }
 
 

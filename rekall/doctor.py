@@ -257,12 +257,13 @@ def check_jobs_dir(env: Mapping[str, str]) -> tuple[Row, Path | None]:
     job is scheduled; here we only say what it will find.
     """
     root = resolve_jobs_dir(env)
-    try:
-        st = os.lstat(root)
-    except FileNotFoundError:
+    if not os.path.lexists(root):
         return Row.green("jobs_dir", f"{root} does not exist yet; it is created 0700 at the first schedule"), None
-    if stat.S_ISLNK(st.st_mode):
-        st = os.stat(root)  # the store follows a link; judge what it points at
+    try:
+        st = os.stat(root)  # the store follows a symlink; judge what it points at
+    except OSError as exc:
+        return Row("jobs_dir", "RED", f"{root} cannot be inspected: {exc.strerror or exc}",
+                   "set REKALL_JOBS_DIR to a private directory of your own"), None
     if not stat.S_ISDIR(st.st_mode):
         return Row("jobs_dir", "RED", f"{root} is not a directory", "set REKALL_JOBS_DIR to a private directory"), None
     if sys.platform == "win32":
@@ -271,7 +272,7 @@ def check_jobs_dir(env: Mapping[str, str]) -> tuple[Row, Path | None]:
     if st.st_uid != os.geteuid():
         return Row("jobs_dir", "RED", f"{root} belongs to uid {st.st_uid}, not to you (uid {os.geteuid()}); "
                    "rekall refuses to use it", "set REKALL_JOBS_DIR to a private directory of your own"), None
-    exposed = [p.name for p in _entries(root) if stat.S_IMODE(p.lstat().st_mode) & 0o077]
+    exposed = [p.name for p in _entries(root) if _mode_bits(p) & 0o077]
     if mode & 0o077:
         return Row("jobs_dir", "AMBER", f"{root} has mode {mode:04o}: group or others can list your jobs",
                    f"run: chmod 700 {root}  (rekall also tightens it the next time it schedules)"), root
@@ -280,6 +281,13 @@ def check_jobs_dir(env: Mapping[str, str]) -> tuple[Row, Path | None]:
                    f"others: {', '.join(sorted(exposed)[:3])}{' …' if len(exposed) > 3 else ''}",
                    f"run: chmod 600 {root}/*"), root
     return Row.green("jobs_dir", f"{root}: mode {mode:04o}, owned by you, files private"), root
+
+
+def _mode_bits(path: Path) -> int:
+    try:
+        return stat.S_IMODE(path.lstat().st_mode)
+    except OSError:
+        return 0  # gone meanwhile (a worker's atomic replace)
 
 
 def _entries(root: Path) -> Iterator[Path]:
@@ -291,7 +299,7 @@ def _entries(root: Path) -> Iterator[Path]:
 
 def check_locks(root: Path | None) -> Row:
     if root is None:
-        return Row.green("locks", "no jobs directory, so no locks")
+        return Row.green("locks", "no jobs directory yet, so no locks")
     store = JobStore(root)  # not JobStore.open: that would create or tighten the directory
     threads = sorted(p.name[: -len(".lock")] for p in _entries(root)
                      if p.name.endswith(".lock") and is_uuid(p.name[: -len(".lock")]))
@@ -370,7 +378,7 @@ def check_workers(root: Path | None, proc: Path = Path("/proc")) -> Row:
         return Row("workers", "AMBER", f"not checked: no {proc} on {sys.platform}",
                    "look for `rekall worker` processes with ps; each should hold its thread's lock")
     if root is None:
-        return Row.green("workers", "no jobs directory, so no workers")
+        return Row.green("workers", "no jobs directory yet, so no workers")
     store = JobStore(root)
     ours = [w for w in worker_processes(proc) if w.jobs_dir == root]
     orphans = []
@@ -381,7 +389,10 @@ def check_workers(root: Path | None, proc: Path = Path("/proc")) -> Row:
             owner = None
         if owner is not None and owner.job_id == worker.job_id:
             continue
-        job = store.latest(worker.thread_id)
+        try:
+            job = store.latest(worker.thread_id)
+        except RekallError:
+            job = None  # an unreadable journal proves nothing either way
         if job is not None and job.job_id == worker.job_id and job.state.terminal:
             continue  # it released the lock after its terminal state and is exiting
         holder = f"the lock names job {owner.job_id}" if owner else "the thread has no lock"
@@ -407,7 +418,11 @@ async def diagnose(env: Mapping[str, str] | None = None) -> Report:
     binary_row, binary = check_codex_binary(env)
     rows += [binary_row, await asyncio.to_thread(check_schema, env, binary)]
     jobs_row, root = check_jobs_dir(env)
-    rows += [jobs_row, check_locks(root), check_workers(root)]
+    if jobs_row.level == "RED":
+        rows += [jobs_row, *(Row.not_checked(name, "the jobs directory is unusable", "fix the jobs_dir row first")
+                             for name in ("locks", "workers"))]
+    else:
+        rows += [jobs_row, check_locks(root), check_workers(root)]
     return Report(tuple(rows))
 
 

@@ -277,6 +277,15 @@ async def test_a_readable_file_in_a_private_jobs_directory_is_amber(tmp_path: Pa
     assert row.level == "AMBER" and "notes.json" in row.detail
 
 
+async def test_a_jobs_path_that_is_a_file_is_red_and_its_locks_are_not_checked(tmp_path: Path) -> None:
+    (tmp_path / "jobs").write_text("not a directory")
+    report = await diagnose(base_env(tmp_path))
+    rows = by_name(report)
+    assert rows["jobs_dir"].level == "RED" and "is not a directory" in rows["jobs_dir"].detail
+    assert rows["locks"].detail.startswith("not checked") and rows["workers"].detail.startswith("not checked")
+    assert report.verdict == "RED"
+
+
 def dead_process() -> tuple[int, str | None]:
     """The pid and start time of a process that has exited."""
     child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)

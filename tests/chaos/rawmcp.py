@@ -27,6 +27,8 @@ class RawMcp:
         self._lines: queue.Queue[bytes] = queue.Queue()
         self._stderr: list[bytes] = []
         self._early: dict[Any, dict[str, Any]] = {}
+        #: Error replies without an id (to lines the server could not read as a request).
+        self.anonymous_errors: list[dict[str, Any]] = []
         self._ids = itertools.count(1)
         threading.Thread(target=self._pump, args=(self.process.stdout, self._lines.put), daemon=True).start()
         threading.Thread(target=self._pump, args=(self.process.stderr, self._stderr.append), daemon=True).start()
@@ -67,6 +69,8 @@ class RawMcp:
             message = json.loads(line)
             if isinstance(message, dict) and isinstance(message.get("id"), (str, int)):
                 self._early[message["id"]] = message
+            elif isinstance(message, dict) and message.get("id") is None and "error" in message:
+                self.anonymous_errors.append(message)
         return self._early.pop(request_id)
 
     def request(self, method: str, params: Any = None) -> dict[str, Any]:

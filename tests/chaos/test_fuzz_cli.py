@@ -34,15 +34,35 @@ def handoff_files(tmp_path: Path) -> list[str]:
     return [str(tmp_path / name) for name in files] + [str(tmp_path / "missing.json"), str(tmp_path)]
 
 
+#: Well-formed shapes per verb; ``U`` is filled with an id (good or bad), ``F`` with a file, ``V``
+#: with any value. Half the examples use these, so that most runs get past argument parsing.
+SHAPES = {
+    "probe": [["U"], ["U", "--json"]],
+    "schedule": [["U"], ["U", "--handoff", "F"], ["U", "--json", "--handoff", "F"]],
+    "status": [["U"], ["U", "--json"], ["U", "--watch", "--json"]],
+    "cancel": [["U", "--thread", "U"], ["U", "--thread", "U", "--json"]],
+    "explain": [["U"], ["U", "--json"]],
+    "history": [[], ["--thread", "U"], ["--since", "V"], ["--json", "--thread", "U"]],
+    "states": [["--format", "V"], ["--json"]],
+    "doctor": [[], ["--json"]],
+}
+
+
 def argv_strategy(files: list[str]) -> st.SearchStrategy[list[str]]:
+    good = st.uuids().map(str)
+    ids = st.one_of(good, good, good, st.sampled_from(["../x", "..", "/etc/passwd", "", "0199a5c2-\n"]))
     values = st.one_of(
         st.sampled_from(OPTIONS),
-        st.uuids().map(str),
-        st.sampled_from(["../x", "..", "/etc/passwd", "", "é", "mermaid", "json", "markdown", "2026-01-01",
-                         "not-a-date", "scripted", "codex", *files]),
+        ids,
+        st.sampled_from(["é", "mermaid", "json", "markdown", "2026-01-01", "not-a-date", "scripted", "codex", *files]),
         st.text(max_size=30).filter(lambda t: "\x00" not in t),
     )
-    return st.builds(lambda verb, rest: [verb, *rest], st.sampled_from(VERBS), st.lists(values, max_size=5))
+    fill = {"U": ids, "F": st.sampled_from(files), "V": values}
+    shaped = st.sampled_from([(verb, shape) for verb, shapes in SHAPES.items() for shape in shapes]).flatmap(
+        lambda pair: st.tuples(*(fill[t] if t in fill else st.just(t) for t in pair[1])).map(
+            lambda rest, verb=pair[0]: [verb, *rest]))
+    loose = st.builds(lambda verb, rest: [verb, *rest], st.sampled_from(VERBS), st.lists(values, max_size=5))
+    return st.one_of(shaped, loose)
 
 
 @given(data=st.data())

@@ -75,8 +75,6 @@ class Case:
     sim: dict[str, Any] = attrs.field(factory=dict)
     env: dict[str, str] = attrs.field(factory=dict)
     release: Script | None = None
-    #: A bug in /tmp/e-bugs.md this case shows: it must fail until fixed (like a strict xfail).
-    known_bug: str | None = None
 
 
 RESUMED = ("resumed", None, False)
@@ -142,9 +140,9 @@ CASES: list[Case] = [
     Case("slow start-turn reply", "-", lambda job: job.sim.delay_next(START_TURN, 0.3), RESUMED, (1, 1)),
     # The completion proves acceptance: the late or missing reply must not hold up the resume.
     Case("compact reply slower than the compaction", "-", lambda job: job.sim.delay_next(COMPACT, 30), RESUMED,
-         (1, 1), sim={"compaction_delay_s": 0.05}, env=SLOW_TIMEOUTS, known_bug="E2"),
+         (1, 1), sim={"compaction_delay_s": 0.05}, env=SLOW_TIMEOUTS),
     Case("no compact reply, compaction seen", "-", lambda job: job.sim.silence_next(COMPACT), RESUMED, (1, 1),
-         sim={"compaction_delay_s": 0.05}, env=SLOW_TIMEOUTS, known_bug="E2"),
+         sim={"compaction_delay_s": 0.05}, env=SLOW_TIMEOUTS),
     Case("compact reply past the router timeout", "-", lambda job: job.sim.delay_next(COMPACT, 30),
          ("failed", "request-timeout", True), (1, 0), sim={"compaction_delay_s": 60}, env=LONG_DEADLINE),
     Case("no compact reply, no compaction seen", "-", lambda job: job.sim.silence_next(COMPACT),
@@ -238,12 +236,8 @@ def test_each_owner_fault_ends_in_the_designed_state(tmp_path: Path, stage: str)
     cases = [case for case in CASES if case.stage == stage]
     with ThreadPoolExecutor(max_workers=4) as pool:
         observed = list(pool.map(lambda pair: run_case(pair[1], tmp_path / f"case{pair[0]}"), enumerate(cases)))
-    wrong = []
-    for case, seen in zip(cases, observed):
-        right = (seen.outcome, seen.requests, seen.problems) == (case.expect, case.requests, ())
-        if case.known_bug and right:
-            wrong.append(f"{case.name}: passes now; bug {case.known_bug} is fixed, remove known_bug")
-        elif not case.known_bug and not right:
-            wrong.append(f"{case.name}: expected {case.expect} with {case.requests} requests, got {seen.outcome} "
-                         f"with {seen.requests}; problems {list(seen.problems)}")
+    wrong = [f"{case.name}: expected {case.expect} with {case.requests} requests, got {seen.outcome} with "
+             f"{seen.requests}; problems {list(seen.problems)}"
+             for case, seen in zip(cases, observed)
+             if (seen.outcome, seen.requests, seen.problems) != (case.expect, case.requests, ())]
     assert not wrong, "\n".join(wrong)

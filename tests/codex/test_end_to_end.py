@@ -57,6 +57,20 @@ def compaction_items(state: dict[str, Any]) -> list[dict[str, Any]]:
     return [item for turn in state["turns"] for item in turn["items"] if item.get("type") == "contextCompaction"]
 
 
+def rekall_mcp_server(env: Mapping[str, str]) -> str:
+    """``[mcp_servers.rekall]`` for the engine: this checkout's ``rekall mcp`` with ``env``.
+
+    Codex passes a stdio MCP server only an allowlist of variables (HOME, PATH, ...), so the
+    endpoint and the jobs directory are given explicitly.
+    """
+    return "\n".join(["[mcp_servers.rekall]", f"command = {json.dumps(sys.executable)}", 'args = ["-m", "rekall", "mcp"]',
+                      "", "[mcp_servers.rekall.env]", *(f"{k} = {json.dumps(v)}" for k, v in env.items()), ""])
+
+
+def item_types(state: dict[str, Any]) -> list[list[str]]:
+    return [[item["type"] for item in turn["items"]] for turn in state["turns"]]
+
+
 async def test_a_resume_job_compacts_the_real_thread_and_starts_one_continuation_with_the_handoff(
         codex_sim: CodexSimHandle, tmp_path: Path) -> None:
     codex_sim.mock.queue_text(FILLER)
@@ -132,20 +146,6 @@ async def test_a_pending_approval_holds_the_job_in_waiting_for_idle_until_it_is_
     assert item["id"] == done["compactionId"] and item["completed"] is True
     assert len(codex_sim.compact_requests) == 1 and codex_sim.start_turn_requests == []
     assert not untouched.exists()  # declined: the engine never ran the command
-
-
-def rekall_mcp_server(env: Mapping[str, str]) -> str:
-    """``[mcp_servers.rekall]`` for the engine: this checkout's ``rekall mcp`` with ``env``.
-
-    Codex passes a stdio MCP server only an allowlist of variables (HOME, PATH, ...), so the
-    endpoint and the jobs directory are given explicitly.
-    """
-    return "\n".join(["[mcp_servers.rekall]", f"command = {json.dumps(sys.executable)}", 'args = ["-m", "rekall", "mcp"]',
-                      "", "[mcp_servers.rekall.env]", *(f"{k} = {json.dumps(v)}" for k, v in env.items()), ""])
-
-
-def item_types(state: dict[str, Any]) -> list[list[str]]:
-    return [[item["type"] for item in turn["items"]] for turn in state["turns"]]
 
 
 async def test_the_agent_schedules_its_own_compaction_through_codex_and_rekall_resumes_after_its_turn(
