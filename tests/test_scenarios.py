@@ -160,7 +160,7 @@ async def test_new_input_during_compaction_cancels_with_an_unknown_outcome(jobs_
 
 
 async def test_new_input_while_waiting_to_resume_cancels_with_a_known_outcome(jobs_dir):
-    env = job_env({}, jobs_dir, REKALL_IDLE_STABLE_MS="1500")
+    env = job_env({}, jobs_dir, REKALL_IDLE_STABLE_MS="3000")
     async with SimulatedOwner() as sim, rekall_mcp({**env, **sim.env}, sim.thread_id) as rekall:
         await rekall.schedule(HANDOFF)
         await rekall.wait_for({"waiting_for_resume_idle"})
@@ -316,7 +316,7 @@ async def test_cancel_after_acceptance_records_an_unknown_outcome(jobs_dir):
 
 
 async def test_cancel_while_waiting_to_resume_records_a_known_outcome(jobs_dir):
-    env = job_env({}, jobs_dir, REKALL_IDLE_STABLE_MS="1500")
+    env = job_env({}, jobs_dir, REKALL_IDLE_STABLE_MS="3000")
     async with SimulatedOwner() as sim, rekall_mcp({**env, **sim.env}, sim.thread_id) as rekall:
         scheduled = await rekall.schedule(HANDOFF)
         await rekall.wait_for({"waiting_for_resume_idle"})

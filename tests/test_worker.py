@@ -45,20 +45,11 @@ async def run(store: JobStore, sim: SimulatedOwner, job: str, settings: WorkerSe
 
 
 async def test_telemetry_that_trails_the_completed_item_is_awaited_briefly(tmp_path):
-    # The item completes while the token count still shows the old context; fresh
-    # telemetry follows a moment later, as on a real engine.
-    async with SimulatedOwner(telemetry_after="stale") as sim:
+    # The item completes while the token count still shows the old context; the owner
+    # sends fresh telemetry 50 ms later, as a real engine does.
+    async with SimulatedOwner(telemetry_after=[90_000, 12_000], telemetry_step_s=0.05) as sim:
         store, job = await schedule(sim, tmp_path / "jobs")
-
-        async def fresh_telemetry_after_completion() -> None:
-            await sim.wait_until(lambda s: any(i.get("completed") is True and i.get("id") == "compaction-1"
-                                               for t in s.backend.state["turns"] for i in t.get("items", [])),
-                                 timeout=20)
-            sim.backend.set_telemetry(12_000, 100_000)
-
-        async with anyio.create_task_group() as group:
-            group.start_soon(fresh_telemetry_after_completion)
-            final = await run(store, sim, job, WorkerSettings(idle_stable_s=1.0, deadline_s=20))
+        final = await run(store, sim, job, WorkerSettings(idle_stable_s=1.0, deadline_s=20))
         assert final is JobState.RESUMED
         assert store.read_status(sim.thread_id)["contextTokensAfter"] == 12_000
 
@@ -100,7 +91,7 @@ async def test_a_worker_never_runs_a_job_that_has_already_started(tmp_path):
 async def test_the_deadline_after_acceptance_records_an_unknown_outcome(tmp_path):
     async with SimulatedOwner(compaction_delay_s=60) as sim:
         store, job = await schedule(sim, tmp_path / "jobs")
-        final = await run(store, sim, job, WorkerSettings(idle_stable_s=0.05, deadline_s=0.5))
+        final = await run(store, sim, job, WorkerSettings(idle_stable_s=0.05, deadline_s=3))
         assert final is JobState.TIMED_OUT
         status = store.read_status(sim.thread_id)
         assert status["outcomeMayBeUnknown"] is True and status["errorCode"] == "deadline_exceeded"

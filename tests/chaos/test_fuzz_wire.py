@@ -76,6 +76,10 @@ def fed_in_chunks(data: bytes, cuts: list[int], scratch: int) -> tuple[list[byte
         except FrameError:
             return got, True
         pos += size
+    try:
+        decoder.buffer()  # where the next read would go: a stored error surfaces here
+    except FrameError:
+        return got, True
     return got, False
 
 
