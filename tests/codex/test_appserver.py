@@ -146,6 +146,7 @@ async def test_the_mock_can_make_codex_call_an_mcp_tool(codex_binary: Path, mock
     import sys
 
     from rekall.codex.home import make_isolated_home
+    from tests.codex.rekallkit import ready_server_status
 
     script = private_dir / "probe_mcp.py"
     script.write_text(MCP_SERVER)
@@ -154,6 +155,7 @@ async def test_the_mock_can_make_codex_call_an_mcp_tool(codex_binary: Path, mock
     with anyio.fail_after(60):
         async with open_app_server(codex_binary, home) as server:
             thread_id = (await server.start_thread())["thread"]["id"]
+            await ready_server_status(server, thread_id, "probe")  # a turn before that would not see the tool
             mock_model.queue_mcp_call("probe", "compaction_status", {"threadId": thread_id})
             await server.start_turn(thread_id, "what is the status?")
             seen: list[Message] = []
