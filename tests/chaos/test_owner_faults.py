@@ -241,3 +241,26 @@ def test_each_owner_fault_ends_in_the_designed_state(tmp_path: Path, stage: str)
              for case, seen in zip(cases, observed)
              if (seen.outcome, seen.requests, seen.problems) != (case.expect, case.requests, ())]
     assert not wrong, "\n".join(wrong)
+
+
+# --- the table in docs/reliability.md ----------------------------------------------------------
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "reliability.md"
+WHEN = {"-": "on the request", "W": "waiting_for_idle", "R": "requesting", "A": "accepted",
+        "WR": "waiting_for_resume_idle", "RS": "resuming"}
+
+
+def fault_table_markdown() -> str:
+    """The expected outcomes as a Markdown table (docs/reliability.md holds exactly this)."""
+    rows = ["| fault | when | ends | errorCode | outcomeMayBeUnknown | compact, start-turn sent |",
+            "|---|---|---|---|---|---|"]
+    for case in CASES:
+        state, code, unknown = case.expect
+        rows.append(f"| {case.name} | {WHEN[case.stage]} | {state} | {code or '–'} | {str(unknown).lower()} | "
+                    f"{case.requests[0]}, {case.requests[1]} |")
+    return "\n".join(rows) + "\n"
+
+
+def test_the_documented_fault_table_is_the_one_tested():
+    assert fault_table_markdown() in DOC.read_text(encoding="utf-8"), (
+        "docs/reliability.md is out of date; paste fault_table_markdown() from tests/chaos/test_owner_faults.py")
