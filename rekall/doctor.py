@@ -313,7 +313,7 @@ def check_locks(root: Path | None) -> Row:
         if owner is None:
             continue  # released meanwhile
         # The same rule `rekall status` applies: the lock's owner or the job's recorded worker.
-        verdict = store._owner_liveness(thread)  # noqa: SLF001 - asked to be made public (see report)
+        verdict = store.lock_liveness(thread)
         who = f"thread {thread} (job {owner.job_id}, pid {owner.pid} on {owner.host or 'an unknown host'})"
         {Liveness.ALIVE: live, Liveness.DEAD: stale}.get(verdict, unknown).append((thread, who))
     if not (stale or unknown or unreadable):

@@ -72,7 +72,7 @@ def headroom_now(tokens: int | None, window: int | None) -> dict[str, Any]:
 
 async def probe(thread_id: str, *, env: Mapping[str, str] | None = None) -> dict[str, Any]:
     """Read-only preflight: reach the owner, read the thread, check compatibility. Never compacts."""
-    from rekall.adapters import connect_thread
+    from rekall.adapters import adapter_named, connect_thread
 
     env = _env(env)
     thread_id = valid_thread_id(thread_id)
@@ -84,8 +84,9 @@ async def probe(thread_id: str, *, env: Mapping[str, str] | None = None) -> dict
             "connected": True,
             "ownerId": session.owner_id,
             "endpoint": _endpoint_info(session),
-            "adapter": getattr(session, "adapter", None),
-            "observedVersions": _jsonable(getattr(session, "observed_versions", {})),
+            "adapter": session.adapter,
+            "methodVersions": dict(adapter_named(session.adapter).METHOD_VERSIONS),
+            "observedVersions": _jsonable(session.observed_versions),
             "runtimeStatus": mirror.runtime_status or "unknown",
             "idle": mirror.idle,
             "busyReason": mirror.busy_reason,
@@ -95,8 +96,12 @@ async def probe(thread_id: str, *, env: Mapping[str, str] | None = None) -> dict
             "modelContextWindow": mirror.window,
             "headroom": headroom_now(mirror.tokens, mirror.window),
         }
-        runtime = {"status": "incompatible", "problem": mirror.layout_problem} if mirror.layout_problem else {
-            "status": "compatible" if mirror.completed_compaction_ids else "layout_compatible"}
+        runtime: dict[str, Any] = {"completionField": "completed",
+                                   "completedCompactionItems": len(mirror.completed_compaction_ids)}
+        if mirror.layout_problem:
+            runtime.update(status="incompatible", problem=mirror.layout_problem)
+        else:  # layout_compatible: the layout is there, but no item has shown its completion flag yet
+            runtime["status"] = "compatible" if mirror.completed_compaction_ids else "layout_compatible"
     finally:
         await session.aclose()
     try:
@@ -105,7 +110,21 @@ async def probe(thread_id: str, *, env: Mapping[str, str] | None = None) -> dict
         schema = {"status": "error", **exc.to_dict()}
     result["compatibility"] = {"runtime": runtime, "publicSchema": schema}
     result["extensionVersion"] = schema.get("extensionVersion")
-    return result
+    return _camel_keys(result)
+
+
+def _camel_keys(value: Any) -> Any:
+    """One key style in what rekall prints: records from attrs classes arrive snake_case."""
+    if isinstance(value, Mapping):
+        return {_camel(str(k)): _camel_keys(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_camel_keys(v) for v in value]
+    return value
+
+
+def _camel(key: str) -> str:
+    head, *rest = key.split("_")
+    return head + "".join(part[:1].upper() + part[1:] for part in rest)
 
 
 def _endpoint_info(session: Any) -> Any:

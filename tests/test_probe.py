@@ -48,15 +48,20 @@ def test_probe_reports_the_owner_the_connection_and_the_headroom_now() -> None:
     assert NODE_FIELDS <= result.keys()
     assert result["threadId"] == thread and result["connected"] is True and result["ownerId"] == owner
     assert result["endpoint"] == {"kind": "test", "path": socket_path, "note": "from REKALL_PIPE",
-                                  "peer_check": f"uid {os.geteuid()} matches ours"}
+                                  "peerCheck": f"uid {os.geteuid()} matches ours"}
     assert result["adapter"] == "v11"
+    assert result["methodVersions"] == {"initialize": 0, "thread-owner-discovery": 1,
+                                        "thread-stream-following-changed": 1, "thread-stream-state-changed": 11,
+                                        "thread-stream-following-status-requested": 1,
+                                        "thread-follower-compact-thread": 2, "thread-follower-start-turn": 3}
     assert result["observedVersions"] == {"thread-stream-state-changed": [11]}
     assert (result["runtimeStatus"], result["idle"], result["busyReason"]) == ("idle", True, None)
     assert result["latestUserTurnStopped"] is False and result["completedCompactions"] == 1
     assert (result["contextTokens"], result["modelContextWindow"]) == (90000, 100000)
     assert result["headroom"] == {"contextTokens": 90000, "modelContextWindow": 100000, "usedFraction": 0.9}
     # A test endpoint has no extension behind it: no schema check, no extension version (as in Node).
-    assert result["compatibility"] == {"runtime": {"status": "compatible"},
+    assert result["compatibility"] == {"runtime": {"status": "compatible", "completionField": "completed",
+                                                   "completedCompactionItems": 1},
                                        "publicSchema": {"status": "not_checked", "reason": "custom_test_transport"}}
     assert result["extensionVersion"] is None
 
@@ -98,15 +103,15 @@ def test_probe_through_the_real_endpoint_lists_the_schema_checks_and_caches_them
         socket_path = sim.socket_path
 
     assert first["endpoint"] == {"kind": "primary", "path": socket_path, "note": "",
-                                 "peer_check": f"uid {os.geteuid()} matches ours"}
+                                 "peerCheck": f"uid {os.geteuid()} matches ours"}
     schema = first["compatibility"]["publicSchema"]
     assert schema["status"] == "compatible"
     assert [c["name"] for c in schema["checks"]] == SCHEMA_CHECKS
     assert all(c["passed"] and c["file"].endswith(".json") and c["pointer"].startswith("/") for c in schema["checks"])
     assert schema["binary"]["version"] == "0.171.0" and schema["binaryPath"] == str(codex)
     assert first["extensionVersion"] == schema["extensionVersion"] == EXTENSION_VERSION
-    assert schema["from_cache"] is False
+    assert schema["fromCache"] is False
 
     cached = second["compatibility"]["publicSchema"]
-    assert cached["from_cache"] is True
-    assert cached["checks"] == schema["checks"] and cached["generated_at"] == schema["generated_at"]
+    assert cached["fromCache"] is True
+    assert cached["checks"] == schema["checks"] and cached["generatedAt"] == schema["generatedAt"]

@@ -199,12 +199,12 @@ class JobStore:
             return self._status_without_journal(thread, on_disk, problem)
         status = self.status_of(latest)
         if problem is None and on_disk != status:
-            if _behind(on_disk, status) and self._owner_liveness(thread) is Liveness.ALIVE:
+            if _behind(on_disk, status) and self.lock_liveness(thread) is Liveness.ALIVE:
                 return status  # the worker journaled a transition and is about to rewrite the file
             problem = "stale: it differs from the journal"
         if problem is not None:
             log.warning("status file of thread %s is %s; rebuilt from the journal", thread, problem)
-            if self._owner_liveness(thread) is not Liveness.ALIVE:
+            if self.lock_liveness(thread) is not Liveness.ALIVE:
                 self._save_status(thread, status)
             status["statusFileProblem"] = f"{problem}; rebuilt from the journal"
         return status
@@ -274,7 +274,9 @@ class JobStore:
         """True only when the owner is proven alive. False does not prove death: see ``owner_liveness``."""
         return self.owner_liveness(owner) is Liveness.ALIVE
 
-    def _owner_liveness(self, thread: str) -> Liveness | None:
+    def lock_liveness(self, thread_id: str) -> Liveness | None:
+        """ALIVE, DEAD or UNKNOWN for the thread's lock (the rule ``reap_if_dead`` applies); None when free."""
+        thread = valid_thread(thread_id)
         try:
             owner = self.lock_owner(thread)
         except LockBusy:

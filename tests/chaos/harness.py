@@ -16,6 +16,7 @@ import select
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -36,12 +37,14 @@ from tests.mcpkit import HANDOFF, job_env
 COMPACT = "thread-follower-compact-thread"
 START_TURN = "thread-follower-start-turn"
 TERMINAL = frozenset(state.value for state in TERMINAL_STATES)
+#: The router's errors and those that prove non-delivery, stated from the design on purpose
+#: (not imported from the adapter), so that a wrong constant there fails here.
 ROUTER_ERRORS = ("no-client-found", "request-version-mismatch", "no-handler-for-request",
                  "client-disconnected", "request-timeout")
 NOT_DELIVERED = frozenset(ROUTER_ERRORS[:3])
 
-#: Short timers so that a stuck job ends quickly: the debounce, the worker's deadline, and the
-#: request timeout (REKALL_REQUEST_TIMEOUT_S is read by the worker once it supports it).
+#: Short timers so that a stuck job ends quickly: the debounce, the worker's deadline and its
+#: request timeout.
 FAST = {"REKALL_IDLE_STABLE_MS": "60", "REKALL_DEADLINE_S": "8", "REKALL_REQUEST_TIMEOUT_S": "1"}
 POLL_S = 0.02
 
@@ -89,19 +92,19 @@ def spawn_placeholder(thread_id: str, job_id: str, **_: Any) -> int:
 def spawn_driver(code: str, *args: str) -> Callable[..., int]:
     """A spawn that runs ``code`` (a test's worker driver) with ``THREAD JOB *args`` as argv."""
     def spawn(thread_id: str, job_id: str, *, log_path: Path, env: Mapping[str, str]) -> int:
-        with open(log_path, "ab") as log:
-            os.chmod(log_path, 0o600)
+        log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        try:
             child = subprocess.Popen([sys.executable, "-c", code, thread_id, job_id, *args], env=dict(env),
                                      start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                      stderr=log, cwd=Path(__file__).resolve().parents[2])
+        finally:
+            os.close(log)
         _reap_in_background(child)
         return child.pid
     return spawn
 
 
 def _reap_in_background(child: subprocess.Popen[Any]) -> None:
-    import threading
-
     threading.Thread(target=child.wait, daemon=True).start()
 
 
@@ -176,6 +179,10 @@ class ChaosJob:
     def wait_followed(self, follows_before: int, timeout: float = 15.0) -> None:
         """Wait until the worker follows the thread (the schedule call followed once already)."""
         self.sim.wait_until(lambda owner: owner.follow_count >= follows_before + 2, timeout=timeout)
+
+    def wait_sent(self, method: str, count: int = 1, timeout: float = 15.0) -> None:
+        """Wait until the owner has received ``count`` requests of ``method`` in all."""
+        self.sim.wait_until(lambda owner: len(owner.requests_for(method)) >= count, timeout=timeout)
 
     def kill_worker(self) -> None:
         assert self.pid is not None

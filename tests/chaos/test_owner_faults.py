@@ -42,9 +42,11 @@ def nothing(job: ChaosJob) -> None:
 
 @attrs.frozen
 class Stage:
-    """How a job is held in ``state`` for the fault, and let go afterwards."""
+    """How a job is held in ``state`` for the fault (``reach`` waits until it is there), and
+    let go afterwards. Without ``reach`` the fault is armed before scheduling instead."""
 
     state: str
+    reach: Callable[[ChaosJob, int], None] | None = None
     sim: dict[str, Any] = attrs.field(factory=dict)
     env: dict[str, str] = attrs.field(factory=dict)
     arm: Script = nothing
@@ -52,16 +54,21 @@ class Stage:
 
 
 STAGES = {
-    # the agent's turn is still running; it ends after the fault
-    "W": Stage("waiting_for_idle", sim={"runtime": "active"}, release=lambda job: job.sim.complete_turn("completed")),
-    # the owner compacts at once but answers 0.8 s later; the compaction takes 2 s
-    "R": Stage("requesting", sim={"compaction_delay_s": 2.0}, arm=lambda job: job.sim.delay_next(COMPACT, 0.8)),
-    "A": Stage("accepted", sim={"compaction_delay_s": 1.0}),
-    "WR": Stage("waiting_for_resume_idle", env={"REKALL_IDLE_STABLE_MS": "1500"}),
-    # the owner starts the turn at once but answers 0.8 s later
-    "RS": Stage("resuming", arm=lambda job: job.sim.delay_next(START_TURN, 0.8)),
-    # no hold: the fault is armed before scheduling and fires on the request itself
+    # no hold: the fault is armed on the owner and fires on the request itself
     "-": Stage("-", sim={"compaction_delay_s": 0.5}),
+    # the agent's turn is still running; it ends after the fault
+    "W": Stage("waiting_for_idle", lambda job, follows: job.wait_followed(follows), sim={"runtime": "active"},
+               release=lambda job: job.sim.complete_turn("completed")),
+    # the owner compacts at once but answers 0.8 s later; the compaction takes 2 s
+    "R": Stage("requesting", lambda job, follows: job.wait_sent(COMPACT), sim={"compaction_delay_s": 2.0},
+               arm=lambda job: job.sim.delay_next(COMPACT, 0.8)),
+    "A": Stage("accepted", lambda job, follows: job.wait_state({"accepted"}) and None,
+               sim={"compaction_delay_s": 1.0}),
+    "WR": Stage("waiting_for_resume_idle", lambda job, follows: job.wait_state({"waiting_for_resume_idle"}) and None,
+                env={"REKALL_IDLE_STABLE_MS": "1500"}),
+    # the owner starts the turn at once but answers 0.8 s later
+    "RS": Stage("resuming", lambda job, follows: job.wait_sent(START_TURN),
+                arm=lambda job: job.sim.delay_next(START_TURN, 0.8)),
 }
 
 
@@ -74,7 +81,6 @@ class Case:
     requests: tuple[int, int]  # compact, start-turn requests the owner receives
     sim: dict[str, Any] = attrs.field(factory=dict)
     env: dict[str, str] = attrs.field(factory=dict)
-    release: Script | None = None
 
 
 RESUMED = ("resumed", None, False)
@@ -208,21 +214,15 @@ def _run_case(case: Case, workdir: Path) -> Observed:
     stage = STAGES[case.stage]
     with ChaosJob(workdir, env={**stage.env, **case.env}, **{**stage.sim, **case.sim}) as job:
         stage.arm(job)
-        if case.stage == "-":
+        if stage.reach is None:
             case.inject(job)
         follows = job.sim.follow_count
         job.schedule()
-        if case.stage == "W":
-            job.wait_followed(follows)
-        elif case.stage in ("R", "RS"):
-            method = COMPACT if case.stage == "R" else START_TURN
-            job.sim.wait_until(lambda owner: len(owner.requests_for(method)) == 1, timeout=15)
-        elif case.stage != "-":
-            job.wait_state({stage.state})
-        if case.stage != "-":
+        if stage.reach is not None:
+            stage.reach(job, follows)
             assert job.status()["state"] == stage.state, f"{case.name}: not held in {stage.state}"
             case.inject(job)
-        (case.release or stage.release)(job)
+        stage.release(job)
         job.finish(timeout=40)
         result = audit(job)
         LEDGER.fault(case.name)
