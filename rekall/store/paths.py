@@ -41,6 +41,21 @@ def resolve_jobs_dir(env: Mapping[str, str]) -> Path:
     return home / "tools" / "rekall" / "jobs"
 
 
+def _make_private_dirs(path: Path) -> None:
+    """Create ``path`` and any missing parents 0700 (``mkdir(parents=True)`` gives parents the umask)."""
+    missing = []
+    for candidate in (path, *path.parents):
+        if os.path.lexists(candidate):
+            break
+        missing.append(candidate)
+    for directory in reversed(missing):
+        try:
+            os.mkdir(directory, 0o700)
+        except FileExistsError:
+            continue  # created meanwhile by another rekall process; the leaf is checked below
+        os.chmod(directory, 0o700)  # exactly 0700, whatever the umask
+
+
 def ensure_private_dir(path: Path) -> str | None:
     """Create ``path`` 0700, or check an existing one. Returns a report when it fixed something.
 
@@ -49,11 +64,14 @@ def ensure_private_dir(path: Path) -> str | None:
     0700 and reported, since refusing would strand existing jobs.
     """
     try:
-        path.mkdir(mode=0o700, parents=True, exist_ok=True)
-        st = path.stat()
+        _make_private_dirs(path)
+        st = os.lstat(path)
     except OSError as exc:
         raise StoreError(f"cannot create the jobs directory {path}: {exc.strerror or exc}",
                          hint="set REKALL_JOBS_DIR to a directory you can write") from None
+    if stat.S_ISLNK(st.st_mode):
+        raise StoreError(f"the jobs directory {path} is a symbolic link; refusing to follow it",
+                         hint="point REKALL_JOBS_DIR at the real directory")
     if not stat.S_ISDIR(st.st_mode):
         raise StoreError(f"the jobs directory {path} is not a directory", hint="set REKALL_JOBS_DIR elsewhere")
     if sys.platform == "win32":  # POSIX modes mean nothing there; the profile directory is private

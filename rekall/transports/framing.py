@@ -153,12 +153,12 @@ class FrameDecoder:
         while pos < len(view):
             try:
                 target = self.buffer()
+                count = min(len(target), len(view) - pos)
+                target[:count] = view[pos:pos + count]
+                pos += count
+                frames += [bytes(frame) for frame in self.commit(count)]
             except FrameError:
-                if frames:  # deliver the good frames first; the next call raises
+                if frames:  # deliver the good frames first; the error is stored, the next call raises
                     return frames
                 raise
-            count = min(len(target), len(view) - pos)
-            target[:count] = view[pos:pos + count]
-            pos += count
-            frames += [bytes(frame) for frame in self.commit(count)]
         return frames

@@ -42,6 +42,9 @@ TERMINAL = frozenset(state.value for state in TERMINAL_STATES)
 ROUTER_ERRORS = ("no-client-found", "request-version-mismatch", "no-handler-for-request",
                  "client-disconnected", "request-timeout")
 NOT_DELIVERED = frozenset(ROUTER_ERRORS[:3])
+#: The states in which a request may be in flight: a job ending there early (a crash, a
+#: cancel) has outcomeMayBeUnknown, unless non-delivery was proven.
+UNKNOWN_AFTER = frozenset({"requesting", "accepted", "resuming"})
 
 #: Short timers so that a stuck job ends quickly: the debounce, the worker's deadline and its
 #: request timeout.

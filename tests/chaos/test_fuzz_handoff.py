@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from rekall.errors import InvalidInput
 from rekall.store import MAX_HANDOFF_BYTES, JobStore, credential_kind, validate_handoff
 from tests.chaos.ledger import LEDGER
+from tests.chaos.strategies import json_values
 from tests.jobkit import new_thread
 from tests.mcpkit import HANDOFF
 
@@ -27,11 +28,6 @@ pytestmark = pytest.mark.chaos
 
 FUZZ = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
-json_values = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4),
-    max_leaves=15,
-)
 texts = st.one_of(st.text(max_size=80), st.sampled_from(["\ud800", "a\udfffb", " ", "\u2028", "é" * 5, "🙂" * 3]))
 entries = st.lists(st.one_of(texts, json_values), max_size=42)
 

@@ -28,16 +28,11 @@ from rekall.sim import protocol as p
 from rekall.testing import MemoryTransport
 from rekall.transports.framing import HEADER_BYTES, MAX_FRAME_BYTES, FrameDecoder, FrameError, decode_body, encode_frame
 from tests.chaos.ledger import LEDGER
+from tests.chaos.strategies import json_values
 
 pytestmark = pytest.mark.chaos
 
 FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-
-json_values = st.recursive(
-    st.none() | st.booleans() | st.integers(-(2**63), 2**63) | st.floats(allow_nan=False) | st.text(max_size=20),
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
-    max_leaves=20,
-)
 
 
 # --- frames ----------------------------------------------------------------------------------
@@ -202,7 +197,7 @@ async def _hostile_session(messages: list[Any], data: Any) -> None:
         collector = asyncio.create_task(collect())
         try:
             for message in messages:
-                await servers[-1].send(v11_frame(_aimed(message, sim, data)))
+                await servers[-1].send(frame_of(_aimed(message, sim, data)))
             LEDGER.fault("hostile IPC message", len(messages))
             sim.backend.complete_turn("completed")  # a real change after the noise, then the whole truth
             sim.publish_snapshot()
@@ -239,5 +234,5 @@ def _aimed(message: Any, sim: SimulatedOwner, data: Any) -> Any:
             "params": {"conversationId": sim.thread_id, "hostId": p.HOST_ID, "change": change}}
 
 
-def v11_frame(message: Any) -> bytes:
+def frame_of(message: Any) -> bytes:
     return encode_frame(json.dumps(message).encode("utf-8"))

@@ -46,7 +46,7 @@ class Stage:
     let go afterwards. Without ``reach`` the fault is armed before scheduling instead."""
 
     state: str
-    reach: Callable[[ChaosJob, int], None] | None = None
+    reach: Callable[[ChaosJob, int], object] | None = None
     sim: dict[str, Any] = attrs.field(factory=dict)
     env: dict[str, str] = attrs.field(factory=dict)
     arm: Script = nothing
@@ -62,9 +62,9 @@ STAGES = {
     # the owner compacts at once but answers 0.8 s later; the compaction takes 2 s
     "R": Stage("requesting", lambda job, follows: job.wait_sent(COMPACT), sim={"compaction_delay_s": 2.0},
                arm=lambda job: job.sim.delay_next(COMPACT, 0.8)),
-    "A": Stage("accepted", lambda job, follows: job.wait_state({"accepted"}) and None,
+    "A": Stage("accepted", lambda job, follows: job.wait_state({"accepted"}),
                sim={"compaction_delay_s": 1.0}),
-    "WR": Stage("waiting_for_resume_idle", lambda job, follows: job.wait_state({"waiting_for_resume_idle"}) and None,
+    "WR": Stage("waiting_for_resume_idle", lambda job, follows: job.wait_state({"waiting_for_resume_idle"}),
                 env={"REKALL_IDLE_STABLE_MS": "1500"}),
     # the owner starts the turn at once but answers 0.8 s later
     "RS": Stage("resuming", lambda job, follows: job.wait_sent(START_TURN),

@@ -17,7 +17,7 @@ import attrs
 import pytest
 
 from rekall import service
-from tests.chaos.harness import COMPACT, START_TURN, ChaosJob, audit
+from tests.chaos.harness import COMPACT, START_TURN, UNKNOWN_AFTER, ChaosJob, audit
 from tests.chaos.ledger import LEDGER
 from tests.mcpkit import HANDOFF
 
@@ -113,9 +113,6 @@ def test_twenty_threads_scheduled_at_once_all_reach_a_terminal_state(tmp_path: P
 
 # --- a cancel racing each transition ---------------------------------------------------------
 
-UNKNOWN_FROM = {"requesting", "accepted", "resuming"}
-
-
 def _after_schedule(job: ChaosJob, follows: int) -> None:
     return None
 
@@ -126,7 +123,7 @@ def _when_idle(job: ChaosJob, follows: int) -> None:
 
 
 def _when_sent(method: str) -> Callable[[ChaosJob, int], None]:
-    return lambda job, follows: job.sim.wait_until(lambda owner: len(owner.requests_for(method)) == 1, timeout=15)
+    return lambda job, follows: job.wait_sent(method)
 
 
 @attrs.frozen
@@ -173,7 +170,7 @@ def race_cancel(workdir: Path, transition: str, delay: float) -> tuple[str, list
             source = result.path[-2]
             if job.status().get("reason") != "explicit_cancellation":
                 wrong.append(f"cancelled for {job.status().get('reason')}")
-            if result.outcome_may_be_unknown is not (source in UNKNOWN_FROM):
+            if result.outcome_may_be_unknown is not (source in UNKNOWN_AFTER):
                 wrong.append(f"cancelled in {source} with outcomeMayBeUnknown {result.outcome_may_be_unknown}")
             if source in ("scheduled", "waiting_for_idle") and compacts:
                 wrong.append(f"a compact request after the cancel in {source}")

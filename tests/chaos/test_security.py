@@ -36,7 +36,6 @@ from rekall.store import JobStore
 from tests.chaos.harness import ChaosJob, audit
 from tests.chaos.ledger import LEDGER
 from tests.chaos.rawmcp import RawMcp
-from tests.jobkit import new_thread
 from tests.mcpkit import HANDOFF
 
 pytestmark = pytest.mark.chaos

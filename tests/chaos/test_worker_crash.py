@@ -14,7 +14,9 @@ from typing import Any
 import attrs
 import pytest
 
-from tests.chaos.harness import COMPACT, START_TURN, ChaosJob, audit, spawn_driver, spawn_placeholder
+from rekall.explain import build_explanation
+from tests.chaos.harness import (COMPACT, START_TURN, UNKNOWN_AFTER, ChaosJob, audit, spawn_driver,
+                                 spawn_placeholder)
 from tests.chaos.ledger import LEDGER
 
 pytestmark = [pytest.mark.chaos, pytest.mark.slow]
@@ -25,49 +27,36 @@ class Hold:
     """How to make a job sit in ``state`` long enough to kill its worker there."""
 
     state: str
-    unknown: bool  # the outcomeMayBeUnknown the design asks for after a crash here
+    reach: Callable[[ChaosJob, int], object] = lambda job, follows: None
     sim: dict[str, Any] = attrs.field(factory=dict)
     env: dict[str, str] = attrs.field(factory=dict)
-    arm: Callable[[ChaosJob], None] = lambda job: None
-    reach: Callable[[ChaosJob, int], None] = lambda job, follows: None
+    arm: Callable[[ChaosJob], object] = lambda job: None
     spawn: Callable[..., int] | None = None
 
 
-def _followed(job: ChaosJob, follows: int) -> None:
-    job.wait_followed(follows)
-
-
-def _sent(method: str) -> Callable[[ChaosJob, int], None]:
-    return lambda job, follows: job.sim.wait_until(lambda owner: len(owner.requests_for(method)) == 1, timeout=15)
-
-
-def _status(state: str) -> Callable[[ChaosJob, int], None]:
-    def reach(job: ChaosJob, follows: int) -> None:
-        job.wait_state({state})
-    return reach
-
-
 HOLDS = [
-    Hold("scheduled", False, spawn=spawn_placeholder),
-    Hold("waiting_for_idle", False, sim={"runtime": "active"}, reach=_followed),
-    Hold("requesting", True, arm=lambda job: job.sim.delay_next(COMPACT, 30), reach=_sent(COMPACT)),
-    Hold("accepted", True, sim={"compaction_delay_s": 60}, reach=_status("accepted")),
-    Hold("waiting_for_resume_idle", False, env={"REKALL_IDLE_STABLE_MS": "1500"},
-         reach=_status("waiting_for_resume_idle")),
-    Hold("resuming", True, arm=lambda job: job.sim.delay_next(START_TURN, 30), reach=_sent(START_TURN)),
+    # a spawn that starts a process which never runs the job
+    Hold("scheduled", spawn=spawn_placeholder),
+    Hold("waiting_for_idle", lambda job, follows: job.wait_followed(follows), sim={"runtime": "active"}),
+    Hold("requesting", lambda job, follows: job.wait_sent(COMPACT),
+         arm=lambda job: job.sim.delay_next(COMPACT, 30)),
+    Hold("accepted", lambda job, follows: job.wait_state({"accepted"}), sim={"compaction_delay_s": 60}),
+    Hold("waiting_for_resume_idle", lambda job, follows: job.wait_state({"waiting_for_resume_idle"}),
+         env={"REKALL_IDLE_STABLE_MS": "1500"}),
+    Hold("resuming", lambda job, follows: job.wait_sent(START_TURN),
+         arm=lambda job: job.sim.delay_next(START_TURN, 30)),
 ]
 
 
-def assert_worker_lost(job: ChaosJob, held: str, unknown: bool) -> None:
+def assert_worker_lost(job: ChaosJob, held: str) -> None:
     """What status and explain must say about a job whose worker died in ``held``."""
+    unknown = held in UNKNOWN_AFTER
     status = job.status()
     assert (status["state"], status["errorCode"], status["outcomeMayBeUnknown"]) == ("failed", "worker_lost", unknown)
     assert held in status["error"]
     result = audit(job)
     assert result.path[-2:] == (held, "failed")
     assert not result.data_lost and not result.problems, (result.data_lost, result.problems)
-    from rekall.explain import build_explanation
-
     explanation = build_explanation(job.store, job.job_id)
     assert explanation["outcome"].startswith("Failed: the worker process was lost")
     assert ("outcome may be unknown" in explanation["outcome"]) is unknown
@@ -102,7 +91,7 @@ def test_a_worker_killed_in_each_state_is_reported_lost_and_the_thread_can_be_sc
         assert job.status()["state"] == hold.state
         job.kill_worker()
         LEDGER.fault("worker SIGKILL")
-        assert_worker_lost(job, hold.state, hold.unknown)
+        assert_worker_lost(job, hold.state)
         assert not job.store.lock_path(job.thread_id).exists()
         assert_a_new_job_runs_and_nothing_was_retried(job)
 
@@ -157,7 +146,6 @@ sys.exit(run_worker(thread, job))
 
 #: The worker's journal appends in a clean resumed run: the state each one moves to (None: a note).
 APPENDS = ("waiting_for_idle", None, "requesting", "accepted", "waiting_for_resume_idle", "resuming", "resumed")
-UNKNOWN_AFTER = {"requesting", "accepted", "resuming"}
 
 
 def state_after(appends: int) -> str:
@@ -179,7 +167,7 @@ def test_a_crash_inside_any_journal_append_leaves_a_truthful_intact_job(tmp_path
             assert not result.data_lost and not result.problems, (result.data_lost, result.problems)
             LEDGER.job(result, f"crash in append {append} ({mode})")
         else:
-            assert_worker_lost(job, held, held in UNKNOWN_AFTER)
+            assert_worker_lost(job, held)
         compacts, turns = job.counts()
         # Journal first: a request is sent only after its record is durable.
         assert (compacts, turns) == (int(append > 3), int(append > 6))
