@@ -286,6 +286,7 @@ async def test_a_protocol_version_bump_fails_the_job_with_its_code(jobs_dir):
     async with SimulatedOwner(runtime="active") as sim, rekall_mcp(job_env(sim.env, jobs_dir), sim.thread_id) as rekall:
         await rekall.schedule(HANDOFF)
         await rekall.wait_for({"waiting_for_idle"})
+        await sim.wait_until(lambda s: s.followers >= 1, timeout=10)  # the worker follows, on v11
         sim.state_version = 12
         sim.backend.complete_turn("completed")
         done = await rekall.wait_terminal()

@@ -72,10 +72,14 @@ class FrameDecoder:
     Zero-copy use: ``n = recv_into(decoder.buffer())``, then ``frames = decoder.commit(n)``.
     Each frame is a ``memoryview`` that stays valid until the next call to :meth:`buffer`;
     decode it before asking for more bytes. Simple use: :meth:`feed` takes any chunk and
-    returns owned ``bytes``. After a :class:`FrameError` the decoder is poisoned and keeps
-    raising: there is no way to find the next frame boundary again. Frames that fit in the scratch buffer are views of it; a
-    larger body gets its own buffer (reused when up to :data:`KEEP_BIG_BUFFER_BYTES`, so a
-    stream of 1 MB snapshots does not allocate each time, and released when bigger).
+    returns owned ``bytes``.
+
+    Frames that fit in the scratch buffer are views of it; a larger body gets its own
+    buffer (reused when up to :data:`KEEP_BIG_BUFFER_BYTES`, so a stream of 1 MB snapshots
+    does not allocate each time, and released when bigger).
+
+    A bad header poisons the decoder: there is no way to find the next frame boundary
+    again. The good frames before it are delivered first; the next call raises.
     """
 
     KEEP_BIG_BUFFER_BYTES = 8 * 1024 * 1024

@@ -229,7 +229,6 @@ def test_every_file_a_job_leaves_is_private_even_under_umask_0(tmp_path: Path):
     assert not loose, loose
 
 
-@pytest.mark.xfail(strict=True, reason="E5 in /tmp/e-bugs.md: parents of a new jobs directory follow the umask")
 def test_every_directory_rekall_creates_is_private_even_under_umask_0(tmp_path: Path):
     with umask(0):
         JobStore.open({"REKALL_JOBS_DIR": str(tmp_path / "a" / "b" / "jobs")})
