@@ -33,12 +33,12 @@ from rekall.config import WorkerSettings
 from rekall.continuation import continuation_text
 from rekall.errors import IpcError, RekallError
 from rekall.states import JobState, TERMINAL_STATES
-from rekall.store import JobStore
+from rekall.store import JobStore, process_start_time
 
 log = logging.getLogger("rekall.worker")
 
-#: While the worker waits for telemetry that reflects the compaction (see ``_on_completion``),
-#: the wait is bounded by the idle debounce: telemetry normally follows within one frame.
+#: `rekall cancel` wakes the worker with a signal; this slow check of the marker covers
+#: platforms without SIGUSR1 and a signal lost to a race with start-up.
 _CANCEL_SAFETY_POLL_S = 1.0
 
 
@@ -168,8 +168,6 @@ class Worker:
         if self.state is not JobState.SCHEDULED:
             raise RekallError(f"job {self.job_id} is {self.state.value}, not scheduled; only its own worker runs it",
                               code="job_already_started", hint="inspect it with `rekall explain`")
-        from rekall.store import process_start_time
-
         if self.store.cancel_path(self.thread_id, self.job_id).exists():
             self._fire("cancel", reason="explicit_cancellation")  # cancelled before we started
             return self.state
@@ -181,8 +179,7 @@ class Worker:
         try:
             await self._connect()
             self.baseline = frozenset(self.session.mirror.completed_compaction_ids)
-            self.lifecycle.note("connected", ownerId=self.session.owner_id,
-                                adapter=getattr(self.session, "adapter", None),
+            self.lifecycle.note("connected", ownerId=self.session.owner_id, adapter=self.session.adapter,
                                 baselineCompactions=len(self.baseline),
                                 revision=self.session.mirror.revision)
             self._spawn(self._pump())
@@ -201,12 +198,8 @@ class Worker:
         return self.state
 
     async def _connect(self) -> None:
-        try:
-            self.session = await self.connect(self.thread_id, env=self.env,
-                                              request_timeout_s=self.settings.request_timeout_s)
-        except IpcError as exc:
-            self._fail(exc.code, exc.message, None)
-            raise
+        self.session = await self.connect(self.thread_id, env=self.env,
+                                          request_timeout_s=self.settings.request_timeout_s)
         self.connected = True
 
     async def _pump(self) -> None:
@@ -232,11 +225,7 @@ class Worker:
     # --- cancellation ------------------------------------------------------------------
 
     def _install_cancel_watch(self) -> None:
-        """`rekall cancel` writes a marker and signals us (SIGUSR1 where it exists).
-
-        A slow safety check of the marker also runs, for platforms without the signal and
-        for a signal lost to a race with start-up.
-        """
+        """`rekall cancel` writes a marker and signals us (SIGUSR1 where it exists)."""
         loop = asyncio.get_running_loop()
         if hasattr(signal, "SIGUSR1"):
             loop.add_signal_handler(signal.SIGUSR1, self.queue.put_nowait, _CancelSignalled())
@@ -378,6 +367,10 @@ class Worker:
                 result = await request()
             except RekallError as exc:
                 self.queue.put_nowait(_RequestDone(kind, error=exc))
+            except Exception as exc:  # a bug below us; the request may have gone out
+                log.exception("%s request failed unexpectedly", kind)
+                self.queue.put_nowait(_RequestDone(kind, error=RekallError(f"{type(exc).__name__}: {exc}",
+                                                                           code="worker_error")))
             else:
                 self.queue.put_nowait(_RequestDone(kind, result=result))
 
@@ -389,7 +382,7 @@ class Worker:
         if done.kind == "compact" and self.state is JobState.REQUESTING:
             if done.error is None:
                 self._fire("compaction_accepted", ownerId=self.session.owner_id)
-            elif getattr(done.error, "code", None) == "connection_lost":
+            elif done.error.code == "connection_lost":
                 # The request may have arrived. Keep watching after reconnecting: a new
                 # completed compaction is proof of acceptance; otherwise the deadline decides.
                 self.lifecycle.note("compact_ack_lost", error=done.error.message)
