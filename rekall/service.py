@@ -11,9 +11,11 @@ from __future__ import annotations
 import os
 import signal
 import sys
-from pathlib import Path
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
+
+import attrs
 
 from rekall.config import env_value
 from rekall.errors import RekallError
@@ -83,10 +85,10 @@ async def probe(thread_id: str, *, env: Mapping[str, str] | None = None) -> dict
             "threadId": thread_id,
             "connected": True,
             "ownerId": session.owner_id,
-            "endpoint": _endpoint_info(session),
+            "endpoint": attrs.asdict(session.endpoint),
             "adapter": session.adapter,
             "methodVersions": dict(adapter_named(session.adapter).METHOD_VERSIONS),
-            "observedVersions": _jsonable(session.observed_versions),
+            "observedVersions": {method: sorted(versions) for method, versions in session.observed_versions.items()},
             "runtimeStatus": mirror.runtime_status or "unknown",
             "idle": mirror.idle,
             "busyReason": mirror.busy_reason,
@@ -125,28 +127,6 @@ def _camel_keys(value: Any) -> Any:
 def _camel(key: str) -> str:
     head, *rest = key.split("_")
     return head + "".join(part[:1].upper() + part[1:] for part in rest)
-
-
-def _endpoint_info(session: Any) -> Any:
-    endpoint = getattr(session, "endpoint", None)
-    if endpoint is None:
-        return None
-    if hasattr(endpoint, "to_dict"):
-        return endpoint.to_dict()
-    return _jsonable(endpoint)
-
-
-def _jsonable(value: Any) -> Any:
-    import attrs
-
-    if attrs.has(type(value)):
-        return attrs.asdict(value)
-    if isinstance(value, Mapping):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (set, frozenset, tuple, list)):
-        return [_jsonable(v) for v in sorted(value, key=str)] if isinstance(value, (set, frozenset)) else [
-            _jsonable(v) for v in value]
-    return value
 
 
 # --- schedule --------------------------------------------------------------------------
