@@ -177,6 +177,7 @@ async def schedule(
         return result
     pid = (spawn or _spawn_default)(thread_id, created.job_id, log_path=store.log_path(thread_id, created.job_id),
                                     env=env)
+    # False when the worker already finished and released the lock: nothing left to name.
     store.set_lock_owner(thread_id, created.job_id, pid, process_start_time(pid))
     result.update(pid=pid, alreadyScheduled=False, message=SCHEDULED_MESSAGE)
     if handoff is not None:

@@ -173,8 +173,10 @@ class Worker:
             return self.state
         # Handlers first: `rekall cancel` signals only jobs that are past `scheduled`.
         self._install_cancel_watch()
-        self._fire("worker_started", jobId=self.job_id, pid=os.getpid(), host=socket.gethostname(),
-                   processStartTime=process_start_time(os.getpid()))
+        me, started = os.getpid(), process_start_time(os.getpid())
+        # The scheduler names us in the lock too, but it may die before it gets there.
+        self.store.set_lock_owner(self.thread_id, self.job_id, me, started)
+        self._fire("worker_started", jobId=self.job_id, pid=me, host=socket.gethostname(), processStartTime=started)
         self._later(self.settings.deadline_s, _DeadlinePassed())
         try:
             await self._connect()

@@ -302,19 +302,22 @@ class JobStore:
             return Liveness.UNKNOWN
         return Liveness.DEAD
 
-    def set_lock_owner(self, thread_id: str, job_id: str, pid: int, process_start_time: str | None) -> None:
-        """Name the worker process in the lock (compare-and-set on the job id)."""
+    def set_lock_owner(self, thread_id: str, job_id: str, pid: int, process_start_time: str | None) -> bool:
+        """Name the worker process in the lock (compare-and-set on the job id).
+
+        False, and nothing changed, when the lock no longer names ``job_id``: its worker has
+        already finished and released it (a fast job can end before its scheduler gets here).
+        """
         thread, job = valid_thread(thread_id), valid_job(job_id)
         if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
             raise InvalidInput(f"pid must be a positive integer; got {pid!r:.40}", field="pid", hint="fix the caller")
         with self._guarded():
             owner = self.lock_owner(thread)
             if owner is None or owner.job_id != job:
-                named = "nothing" if owner is None else f"job {owner.job_id}"
-                raise LockBusy(f"the lock of thread {thread} names {named}, not job {job}; it was not changed",
-                               hint="inspect the thread with `rekall status`")
+                return False
             updated = attrs.evolve(owner, pid=pid, process_start_time=process_start_time, host=self.host)
             self.fs.atomic_replace(self.layout.lock(thread), encode_lock(updated))
+            return True
 
     def release_lock(self, thread_id: str, job_id: str) -> bool:
         """Remove the thread's lock if it names ``job_id``; True when it did."""

@@ -141,8 +141,8 @@ class ChaosJob:
 
     # --- driving -------------------------------------------------------------------------
 
-    def schedule(self, handoff: Mapping[str, Any] | None = HANDOFF, *, spawn: Callable[..., int] | None = None,
-                 ) -> dict[str, Any]:
+    def schedule(self, handoff: Mapping[str, Any] | None = HANDOFF, *,
+                 spawn: Callable[..., int] | None = None) -> dict[str, Any]:
         before = self.owner_baseline()
         result = asyncio.run(service.schedule(self.thread_id, handoff, env=self.env, spawn=spawn))
         if not result.get("alreadyScheduled"):

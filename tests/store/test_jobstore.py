@@ -222,9 +222,10 @@ def test_a_job_that_lost_its_lock_but_whose_worker_runs_blocks_scheduling(store:
 
 def test_the_lock_can_be_handed_to_the_worker_only_by_its_own_job(store: JobStore, thread: str):
     job = schedule(store, thread).job_id
-    with pytest.raises(LockBusy, match="not job"):
-        store.set_lock_owner(thread, new_thread(), 4242, None)
-    store.set_lock_owner(thread, job, 4242, "linux:b:7")
+    before = store.lock_path(thread).read_bytes()
+    assert store.set_lock_owner(thread, new_thread(), 4242, None) is False
+    assert store.lock_path(thread).read_bytes() == before
+    assert store.set_lock_owner(thread, job, 4242, "linux:b:7") is True
     owner = store.lock_owner(thread)
     assert (owner.job_id, owner.pid, owner.process_start_time) == (job, 4242, "linux:b:7")
 
