@@ -72,7 +72,7 @@ def _armed_fault(rng: random.Random, method: str) -> Fault:
     if choice == 4:
         bad = {"ok": False} if method == COMPACT else {"ok": True}
         return Fault(f"bad ack on {name}", lambda job: job.sim.reply_next(method, bad))
-    return Fault(f"slow {name} reply", lambda job: job.sim.delay_next(method, 0.2))
+    return Fault(f"slow {name} reply", lambda job: job.sim.delay_next(method, 0.2))  # short delays: twice as likely
 
 
 def _kill(job: ChaosJob) -> None:
@@ -86,28 +86,39 @@ def _cancel(job: ChaosJob) -> None:
         pass  # e.g. the job ended meanwhile: a real user sees the same answer
 
 
+#: Faults at a random moment, by kind, with their relative weights (the order is part of the
+#: seed's meaning: keep it).
+TIMED_WEIGHTS = {
+    "disconnect": 6, "owner moves": 4, "garbage frame": 4, "inapplicable patch": 3, "revision gap": 3,
+    "foreign state broadcast": 2, "new user input": 2, "steering": 1, "turn stopped": 1, "approval request": 2,
+    "cancel": 3, "worker SIGKILL": 3, "protocol version bump": 1, "owner gone for good": 1, "telemetry changes": 2,
+}
+TIMED_ACTIONS: dict[str, Action] = {
+    "disconnect": lambda job: job.sim.disconnect_all(),
+    "owner moves": lambda job: job.sim.move_owner(),
+    "inapplicable patch": lambda job: job.sim.send_inapplicable_patch(),
+    "revision gap": lambda job: (job.sim.drop_updates(1), job.sim.cosmetic_edit()),
+    "foreign state broadcast": lambda job: job.sim.broadcast_foreign_state(),
+    "new user input": lambda job: job.sim.user_turn("new input"),
+    "steering": lambda job: job.sim.steer("steer"),
+    "turn stopped": lambda job: job.sim.stop_turn("interrupted"),
+    "approval request": lambda job: job.sim.add_request(),
+    "cancel": _cancel,
+    "worker SIGKILL": _kill,
+    "protocol version bump": lambda job: job.sim.set_option("state_version", 12),
+    "owner gone for good": lambda job: (job.sim.set_option("no_owner", True), job.sim.disconnect_all()),
+}
+
+
 def _timed_fault(rng: random.Random) -> Fault:
-    kinds: list[tuple[int, Callable[[], Fault]]] = [
-        (6, lambda: Fault("disconnect", lambda job: job.sim.disconnect_all())),
-        (4, lambda: Fault("owner moves", lambda job: job.sim.move_owner())),
-        (4, lambda: (lambda k: Fault(f"garbage frame: {k}", lambda job: job.sim.send_garbage(k)))(rng.choice(GARBAGE))),
-        (3, lambda: Fault("inapplicable patch", lambda job: job.sim.send_inapplicable_patch())),
-        (3, lambda: Fault("revision gap", lambda job: (job.sim.drop_updates(1), job.sim.cosmetic_edit()))),
-        (2, lambda: Fault("foreign state broadcast", lambda job: job.sim.broadcast_foreign_state())),
-        (2, lambda: Fault("new user input", lambda job: job.sim.user_turn("new input"))),
-        (1, lambda: Fault("steering", lambda job: job.sim.steer("steer"))),
-        (1, lambda: Fault("turn stopped", lambda job: job.sim.stop_turn("interrupted"))),
-        (2, lambda: Fault("approval request", lambda job: job.sim.add_request())),
-        (3, lambda: Fault("cancel", _cancel)),
-        (3, lambda: Fault("worker SIGKILL", _kill)),
-        (1, lambda: Fault("protocol version bump", lambda job: job.sim.set_option("state_version", 12))),
-        (1, lambda: Fault("owner gone for good", lambda job: (job.sim.set_option("no_owner", True),
-                                                              job.sim.disconnect_all()))),
-        (2, lambda: (lambda t: Fault("telemetry changes", lambda job: job.sim.set_telemetry(t)))(
-            rng.choice([None, 5_000, 50_000, 95_000]))),
-    ]
-    weights = [w for w, _ in kinds]
-    return rng.choices([make for _, make in kinds], weights)[0]()
+    kind = rng.choices(list(TIMED_WEIGHTS), list(TIMED_WEIGHTS.values()))[0]
+    if kind == "garbage frame":
+        frame = rng.choice(GARBAGE)
+        return Fault(f"garbage frame: {frame}", lambda job: job.sim.send_garbage(frame))
+    if kind == "telemetry changes":
+        tokens = rng.choice([None, 5_000, 50_000, 95_000])
+        return Fault(kind, lambda job: job.sim.set_telemetry(tokens))
+    return Fault(kind, TIMED_ACTIONS[kind])
 
 
 def plan_run(seed: int, index: int) -> Plan:

@@ -42,7 +42,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RawMcp]:
 
 
 ids = st.one_of(st.uuids().map(str), st.uuids().map(lambda u: str(u).upper()), st.text(max_size=60), st.integers(),
-                st.none(), st.sampled_from(["../../etc/passwd", "..", "/tmp/x", "x" * 300, "0199a5c2-3333-4000-8000-\n"]))
+                st.none(),
+                st.sampled_from(["../../etc/passwd", "..", "/tmp/x", "x" * 300, "0199a5c2-3333-4000-8000-\n"]))
 
 
 @st.composite

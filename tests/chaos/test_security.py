@@ -290,7 +290,8 @@ def test_a_handoff_holding_a_secret_is_refused_everywhere_without_a_trace(tmp_pa
         finally:
             server.close()
         assert reply["result"]["isError"]
-        on_disk = "".join(p.read_text(encoding="utf-8", errors="replace") for p in job.jobs_dir.rglob("*") if p.is_file())
+        on_disk = "".join(path.read_text(encoding="utf-8", errors="replace")
+                          for path in job.jobs_dir.rglob("*") if path.is_file())
         outputs = {"cli": cli.out + cli.err, "mcp": json.dumps(reply), "mcp stderr": server.stderr, "jobs dir": on_disk}
         assert not [where for where, text in outputs.items() if SECRET in text]
         assert not list(job.jobs_dir.glob("*.journal.jsonl")) and job.counts() == (0, 0)
