@@ -244,6 +244,7 @@ async def test_the_worker_reconnects_after_a_dropped_connection_while_waiting(jo
     async with SimulatedOwner(runtime="active") as sim, rekall_mcp(job_env(sim.env, jobs_dir), sim.thread_id) as rekall:
         scheduled = await rekall.schedule(HANDOFF)
         await rekall.wait_for({"waiting_for_idle"})
+        await sim.wait_until(lambda s: s.followers >= 1, timeout=10)  # the worker is connected
         connections = sim.connections
         await sim.disconnect_all()
         await sim.wait_until(lambda s: s.connections > connections and s.followers >= 1, timeout=10)
