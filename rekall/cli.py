@@ -159,7 +159,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     from rekall.demo import run_demo
 
-    return run_demo(as_json=args.json)
+    return run_demo(as_json=args.json, keep=args.keep)
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
@@ -207,7 +207,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--thread", help="thread id (default: $CODEX_THREAD_ID)")
 
     _add(sub, "mcp", cmd_mcp, "run the MCP server on stdio")
-    _add(sub, "demo", cmd_demo, "run a full job against the built-in simulated owner")
+    p = _add(sub, "demo", cmd_demo, "run a full job against the built-in simulated owner")
+    p.add_argument("--keep", action="store_true", help="keep the demo's jobs directory afterwards")
     _add(sub, "doctor", cmd_doctor, "check the installation, one row per concern")
 
     p = sub.add_parser("worker", help=argparse.SUPPRESS)  # internal: started detached by schedule

@@ -52,7 +52,7 @@ def _wait_for_worker_exit(pid: int, timeout_s: float) -> None:
         time.sleep(0.02)
 
 
-def run_demo(*, as_json: bool = False, console: Console | None = None) -> int:
+def run_demo(*, as_json: bool = False, keep: bool = False, console: Console | None = None) -> int:
     from rekall.explain import build_explanation, print_explanation
     from rekall.render import watch_job
     from rekall.sim import start_sim_in_thread
@@ -90,9 +90,14 @@ def run_demo(*, as_json: bool = False, console: Console | None = None) -> int:
         else:
             console.print()
             print_explanation(explanation, console)
+            if keep:
+                console.print(f"The demo's jobs are kept: REKALL_JOBS_DIR={jobs_dir} rekall history")
+            else:
+                console.print("[dim]The demo's private directory was removed; `rekall demo --keep` keeps it.[/dim]")
         return 0 if final.get("state") == "resumed" else 1
     except RekallError as exc:
         console.print(f"[red]demo failed: {exc}[/red]")
         return 1
     finally:
-        shutil.rmtree(workdir, ignore_errors=True)
+        if not keep:
+            shutil.rmtree(workdir, ignore_errors=True)
