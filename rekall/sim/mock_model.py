@@ -74,7 +74,15 @@ class ToolCallReply:
     namespace: str | None = None
 
 
-Reply = TextReply | ToolCallReply
+@attrs.frozen
+class ToolSearchReply:
+    """A client-executed ``tool_search_call``: how a searching model finds deferred MCP tools."""
+
+    query: str
+    call_id: str
+
+
+Reply = TextReply | ToolCallReply | ToolSearchReply
 
 
 def escalated_command(cmd: str, justification: str = "rekall test approval") -> dict[str, Any]:
@@ -189,6 +197,14 @@ class MockModel:
         """
         return self.queue_tool_call(tool, arguments, call_id=call_id, namespace=f"mcp__{server}")
 
+    def queue_tool_search(self, query: str, *, call_id: str | None = None) -> str:
+        """Answer the next turn request with a ``tool_search_call`` (models whose catalog entry
+        supports search get MCP tools deferred behind Codex's ``tool_search``)."""
+        call = ToolSearchReply(query, call_id or f"call_{next(self._call_ids)}")
+        with self._lock:
+            self._script.append(call)
+        return call.call_id
+
     # --- inspection ---------------------------------------------------------------------
 
     @property
@@ -243,6 +259,9 @@ def _request_kind(method: str, path: str, body: dict[str, Any] | None, text: str
 
 
 def _output_item(seq: int, reply: Reply) -> dict[str, Any]:
+    if isinstance(reply, ToolSearchReply):  # the wire shape Codex 0.171 reads
+        return {"type": "tool_search_call", "id": f"ts_{seq}", "call_id": reply.call_id, "execution": "client",
+                "status": "completed", "arguments": {"query": reply.query}}
     if isinstance(reply, ToolCallReply):
         item = {"type": "function_call", "id": f"fc_{seq}", "call_id": reply.call_id,
                 "name": reply.name, "arguments": reply.arguments}

@@ -18,19 +18,16 @@ from typing import Any
 import anyio
 import pytest
 
-import rekall.sim.mock_model as mock_model_module
 from rekall import __version__
 from rekall.codex.appserver import Message, open_app_server
 from rekall.codex.home import MOCK_MODEL, make_isolated_home
-from rekall.sim.mock_model import MockModel, RecordedRequest, ToolCallReply
+from rekall.sim.mock_model import MockModel, RecordedRequest
 from tests.codex.rekallkit import SERVER, ready_server_status, rekall_server_toml
 from tests.pluginkit import listed_tools
 
 pytestmark = [pytest.mark.codex, pytest.mark.anyio]
 
 NAMESPACE = f"mcp__{SERVER}"
-#: Marks a scripted reply as a ``tool_search_call`` (see ``tool_search_replies``).
-TOOL_SEARCH = "<tool_search>"
 #: The smallest catalog entry 0.171 accepts for the mock model, with tool search switched on.
 SEARCHING_MODEL = {
     "slug": MOCK_MODEL, "display_name": "rekall mock model", "description": "loopback mock",
@@ -39,25 +36,6 @@ SEARCHING_MODEL = {
     "truncation_policy": {"mode": "tokens", "limit": 10000}, "experimental_supported_tools": [],
     "base_instructions": "You are a test model.",
 }
-
-
-
-@pytest.fixture
-def tool_search_replies(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Let the mock answer with a client-executed ``tool_search_call``.
-
-    MockModel scripts only messages and function calls; until it has a public way to script a
-    tool search, its output-item builder is wrapped here (the wire shape is what 0.171 reads).
-    """
-    original = mock_model_module._output_item
-
-    def output_item(seq: int, reply: Any) -> dict[str, Any]:
-        if isinstance(reply, ToolCallReply) and reply.namespace == TOOL_SEARCH:
-            return {"type": "tool_search_call", "id": f"ts_{seq}", "call_id": reply.call_id, "execution": "client",
-                    "status": "completed", "arguments": json.loads(reply.arguments)}
-        return original(seq, reply)
-
-    monkeypatch.setattr(mock_model_module, "_output_item", output_item)
 
 
 def rekall_home(private_dir: Path, mock_model: MockModel, *, tool_search: bool = False) -> Path:
@@ -112,7 +90,7 @@ async def test_codex_reports_rekall_ready_with_its_four_tools_and_their_schemas(
 
 @pytest.mark.parametrize("tool_search", [False, True], ids=["default-model", "searching-model"])
 async def test_a_compaction_status_call_from_the_model_runs_through_rekall_and_its_result_reaches_the_model(
-        codex_binary: Path, mock_model: MockModel, private_dir: Path, tool_search_replies: None,
+        codex_binary: Path, mock_model: MockModel, private_dir: Path,
         tool_search: bool) -> None:
     home = rekall_home(private_dir, mock_model, tool_search=tool_search)
     with anyio.fail_after(90):
@@ -124,7 +102,7 @@ async def test_a_compaction_status_call_from_the_model_runs_through_rekall_and_i
             await server.wait_for(is_turn_completed(thread_id))
             exposure = exposure_of(mock_model.requests[0])
             if exposure == "tool_search":
-                mock_model.queue_tool_call("tool_search", {"query": "compaction status"}, namespace=TOOL_SEARCH)
+                mock_model.queue_tool_search("compaction status")
             call_id = mock_model.queue_mcp_call(SERVER, "compaction_status", {"threadId": thread_id})
             turn_start = len(mock_model.requests)
             await server.start_turn(thread_id, "is a compaction pending?")
