@@ -37,7 +37,6 @@ from rekall import service  # noqa: E402
 from rekall.sim import start_sim_in_thread  # noqa: E402
 
 HANDOFF = {"summary": "bench", "preserve": [], "discard": [], "nextStep": "stop", "resume": True}
-TERMINAL = {"completed", "resumed", "skipped", "cancelled", "timed_out", "failed"}
 
 
 def percentile(values: list[float], fraction: float) -> float:

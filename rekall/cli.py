@@ -12,6 +12,7 @@ use), and print. Imports of heavier modules happen inside the handlers so that
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import sys
@@ -44,6 +45,19 @@ def _thread_arg(args: argparse.Namespace) -> str:
     return value
 
 
+def _emit(args: argparse.Namespace, value: Any, show: str) -> int:
+    """JSON for scripts with ``--json``, else ``module:function(value, console)`` for people.
+
+    The printer is named, not imported, so that ``--json`` never loads rich.
+    """
+    if args.json:
+        _print_json(value)
+    else:
+        module, _, name = show.partition(":")
+        getattr(importlib.import_module(module), name)(value, _console())
+    return 0
+
+
 # --- verbs -----------------------------------------------------------------------------
 
 
@@ -56,27 +70,18 @@ def cmd_states(args: argparse.Namespace) -> int:
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
-    from rekall.explain import build_explanation, print_explanation
+    from rekall.explain import build_explanation
     from rekall.store import JobStore
 
-    explanation = build_explanation(JobStore.open(), args.job)
-    if args.json:
-        _print_json(explanation)
-    else:
-        print_explanation(explanation, _console())
-    return 0
+    return _emit(args, build_explanation(JobStore.open(), args.job), "rekall.explain:print_explanation")
 
 
 def cmd_history(args: argparse.Namespace) -> int:
-    from rekall.history import collect_history, print_history
+    from rekall.history import collect_history
     from rekall.store import JobStore
 
     rows = collect_history(JobStore.open(), thread=args.thread, since=args.since)
-    if args.json:
-        _print_json(rows)
-    else:
-        print_history(rows, _console())
-    return 0
+    return _emit(args, rows, "rekall.history:print_history")
 
 
 def cmd_probe(args: argparse.Namespace) -> int:
@@ -84,64 +89,37 @@ def cmd_probe(args: argparse.Namespace) -> int:
 
     from rekall import service
 
-    result = asyncio.run(service.probe(_thread_arg(args)))
-    if args.json:
-        _print_json(result)
-    else:
-        from rekall.render import print_probe
-
-        print_probe(result, _console())
-    return 0
+    return _emit(args, asyncio.run(service.probe(_thread_arg(args))), "rekall.render:print_probe")
 
 
 def cmd_schedule(args: argparse.Namespace) -> int:
     import asyncio
 
     from rekall import service
+    from rekall.store import read_handoff_file
 
-    handoff = None
-    if args.handoff:
-        from rekall.store import read_handoff_file
-
-        handoff = read_handoff_file(args.handoff)
-    result = asyncio.run(service.schedule(_thread_arg(args), handoff))
-    if args.json:
-        _print_json(result)
-    else:
-        from rekall.render import print_job
-
-        print_job(result, _console())
-    return 0
+    handoff = read_handoff_file(args.handoff) if args.handoff else None
+    return _emit(args, asyncio.run(service.schedule(_thread_arg(args), handoff)), "rekall.render:print_job")
 
 
 def cmd_status(args: argparse.Namespace) -> int:
     from rekall import service
 
     thread = _thread_arg(args)
-    if args.watch:
-        from rekall.render import watch_job
+    if not args.watch:
+        return _emit(args, service.status(thread), "rekall.render:print_job")
+    from rekall.render import watch_job
 
-        result = watch_job(lambda: service.status_with_trail(thread), _console(), quiet=args.json)
-    else:
-        result = service.status(thread)
+    result = watch_job(lambda: service.status_with_trail(thread), _console(), quiet=args.json)
     if args.json:
         _print_json(result)
-    elif not args.watch:
-        from rekall.render import print_job
-
-        print_job(result, _console())
     return 0
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
     from rekall import service
 
-    result = service.cancel(_thread_arg(args), args.job)
-    if args.json:
-        _print_json(result)
-    else:
-        _console().print(f"[bold]{result['message']}[/bold]")
-    return 0
+    return _emit(args, service.cancel(_thread_arg(args), args.job), "rekall.render:print_message")
 
 
 def cmd_mcp(args: argparse.Namespace) -> int:

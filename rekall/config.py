@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Mapping
+from pathlib import Path
 
 import attrs
 
@@ -30,6 +31,14 @@ def env_value(env: Mapping[str, str], *names: str) -> str | None:
         if value:
             return value
     return None
+
+
+def codex_home(env: Mapping[str, str]) -> Path:
+    """``CODEX_HOME``, else ``~/.codex`` (as given: callers decide what a relative path means)."""
+    value = env_value(env, "CODEX_HOME")
+    if value:
+        return Path(value)
+    return Path(env_value(env, "HOME") or Path.home()) / ".codex"
 
 
 def _positive_number(env: Mapping[str, str], name: str, default: float) -> float:

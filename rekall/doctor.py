@@ -40,10 +40,11 @@ import attrs
 from rekall.adapters import ConnectionLostError, connect_thread, registry
 from rekall.codex.discovery import CodexBinary, discover_codex_binary
 from rekall.codex.schema import check_compatibility, default_cache_dir
-from rekall.config import env_value
+from rekall.config import codex_home, env_value
 from rekall.errors import RekallError
 from rekall.ids import is_uuid
 from rekall.store import JobStore, Liveness, LockBusy, resolve_jobs_dir
+from rekall.store.paths import inspect_jobs_dir
 from rekall.transports import Endpoint, MessageChannel, resolve_endpoint, transport_for
 from rekall.transports.endpoint import override_endpoint
 
@@ -101,8 +102,8 @@ class Report:
 
 def check_codex_home(env: Mapping[str, str]) -> Row:
     value = env_value(env, "CODEX_HOME")
-    shown = f"CODEX_HOME={value}" if value else f"CODEX_HOME not set; default {Path.home() / '.codex'}"
-    home = Path(value) if value else Path.home() / ".codex"
+    home = codex_home(env)
+    shown = f"CODEX_HOME={value}" if value else f"CODEX_HOME not set; default {home}"
     if not home.is_absolute():
         return Row("codex_home", "RED", f"{shown} is not an absolute path",
                    "set CODEX_HOME to an absolute path, or unset it to use ~/.codex")
@@ -260,18 +261,12 @@ def check_jobs_dir(env: Mapping[str, str]) -> tuple[Row, Path | None]:
     if not os.path.lexists(root):
         return Row.green("jobs_dir", f"{root} does not exist yet; it is created 0700 at the first schedule"), None
     try:
-        st = os.stat(root)  # the store follows a symlink; judge what it points at
-    except OSError as exc:
-        return Row("jobs_dir", "RED", f"{root} cannot be inspected: {exc.strerror or exc}",
-                   "set REKALL_JOBS_DIR to a private directory of your own"), None
-    if not stat.S_ISDIR(st.st_mode):
-        return Row("jobs_dir", "RED", f"{root} is not a directory", "set REKALL_JOBS_DIR to a private directory"), None
+        st = inspect_jobs_dir(root)  # the store's own rule
+    except RekallError as exc:
+        return Row.failed("jobs_dir", exc), None
     if sys.platform == "win32":
         return Row.green("jobs_dir", f"{root} (POSIX modes do not apply on Windows)"), root
     mode = stat.S_IMODE(st.st_mode)
-    if st.st_uid != os.geteuid():
-        return Row("jobs_dir", "RED", f"{root} belongs to uid {st.st_uid}, not to you (uid {os.geteuid()}); "
-                   "rekall refuses to use it", "set REKALL_JOBS_DIR to a private directory of your own"), None
     exposed = [p.name for p in _entries(root) if _mode_bits(p) & 0o077]
     if mode & 0o077:
         return Row("jobs_dir", "AMBER", f"{root} has mode {mode:04o}: group or others can list your jobs",

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Awaitable, Callable
-from typing import Annotated, Any, Literal, ParamSpec, TypeVar
+from typing import Annotated, Any, ParamSpec, TypeVar
 
 from typing_extensions import TypedDict  # pydantic needs it on Python < 3.12
 
@@ -225,8 +225,7 @@ def build_server() -> MCPServer:
     return server
 
 
-TOOL_NAMES: tuple[Literal["probe_compaction", "schedule_compaction", "compaction_status", "cancel_compaction"], ...] = (
-    "probe_compaction", "schedule_compaction", "compaction_status", "cancel_compaction")
+TOOL_NAMES = ("probe_compaction", "schedule_compaction", "compaction_status", "cancel_compaction")
 
 
 def run_stdio() -> int:

@@ -10,7 +10,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from rekall.states import TERMINAL_STATES, JobState
+from rekall.states import TERMINAL_STATES
 
 _STATE_STYLE = {
     "resumed": "bold green",
@@ -79,6 +79,10 @@ def print_job(job: Mapping[str, Any], console: Console) -> None:
     console.print(job_table(job))
 
 
+def print_message(result: Mapping[str, Any], console: Console) -> None:
+    console.print(f"[bold]{result['message']}[/bold]")
+
+
 def print_probe(result: Mapping[str, Any], console: Console) -> None:
     table = Table(title=f"probe {result.get('threadId')}", show_header=False, box=None, padding=(0, 2))
     table.add_column(style="dim", justify="right")
@@ -140,4 +144,4 @@ def watch_job(read: Callable[[], tuple[Mapping[str, Any], list[str]]], console: 
     return job
 
 
-__all__ = ["job_table", "print_job", "print_probe", "state_text", "watch_job"]
+__all__ = ["job_table", "print_job", "print_message", "print_probe", "state_text", "watch_job"]

@@ -203,12 +203,14 @@ def status(thread_id: str, *, env: Mapping[str, str] | None = None) -> dict[str,
 
 
 def status_with_trail(thread_id: str, *, env: Mapping[str, str] | None = None) -> tuple[dict[str, Any], list[str]]:
-    """The status plus every state the job has passed through, read from its journal."""
-    current = status(thread_id, env=env)
-    if "jobId" not in current:
-        return current, [current.get("state", "not_scheduled")]
-    job = JobStore.open(_env(env)).load(current["threadId"], current["jobId"])
-    return current, [t.dest.value for t in job.transitions]
+    """The status plus every state the job has passed through, from one read of its journal."""
+    thread_id = valid_thread_id(thread_id)
+    store = JobStore.open(_env(env))
+    store.reap_if_dead(thread_id)
+    job = store.latest(thread_id)
+    if job is None:
+        return store.read_status(thread_id), ["not_scheduled"]
+    return store.status_of(job), [t.dest.value for t in job.transitions]
 
 
 def cancel(thread_id: str, job_id: str, *, env: Mapping[str, str] | None = None) -> dict[str, Any]:

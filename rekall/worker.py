@@ -29,6 +29,7 @@ from typing import Any
 import attrs
 
 from rekall import events as ev
+from rekall.adapters import connect_thread
 from rekall.config import WorkerSettings
 from rekall.continuation import continuation_text
 from rekall.errors import IpcError, RekallError
@@ -77,15 +78,6 @@ class _ReconnectDone:
     error: RekallError | None = None
 
 
-Connect = Callable[..., Awaitable[Any]]
-
-
-def _default_connect() -> Connect:
-    from rekall.adapters import connect_thread
-
-    return connect_thread
-
-
 class Worker:
     """One job's reactor. ``run()`` returns the terminal state it reached."""
 
@@ -96,14 +88,12 @@ class Worker:
         job_id: str,
         *,
         settings: WorkerSettings,
-        connect: Connect | None = None,
         env: Mapping[str, str] | None = None,
     ) -> None:
         self.store = store
         self.thread_id = thread_id
         self.job_id = job_id
         self.settings = settings
-        self.connect = connect or _default_connect()
         self.env = os.environ if env is None else env
         self.lifecycle = store.open_lifecycle(thread_id, job_id)
         self.session: Any = None
@@ -200,8 +190,8 @@ class Worker:
         return self.state
 
     async def _connect(self) -> None:
-        self.session = await self.connect(self.thread_id, env=self.env,
-                                          request_timeout_s=self.settings.request_timeout_s)
+        self.session = await connect_thread(self.thread_id, env=self.env,
+                                            request_timeout_s=self.settings.request_timeout_s)
         self.connected = True
 
     async def _pump(self) -> None:

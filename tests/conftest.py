@@ -7,6 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from rekall.store import JobStore
+from rekall.testing import FakeClock
+
 # Variables that would point rekall at a real installation; tests never inherit them.
 _ISOLATED = (
     "CODEX_HOME",
@@ -25,6 +28,22 @@ _ISOLATED = (
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def jobs_dir(tmp_path: Path) -> Path:
+    """Where a test's jobs go (created by the store, 0700)."""
+    return tmp_path / "jobs"
+
+
+@pytest.fixture
+def store(jobs_dir: Path, clock: FakeClock) -> JobStore:
+    return JobStore.open({"REKALL_JOBS_DIR": str(jobs_dir)}, clock=clock)
 
 
 @pytest.fixture

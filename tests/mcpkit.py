@@ -19,7 +19,9 @@ import anyio
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
-TERMINAL = {"completed", "resumed", "skipped", "cancelled", "timed_out", "failed"}
+from rekall.states import TERMINAL_STATES
+
+TERMINAL = {state.value for state in TERMINAL_STATES}
 WAIT_S = 20.0
 POLL_S = 0.03
 

@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import io
-from pathlib import Path
 
 import pytest
 from rich.console import Console
@@ -10,17 +9,8 @@ from rekall.explain import build_explanation, describe_outcome, print_explanatio
 from rekall.store import JobStore, UnknownJob
 from rekall.testing import FakeClock
 
-from tests.jobkit import new_thread, open_store, run, schedule, scheduled_run
+from tests.jobkit import new_thread, run, schedule, scheduled_run
 
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
-
-
-@pytest.fixture
-def store(tmp_path: Path, clock: FakeClock) -> JobStore:
-    return open_store(tmp_path / "jobs", clock)
 
 
 def test_a_skipped_resume_is_explained_in_plain_words(store: JobStore, clock: FakeClock):

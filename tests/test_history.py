@@ -2,7 +2,6 @@ from __future__ import annotations
 
 import io
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
 from rich.console import Console
@@ -12,17 +11,8 @@ from rekall.history import collect_history, print_history
 from rekall.store import JobStore
 from rekall.testing import FakeClock
 
-from tests.jobkit import new_thread, open_store, scheduled_run
+from tests.jobkit import new_thread, scheduled_run
 
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
-
-
-@pytest.fixture
-def store(tmp_path: Path, clock: FakeClock) -> JobStore:
-    return open_store(tmp_path / "jobs", clock)
 
 
 def test_jobs_are_listed_newest_first_across_threads_with_their_metrics(store: JobStore, clock: FakeClock):

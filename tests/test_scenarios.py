@@ -22,12 +22,6 @@ COMPACT = "thread-follower-compact-thread"
 START_TURN = "thread-follower-start-turn"
 
 
-@pytest.fixture
-def jobs_dir(tmp_path: Path) -> Path:
-    path = tmp_path / "jobs"
-    return path
-
-
 def counts(sim: SimulatedOwner) -> tuple[int, int]:
     return len(sim.compact_requests), len(sim.start_turn_requests)
 

@@ -36,7 +36,9 @@ import attrs
 import cattrs
 
 from rekall.codex.schema_checks import SchemaCheck, Status, overall_status, run_checks
+from rekall.config import codex_home
 from rekall.errors import CodexError
+from rekall.store.fsio import FileOps
 
 CACHE_FORMAT = 1
 _VERSION = re.compile(r"(\d+\.\d+\.\d+[0-9A-Za-z.+-]*)")
@@ -214,9 +216,7 @@ def check_schema_dir(directory: Path) -> tuple[SchemaCheck, ...]:
 
 
 def default_cache_dir(env: Mapping[str, str] | None = None) -> Path:
-    env = os.environ if env is None else env
-    home = Path(env["CODEX_HOME"]) if env.get("CODEX_HOME") else Path.home() / ".codex"
-    return home / "tools" / "rekall" / "schema-cache"
+    return codex_home(os.environ if env is None else env) / "tools" / "rekall" / "schema-cache"
 
 
 def _private_dir(directory: Path) -> Path:
@@ -245,16 +245,7 @@ def _read_cache(path: Path, identity: BinaryIdentity) -> SchemaReport | None:
 
 def _write_cache(path: Path, report: SchemaReport) -> None:
     record = _CacheRecord(CACHE_FORMAT, attrs.evolve(report, from_cache=False))
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)  # 0600
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            json.dump(_converter.unstructure(record), out, indent=1)
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    FileOps().atomic_replace(path, json.dumps(_converter.unstructure(record), indent=1).encode("utf-8"))
 
 
 def check_compatibility(binary: Path, *, cache_dir: Path | None, timeout_s: float = 15.0,

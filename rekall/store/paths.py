@@ -16,7 +16,7 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from rekall.config import env_value
+from rekall.config import codex_home, env_value
 from rekall.errors import StoreError
 
 log = logging.getLogger("rekall.store")
@@ -34,7 +34,7 @@ def resolve_jobs_dir(env: Mapping[str, str]) -> Path:
     explicit = env_value(env, "REKALL_JOBS_DIR", "CONTEXT_COMPACT_JOBS_DIR")
     if explicit is not None:
         return Path(explicit).expanduser().absolute()
-    home = Path(env_value(env, "CODEX_HOME") or Path.home() / ".codex").expanduser().absolute()
+    home = codex_home(env).expanduser().absolute()
     legacy = home / "tools" / "context-compact" / "jobs"
     if legacy.is_dir():  # reuse the Node version's directory so its locks and history survive
         return legacy
@@ -56,6 +56,28 @@ def _make_private_dirs(path: Path) -> None:
         os.chmod(directory, 0o700)  # exactly 0700, whatever the umask
 
 
+def inspect_jobs_dir(path: Path) -> os.stat_result:
+    """Refuse an existing jobs directory that is a symlink, not a directory, or someone else's.
+
+    Changes nothing, so `rekall doctor` can apply the same rule. Group and other bits are
+    not refused here: :func:`ensure_private_dir` tightens them.
+    """
+    try:
+        st = os.lstat(path)
+    except OSError as exc:
+        raise StoreError(f"cannot inspect the jobs directory {path}: {exc.strerror or exc}",
+                         hint="set REKALL_JOBS_DIR to a directory you can write") from None
+    if stat.S_ISLNK(st.st_mode):
+        raise StoreError(f"the jobs directory {path} is a symbolic link; refusing to follow it",
+                         hint="point REKALL_JOBS_DIR at the real directory")
+    if not stat.S_ISDIR(st.st_mode):
+        raise StoreError(f"the jobs directory {path} is not a directory", hint="set REKALL_JOBS_DIR elsewhere")
+    if sys.platform != "win32" and st.st_uid != os.geteuid():
+        raise StoreError(f"the jobs directory {path} belongs to uid {st.st_uid}, not to you; refusing to use it",
+                         hint="set REKALL_JOBS_DIR to a private directory of your own")
+    return st
+
+
 def ensure_private_dir(path: Path) -> str | None:
     """Create ``path`` 0700, or check an existing one. Returns a report when it fixed something.
 
@@ -65,20 +87,12 @@ def ensure_private_dir(path: Path) -> str | None:
     """
     try:
         _make_private_dirs(path)
-        st = os.lstat(path)
     except OSError as exc:
         raise StoreError(f"cannot create the jobs directory {path}: {exc.strerror or exc}",
                          hint="set REKALL_JOBS_DIR to a directory you can write") from None
-    if stat.S_ISLNK(st.st_mode):
-        raise StoreError(f"the jobs directory {path} is a symbolic link; refusing to follow it",
-                         hint="point REKALL_JOBS_DIR at the real directory")
-    if not stat.S_ISDIR(st.st_mode):
-        raise StoreError(f"the jobs directory {path} is not a directory", hint="set REKALL_JOBS_DIR elsewhere")
+    st = inspect_jobs_dir(path)
     if sys.platform == "win32":  # POSIX modes mean nothing there; the profile directory is private
         return None
-    if st.st_uid != os.geteuid():
-        raise StoreError(f"the jobs directory {path} belongs to uid {st.st_uid}, not to you; refusing to use it",
-                         hint="set REKALL_JOBS_DIR to a private directory of your own")
     if st.st_mode & 0o077:
         os.chmod(path, 0o700)
         report = f"tightened the jobs directory {path} from {stat.S_IMODE(st.st_mode):04o} to 0700"

@@ -26,6 +26,7 @@ from typing import Literal
 
 import attrs
 
+from rekall.config import codex_home, env_value
 from rekall.transports.base import EndpointInsecure, EndpointMissing, EndpointUnsupported
 
 WINDOWS_PIPE = r"\\.\pipe\codex-ipc"
@@ -53,14 +54,9 @@ class Endpoint:
         return f"{text} ({self.note})" if self.note else text
 
 
-def _env_value(env: Mapping[str, str], name: str) -> str | None:
-    value = env.get(name)
-    return value if value else None  # empty counts as unset
-
-
 def override_endpoint(env: Mapping[str, str]) -> Endpoint | None:
     for name in TEST_VARIABLES:
-        value = _env_value(env, name)
+        value = env_value(env, name)
         if value is not None:
             return Endpoint("test", value, note=f"from {name}")
     return None
@@ -91,7 +87,7 @@ def resolve_endpoint(
     if _exists(lstat, primary.parent) and _exists(lstat, primary):
         check_private_socket(primary, uid=uid, lstat=lstat)
         return Endpoint("primary", str(primary))
-    legacy = Path(_env_value(env, "TMPDIR") or "/tmp") / "codex-ipc" / f"ipc-{uid}.sock"
+    legacy = Path(env_value(env, "TMPDIR") or "/tmp") / "codex-ipc" / f"ipc-{uid}.sock"
     if _exists(lstat, legacy.parent) and _exists(lstat, legacy):
         check_private_socket(legacy, uid=uid, lstat=lstat)
         return Endpoint("legacy", str(legacy), note=f"primary {primary} does not exist")
@@ -103,10 +99,7 @@ def resolve_endpoint(
 
 
 def _codex_home(env: Mapping[str, str]) -> str:
-    home = _env_value(env, "CODEX_HOME")
-    if home is None:
-        user_home = _env_value(env, "HOME") or str(Path.home())
-        home = os.path.join(user_home, ".codex")
+    home = str(codex_home(env))
     if not os.path.isabs(home):
         raise EndpointInsecure(
             f"CODEX_HOME must be an absolute path for Unix IPC; got {home!r}",
