@@ -1,0 +1,187 @@
+"""The WebSocket channel over rekall's Unix transport, against a real ``websockets`` server."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from websockets.asyncio.server import ServerConnection, unix_serve
+
+from rekall.transports import FrameError, PeerMismatch, TransportError, UnixTransport
+from rekall.transports.unix import serve_unix
+from rekall.transports.websocket import open_websocket
+
+pytestmark = pytest.mark.anyio
+
+Handler = Callable[[ServerConnection], Awaitable[None]]
+
+
+@pytest.fixture
+def short_dir():
+    """Socket paths must fit in sun_path (108 bytes), so keep them short."""
+    path = Path(tempfile.mkdtemp(prefix="rkws", dir="/tmp"))
+    os.chmod(path, 0o700)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@asynccontextmanager
+async def ws_server(path: Path, handler: Handler) -> AsyncIterator[list[Any]]:
+    """A websockets server on ``path``; yields the list of text messages it received."""
+    received: list[Any] = []
+
+    async def serve(connection: ServerConnection) -> None:
+        async def collect() -> None:
+            async for message in connection:
+                received.append(json.loads(message))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(collect)
+            await handler(connection)
+            await connection.wait_closed()
+            tg.cancel_scope.cancel()
+
+    async with unix_serve(serve, str(path), max_size=None):
+        yield received
+
+
+async def connect(path: Path, **options: Any):
+    stream = await UnixTransport(str(path)).connect()
+    return await open_websocket(stream, where=str(path), **options)
+
+
+async def test_messages_go_both_ways_one_per_text_frame_with_fragments_reassembled(short_dir: Path) -> None:
+    async def handler(ws: ServerConnection) -> None:
+        await ws.send(json.dumps({"method": "hello", "params": {"text": "héllo"}}))
+        await ws.send(iter(['{"id":1,', '"result":', '{"ok":true}}']))  # one message, three frames
+
+    with anyio.fail_after(10):
+        async with ws_server(short_dir / "s", handler) as received:
+            channel = await connect(short_dir / "s")
+            assert channel.peer_check == f"uid {os.geteuid()} matches ours"
+            await channel.send({"id": 7, "method": "initialize", "params": {"clientInfo": {"name": "rekall"}}})
+            assert await channel.receive() == {"method": "hello", "params": {"text": "héllo"}}
+            assert await channel.receive() == {"id": 1, "result": {"ok": True}}
+            await channel.aclose()
+    assert received == [{"id": 7, "method": "initialize", "params": {"clientInfo": {"name": "rekall"}}}]
+
+
+async def test_a_clean_close_by_the_server_ends_receive_with_none_and_says_how(short_dir: Path) -> None:
+    async def handler(ws: ServerConnection) -> None:
+        await ws.send('{"method":"last"}')
+        await ws.close(1001, "going away")
+
+    with anyio.fail_after(10):
+        async with ws_server(short_dir / "s", handler):
+            channel = await connect(short_dir / "s")
+            assert await channel.receive() == {"method": "last"}
+            assert await channel.receive() is None
+            assert channel.close_description == "the app-server closed the WebSocket (code 1001: going away)"
+            with pytest.raises(TransportError, match="closed"):
+                await channel.send({"method": "late"})
+            await channel.aclose()
+
+
+async def test_a_text_frame_that_is_not_json_is_refused_by_name_after_the_good_ones(short_dir: Path) -> None:
+    async def handler(ws: ServerConnection) -> None:
+        await ws.send('{"method":"fine"}')
+        await ws.send("this is not json")
+
+    with anyio.fail_after(10):
+        async with ws_server(short_dir / "s", handler):
+            channel = await connect(short_dir / "s")
+            assert await channel.receive() == {"method": "fine"}
+            with pytest.raises(FrameError, match="not JSON") as caught:
+                await channel.receive()
+            assert "this is not json" in caught.value.message and str(short_dir / "s") in caught.value.message
+            await channel.aclose()
+
+
+async def test_a_binary_frame_is_refused(short_dir: Path) -> None:
+    async def handler(ws: ServerConnection) -> None:
+        await ws.send(b'{"method":"binary"}')
+
+    with anyio.fail_after(10):
+        async with ws_server(short_dir / "s", handler):
+            channel = await connect(short_dir / "s")
+            with pytest.raises(FrameError, match="binary WebSocket frame"):
+                await channel.receive()
+            await channel.aclose()
+
+
+async def test_an_oversized_message_is_refused_and_the_server_told_1009(short_dir: Path) -> None:
+    closed_with: list[int | None] = []
+
+    async def handler(ws: ServerConnection) -> None:
+        await ws.send(json.dumps({"method": "big", "params": {"pad": "x" * 4000}}))
+        await ws.wait_closed()
+        closed_with.append(ws.close_code)
+
+    with anyio.fail_after(10):
+        async with ws_server(short_dir / "s", handler):
+            channel = await connect(short_dir / "s", max_message_bytes=1024)
+            with pytest.raises(FrameError, match="larger than 1024 bytes"):
+                await channel.receive()
+            await channel.aclose()
+    assert closed_with == [1009]
+
+
+async def test_an_oversized_fragmented_message_is_refused_too(short_dir: Path) -> None:
+    async def handler(ws: ServerConnection) -> None:
+        await ws.send(iter(["[" + '"x",' * 200, '"y",' * 200, '"z"]']))
+
+    with anyio.fail_after(10):
+        async with ws_server(short_dir / "s", handler):
+            channel = await connect(short_dir / "s", max_message_bytes=1024)
+            with pytest.raises(FrameError, match="larger than 1024 bytes"):
+                await channel.receive()
+            await channel.aclose()
+
+
+async def test_sending_more_than_the_bound_is_refused_before_anything_is_written(short_dir: Path) -> None:
+    with anyio.fail_after(10):
+        async with ws_server(short_dir / "s", lambda ws: ws.wait_closed()) as received:
+            channel = await connect(short_dir / "s", max_message_bytes=1024)
+            with pytest.raises(FrameError, match="refusing to send a message of"):
+                await channel.send({"pad": "x" * 2000})
+            await channel.send({"small": True})
+            await channel.aclose()
+    assert received == [{"small": True}]
+
+
+async def test_a_socket_that_does_not_speak_websocket_fails_the_handshake_clearly(short_dir: Path) -> None:
+    async def not_http(stream) -> None:  # answers like the extension's length-prefixed router
+        await stream.receive(65536)
+        await stream.send(b"\x05\x00\x00\x00hello")
+        await stream.aclose()
+
+    server = await serve_unix(str(short_dir / "s"), not_http)
+    try:
+        with anyio.fail_after(10), pytest.raises(FrameError, match="WebSocket handshake with .* failed"):
+            await connect(short_dir / "s")
+    finally:
+        server.close()
+
+
+async def test_the_peer_uid_check_of_the_unix_transport_still_applies(short_dir: Path) -> None:
+    async with ws_server(short_dir / "s", lambda ws: ws.wait_closed()):
+        transport = UnixTransport(str(short_dir / "s"), peer_uid_lookup=lambda sock: os.geteuid() + 1)
+        with anyio.fail_after(10), pytest.raises(PeerMismatch, match="not as you"):
+            await transport.connect()
+
+
+def test_importing_the_transport_does_not_import_websockets() -> None:
+    code = ("import sys, rekall.transports.websocket, rekall.transports.control_socket, rekall.codex.shared, "
+            "rekall.cli; print('websockets' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
