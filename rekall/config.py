@@ -41,6 +41,37 @@ def codex_home(env: Mapping[str, str]) -> Path:
     return Path(env_value(env, "HOME") or Path.home()) / ".codex"
 
 
+#: Names the shared app-server's Unix socket (as given to ``codex app-server --listen unix://PATH``).
+APP_SERVER_SOCKET_VAR = "REKALL_APP_SERVER_SOCKET"
+#: Where the shared app-server listens by default, relative to ``CODEX_HOME``.
+DEFAULT_APP_SERVER_SOCKET = Path("app-server-control") / "app-server-control.sock"
+
+
+def app_server_socket(env: Mapping[str, str]) -> Path | None:
+    """``REKALL_APP_SERVER_SOCKET`` as an absolute path, or ``None`` for the default socket.
+
+    ``unix://PATH`` is accepted as Codex writes it, and a bare ``unix://`` means the default,
+    as it does for ``--listen``. Remote ``ws://``/``wss://`` endpoints are refused: they have no
+    peer uid to check.
+    """
+    raw = env_value(env, APP_SERVER_SOCKET_VAR)
+    if raw is None:
+        return None
+    if raw.startswith(("ws://", "wss://")):
+        raise InvalidInput(f"{APP_SERVER_SOCKET_VAR} names a remote endpoint ({raw!r}); rekall only "
+                           "connects to a local Unix socket, whose owner and peer it can check",
+                           field=APP_SERVER_SOCKET_VAR,
+                           hint="start the app-server with --listen unix://PATH and name PATH")
+    path = raw.removeprefix("unix://")
+    if not path:
+        return None
+    if "\0" in path or not os.path.isabs(path):
+        raise InvalidInput(f"{APP_SERVER_SOCKET_VAR} must be an absolute socket path or unix://PATH; "
+                           f"got {raw!r}", field=APP_SERVER_SOCKET_VAR,
+                           hint=f"unset it to use $CODEX_HOME/{DEFAULT_APP_SERVER_SOCKET.as_posix()}")
+    return Path(path)
+
+
 def _positive_number(env: Mapping[str, str], name: str, default: float) -> float:
     raw = env_value(env, name)
     if raw is None:

@@ -1,6 +1,8 @@
 import pytest
 
-from rekall.config import DEFAULT_DEADLINE_S, DEFAULT_IDLE_STABLE_MS, WorkerSettings, env_value
+from pathlib import Path
+
+from rekall.config import DEFAULT_DEADLINE_S, DEFAULT_IDLE_STABLE_MS, WorkerSettings, app_server_socket, env_value
 from rekall.errors import InvalidInput
 
 
@@ -27,3 +29,19 @@ def test_a_bad_setting_is_rejected_naming_the_variable(raw):
 def test_the_first_non_empty_variable_wins():
     assert env_value({"A": "", "B": "b"}, "A", "B") == "b"
     assert env_value({}, "A") is None
+
+
+@pytest.mark.parametrize(("raw", "expected"), [
+    ("", None), ("unix://", None), ("/run/codex.sock", Path("/run/codex.sock")),
+    ("unix:///run/codex.sock", Path("/run/codex.sock"))])
+def test_the_app_server_socket_is_a_path_unix_url_or_the_default(raw, expected):
+    assert app_server_socket({"REKALL_APP_SERVER_SOCKET": raw}) == expected
+
+
+@pytest.mark.parametrize(("raw", "says"), [
+    ("relative.sock", "absolute socket path"), ("unix://relative.sock", "absolute socket path"),
+    ("ws://127.0.0.1:4500", "remote endpoint"), ("wss://example.com/", "remote endpoint")])
+def test_a_bad_app_server_socket_is_rejected_naming_the_variable(raw, says):
+    with pytest.raises(InvalidInput, match=says) as caught:
+        app_server_socket({"REKALL_APP_SERVER_SOCKET": raw})
+    assert caught.value.field == "REKALL_APP_SERVER_SOCKET" and repr(raw) in caught.value.message

@@ -83,12 +83,12 @@ def resolve_endpoint(
             hint="use Linux, macOS or Windows, or set REKALL_PIPE to a test endpoint",
         )
     uid = os.geteuid() if uid is None else uid
-    primary = Path(_codex_home(env)) / "ipc" / "ipc.sock"
-    if _exists(lstat, primary.parent) and _exists(lstat, primary):
+    primary = Path(absolute_codex_home(env)) / "ipc" / "ipc.sock"
+    if exists(lstat, primary.parent) and exists(lstat, primary):
         check_private_socket(primary, uid=uid, lstat=lstat)
         return Endpoint("primary", str(primary))
     legacy = Path(env_value(env, "TMPDIR") or "/tmp") / "codex-ipc" / f"ipc-{uid}.sock"
-    if _exists(lstat, legacy.parent) and _exists(lstat, legacy):
+    if exists(lstat, legacy.parent) and exists(lstat, legacy):
         check_private_socket(legacy, uid=uid, lstat=lstat)
         return Endpoint("legacy", str(legacy), note=f"primary {primary} does not exist")
     raise EndpointMissing(
@@ -98,7 +98,7 @@ def resolve_endpoint(
     )
 
 
-def _codex_home(env: Mapping[str, str]) -> str:
+def absolute_codex_home(env: Mapping[str, str]) -> str:
     home = str(codex_home(env))
     if not os.path.isabs(home):
         raise EndpointInsecure(
@@ -108,7 +108,7 @@ def _codex_home(env: Mapping[str, str]) -> str:
     return home
 
 
-def _exists(lstat: Callable[[str], os.stat_result], path: Path) -> bool:
+def exists(lstat: Callable[[str], os.stat_result], path: Path) -> bool:
     try:
         lstat(str(path))
     except FileNotFoundError:
@@ -117,48 +117,71 @@ def _exists(lstat: Callable[[str], os.stat_result], path: Path) -> bool:
         return False
     except OSError as exc:
         raise EndpointInsecure(f"cannot inspect {path}: {exc.strerror or exc}",
-                               hint="check the permissions of the Codex IPC directory") from None
+                               hint="check the permissions of the folders on that path") from None
     return True
 
 
-def _check_owned_private(path: Path, st: os.stat_result, uid: int, what: str, expected_mode: str) -> None:
+@attrs.frozen
+class Wording:
+    """How a refusal names the endpoint, its server and the way to recreate it."""
+
+    subject: str
+    server: str
+    restart: str
+
+
+EXTENSION_WORDING = Wording("Codex IPC", "the extension", "restart the extension")
+
+
+def _check_owned_private(path: Path, st: os.stat_result, uid: int, what: str, expected_mode: str,
+                         wording: Wording) -> None:
     if st.st_uid != uid:
         raise EndpointInsecure(
-            f"Codex IPC {what} {path} is owned by uid {st.st_uid}, not by you (uid {uid})",
-            hint="another user may be impersonating the extension; do not connect. Remove it if you own "
-            "the parent directory and restart the extension",
+            f"{wording.subject} {what} {path} is owned by uid {st.st_uid}, not by you (uid {uid})",
+            hint=f"another user may be impersonating {wording.server}; do not connect. Remove it if you own "
+            f"the parent directory and {wording.restart}",
         )
     mode = stat.S_IMODE(st.st_mode)
     if mode & 0o077:
         raise EndpointInsecure(
-            f"Codex IPC {what} {path} has mode {mode:04o}; group and other bits must be clear",
-            hint=f"run: chmod {expected_mode} {path}  (or restart the extension so that it recreates it)",
+            f"{wording.subject} {what} {path} has mode {mode:04o}; group and other bits must be clear",
+            hint=f"run: chmod {expected_mode} {path}  (or {wording.restart} so that it recreates it)",
         )
 
 
-def check_private_dir(path: Path, *, uid: int, lstat: Callable[[str], os.stat_result] = os.lstat) -> None:
+def check_private_dir(path: Path, *, uid: int, lstat: Callable[[str], os.stat_result] = os.lstat,
+                      wording: Wording = EXTENSION_WORDING) -> os.stat_result:
+    """A real directory (not a link), owned by ``uid``, no group or other bits; returns its stat."""
     st = lstat(str(path))
     if stat.S_ISLNK(st.st_mode):
         raise EndpointInsecure(
-            f"Codex IPC directory {path} is a symbolic link; refusing to follow it",
-            hint="replace the link with a real directory owned by you (mode 0700), then restart the extension",
+            f"{wording.subject} directory {path} is a symbolic link; refusing to follow it",
+            hint=f"replace the link with a real directory owned by you (mode 0700), then {wording.restart}",
         )
     if not stat.S_ISDIR(st.st_mode):
-        raise EndpointInsecure(f"Codex IPC directory {path} is not a directory",
-                               hint="remove it and restart the extension")
-    _check_owned_private(path, st, uid, "directory", "700")
+        raise EndpointInsecure(f"{wording.subject} directory {path} is not a directory",
+                               hint=f"remove it and {wording.restart}")
+    _check_owned_private(path, st, uid, "directory", "700", wording)
+    return st
+
+
+def check_socket_file(path: Path, *, uid: int, lstat: Callable[[str], os.stat_result] = os.lstat,
+                      wording: Wording = EXTENSION_WORDING) -> os.stat_result:
+    """A real socket (not a link), owned by ``uid``, no group or other bits; returns its stat."""
+    st = lstat(str(path))
+    if stat.S_ISLNK(st.st_mode):
+        raise EndpointInsecure(
+            f"{wording.subject} socket {path} is a symbolic link; refusing to follow it",
+            hint=f"remove the link and {wording.restart} so that it creates a real socket",
+        )
+    if not stat.S_ISSOCK(st.st_mode):
+        raise EndpointInsecure(f"{wording.subject} socket {path} is not a socket",
+                               hint=f"remove it and {wording.restart}")
+    _check_owned_private(path, st, uid, "socket", "600", wording)
+    return st
 
 
 def check_private_socket(path: Path, *, uid: int, lstat: Callable[[str], os.stat_result] = os.lstat) -> None:
     """Check the socket's directory, then the socket itself (in that order)."""
     check_private_dir(path.parent, uid=uid, lstat=lstat)
-    st = lstat(str(path))
-    if stat.S_ISLNK(st.st_mode):
-        raise EndpointInsecure(
-            f"Codex IPC socket {path} is a symbolic link; refusing to follow it",
-            hint="remove the link and restart the extension so that it creates a real socket",
-        )
-    if not stat.S_ISSOCK(st.st_mode):
-        raise EndpointInsecure(f"Codex IPC socket {path} is not a socket",
-                               hint="remove it and restart the extension")
-    _check_owned_private(path, st, uid, "socket", "600")
+    check_socket_file(path, uid=uid, lstat=lstat)

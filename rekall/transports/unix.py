@@ -164,8 +164,14 @@ class UnixTransport(Transport):
         expected_uid: int | None = None,
         peer_uid_lookup: PeerUidLookup = peer_uid,
         connect_timeout_s: float = 5.0,
+        server: str = "the extension",
+        restart: str = "reload the VS Code window",
+        start_hint: str = "open the thread in the Codex VS Code extension, then try again",
     ) -> None:
         self.path = path
+        self.server = server  # who should be listening, for the wording of errors
+        self.restart = restart
+        self.start_hint = start_hint
         self.expected_uid = os.geteuid() if expected_uid is None else expected_uid
         self.peer_uid_lookup = peer_uid_lookup
         self.connect_timeout_s = connect_timeout_s
@@ -177,10 +183,10 @@ class UnixTransport(Transport):
                 _, stream = await loop.create_unix_connection(SocketStream, self.path)
         except TimeoutError:
             raise ConnectTimeout(f"IPC connection to {self.path} timed out after {self.connect_timeout_s:g} s",
-                                 hint="the extension may be busy or hung; reload the VS Code window") from None
+                                 hint=f"{self.server} may be busy or hung; {self.restart}") from None
         except (FileNotFoundError, ConnectionRefusedError) as exc:
             raise EndpointMissing(f"nothing is listening on {self.path} ({exc.strerror})",
-                                  hint="open the thread in the Codex VS Code extension, then try again") from None
+                                  hint=self.start_hint) from None
         except PermissionError:
             raise EndpointInsecure(f"permission denied connecting to {self.path}",
                                    hint="the socket belongs to another user; do not use it") from None
@@ -192,12 +198,12 @@ class UnixTransport(Transport):
         except OSError as exc:
             await stream.aclose()
             raise PeerMismatch(f"cannot verify the user of the process behind {self.path}: {exc}",
-                               hint="refusing an unverified peer; restart the extension") from None
+                               hint=f"refusing an unverified peer; {self.restart}") from None
         if uid != self.expected_uid:
             await stream.aclose()
             raise PeerMismatch(
                 f"the process behind {self.path} runs as uid {uid}, not as you (uid {self.expected_uid})",
-                hint="another user may be impersonating the extension; do not connect",
+                hint=f"another user may be impersonating {self.server}; do not connect",
             )
         stream.peer_check = f"uid {uid} matches ours"
         return stream

@@ -17,6 +17,7 @@ from rekall.codex.home import make_isolated_home
 from rekall.codex.pinned import find_real_codex
 from rekall.codex.schema import generated_schema_dir
 from rekall.sim.mock_model import MockModel
+from tests.codex.daemonkit import Daemon, start_daemon, stop_daemon
 
 
 @pytest.fixture(scope="session")
@@ -54,3 +55,27 @@ def mock_model() -> Iterator[MockModel]:
 def codex_home(mock_model: MockModel, private_dir: Path) -> Path:
     """An isolated CODEX_HOME pointing at ``mock_model``; approvals on request."""
     return make_isolated_home(private_dir / "codex-home", mock_model.base_url, approval_policy="on-request")
+
+
+@pytest.fixture(scope="session")
+def daemon_model() -> Iterator[MockModel]:
+    """The loopback model of the session's shared daemon (shared: match requests by marker)."""
+    with MockModel() as model:
+        yield model
+
+
+@pytest.fixture(scope="session")
+def app_server_daemon(codex_binary: Path, daemon_model: MockModel,
+                      tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
+    """ONE real ``codex app-server daemon`` per test session, in an isolated CODEX_HOME.
+
+    At session end the daemon is stopped and every process it started is ended by pid,
+    the ``daemon pid-update-loop`` helper that outlives ``daemon stop`` included.
+    """
+    home = make_isolated_home(tmp_path_factory.mktemp("daemon") / "codex-home", daemon_model.base_url,
+                              approval_policy="on-request")
+    daemon = start_daemon(codex_binary, home)
+    try:
+        yield daemon
+    finally:
+        stop_daemon(daemon)

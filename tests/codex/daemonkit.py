@@ -1,0 +1,195 @@
+"""The real shared app-server daemon for tests: start one, end everything it started.
+
+``codex app-server daemon start`` installs Codex into ``$CODEX_HOME/packages`` (about 424 MB,
+a few seconds), starts ``codex app-server --listen unix:// --managed-daemon`` and a
+``daemon pid-update-loop`` helper, and prints its status as JSON. ``daemon stop`` ends the
+server but leaves the helper running, holding its own socket under ``/tmp/codex-daemon-<uid>/``.
+So :func:`stop_daemon` stops the daemon, then ends by pid every process still running a binary
+from this ``CODEX_HOME`` (the helper included), removes the sockets they left, and deletes the
+installed copy.
+
+:class:`PeerClient` is an independent client (the ``websockets`` library's own asyncio client,
+no rekall code) that plays the user's terminal.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import os
+import select
+import shutil
+import signal
+import subprocess
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import attrs
+
+from rekall.codex.appserver import app_server_env
+
+START_TIMEOUT_S = 180.0
+STOP_TIMEOUT_S = 60.0
+EXIT_WAIT_S = 5.0
+
+
+@attrs.frozen
+class Daemon:
+    binary: Path
+    codex_home: Path
+    #: What ``daemon start`` printed: ``status``, ``pid``, ``socketPath``, ``managedCodexPath``, versions.
+    status: dict[str, Any]
+
+    @property
+    def env(self) -> dict[str, str]:
+        """An environment for rekall that points at this daemon's CODEX_HOME."""
+        return {"CODEX_HOME": str(self.codex_home)}
+
+    @property
+    def socket_path(self) -> Path:
+        return Path(self.status["socketPath"])
+
+    def daemon_command(self, verb: str, timeout: float = STOP_TIMEOUT_S) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([str(self.binary), "app-server", "daemon", verb], env=app_server_env(self.codex_home),
+                              capture_output=True, text=True, timeout=timeout, cwd=self.codex_home)
+
+
+def _last_json_object(text: str) -> dict[str, Any]:
+    for line in reversed(text.splitlines()):
+        with contextlib.suppress(ValueError):
+            value = json.loads(line)
+            if isinstance(value, dict):
+                return value
+    raise AssertionError(f"no JSON status in the daemon's output: {text[-500:]!r}")
+
+
+def start_daemon(binary: Path, codex_home: Path) -> Daemon:
+    daemon = Daemon(binary, codex_home, {})
+    done = daemon.daemon_command("start", timeout=START_TIMEOUT_S)
+    if done.returncode != 0:
+        end_daemon_processes(codex_home)
+        raise AssertionError(f"codex app-server daemon start failed ({done.returncode}): {done.stderr[-2000:]}")
+    return attrs.evolve(daemon, status=_last_json_object(done.stdout))
+
+
+def daemon_processes(codex_home: Path) -> list[int]:
+    """Pids of the processes running a Codex binary installed in ``codex_home`` (Linux /proc)."""
+    prefix = str(codex_home / "packages") + os.sep
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            argv0 = (entry / "cmdline").read_bytes().split(b"\0", 1)[0].decode(errors="replace")
+            if argv0.startswith(prefix):
+                pids.append(int(entry.name))
+    return pids
+
+
+def _wait_gone(pid: int, timeout: float) -> bool:
+    """Wait for ``pid`` (not our child) to exit, on its pidfd: no polling."""
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return True
+    try:
+        ready, _, _ = select.select([fd], [], [], timeout)
+        return bool(ready)
+    finally:
+        os.close(fd)
+
+
+def end_daemon_processes(codex_home: Path) -> list[int]:
+    """SIGTERM, then SIGKILL, each process of :func:`daemon_processes`; returns the pids ended."""
+    ended = daemon_processes(codex_home)
+    for pid in ended:
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                break
+            if _wait_gone(pid, EXIT_WAIT_S):
+                break
+    survivors = daemon_processes(codex_home)
+    assert not survivors, f"daemon processes survived SIGKILL: {survivors}"
+    return ended
+
+
+def _link_targets(codex_home: Path) -> list[Path]:
+    links = [*codex_home.glob("app-server-control/*.sock"), *codex_home.glob("app-server-daemon/*.sock")]
+    return [Path(os.readlink(link)) for link in links if link.is_symlink()]
+
+
+def stop_daemon(daemon: Daemon) -> None:
+    """``daemon stop``, then end the leftovers by pid and remove their sockets and the installed copy."""
+    targets = _link_targets(daemon.codex_home)
+    try:
+        daemon.daemon_command("stop")
+    finally:
+        end_daemon_processes(daemon.codex_home)
+        for target in targets:
+            for leftover in (target, target.with_name(target.name + ".lock")):
+                leftover.unlink(missing_ok=True)
+        shutil.rmtree(daemon.codex_home / "packages", ignore_errors=True)
+
+
+class PeerClient:
+    """Another client of the daemon, written with ``websockets`` alone: it plays the user's terminal."""
+
+    def __init__(self, connection: Any) -> None:
+        self.connection = connection
+        self._ids = itertools.count(1)
+        self._replies: dict[int, anyio.Event] = {}
+        self._results: dict[int, dict[str, Any]] = {}
+        self.messages: list[dict[str, Any]] = []
+        self._arrived = anyio.Event()
+
+    async def _read(self) -> None:
+        async for raw in self.connection:
+            message = json.loads(raw)
+            if "method" not in message and message.get("id") in self._replies:
+                self._results[message["id"]] = message
+                self._replies.pop(message["id"]).set()
+            else:
+                self.messages.append(message)
+                self._arrived.set()
+                self._arrived = anyio.Event()
+
+    async def request(self, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+        request_id = next(self._ids)
+        done = self._replies[request_id] = anyio.Event()
+        await self.connection.send(json.dumps({"id": request_id, "method": method, "params": params or {}}))
+        with anyio.fail_after(30):
+            await done.wait()
+        reply = self._results.pop(request_id)
+        assert "error" not in reply, f"{method} failed: {reply['error']}"
+        return reply["result"]
+
+    async def wait_for(self, predicate: Callable[[dict[str, Any]], bool], *, start: int = 0,
+                       timeout: float = 30) -> dict[str, Any]:
+        """The first message at index ``start`` or later that matches."""
+        with anyio.fail_after(timeout):
+            while True:
+                for message in self.messages[start:]:
+                    if predicate(message):
+                        return message
+                start = len(self.messages)
+                await self._arrived.wait()
+
+
+@asynccontextmanager
+async def peer_client(socket_path: Path, name: str = "user-terminal") -> AsyncIterator[PeerClient]:
+    from websockets.asyncio.client import unix_connect
+
+    async with unix_connect(str(socket_path), uri="ws://localhost/", max_size=None) as connection:
+        client = PeerClient(connection)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(client._read)
+            await client.request("initialize", {"clientInfo": {"name": name, "version": "0"}})
+            await connection.send(json.dumps({"method": "initialized"}))
+            yield client
+            tg.cancel_scope.cancel()
