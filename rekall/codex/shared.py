@@ -22,6 +22,7 @@ import anyio
 from rekall import __version__
 from rekall.codex.rpc import DEFAULT_TIMEOUT_S, AppServerClosed, AppServerError, RpcClient
 from rekall.transports.base import TransportError
+from rekall.transports.framing import FrameError
 from rekall.transports.control_socket import ControlSocket, connect_control_socket, resolve_control_socket
 from rekall.transports.unix import PeerUidLookup, peer_uid
 from rekall.transports.websocket import MAX_MESSAGE_BYTES, WebSocketChannel, open_websocket
@@ -66,7 +67,7 @@ class SharedAppServer(RpcClient):
                 if refusal is not None:
                     reason = refusal
                     break
-        except TransportError as exc:  # FrameError included: not JSON, binary, oversized
+        except (TransportError, FrameError) as exc:  # broken, or not JSON, binary, oversized
             reason = exc.message
         finally:
             self._close_with(reason)

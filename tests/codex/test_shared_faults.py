@@ -1,0 +1,132 @@
+"""rekall's shared app-server client against misbehaving servers (a local ``websockets`` server)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import tempfile
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import anyio
+import pytest
+from websockets.asyncio.server import ServerConnection, unix_serve
+
+from rekall.codex.rpc import AppServerClosed
+from rekall.codex.shared import open_shared_app_server
+from rekall.transports import EndpointMissing, PeerMismatch
+from rekall.transports.control_socket import START_HINT
+
+pytestmark = pytest.mark.anyio
+
+Behaviour = Callable[[ServerConnection, dict], Awaitable[None]]
+
+
+@pytest.fixture
+def folder() -> Iterator[Path]:
+    path = Path(tempfile.mkdtemp(prefix="rksf", dir="/tmp"))
+    os.chmod(path, 0o700)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@asynccontextmanager
+async def fake_app_server(path: Path, after_initialize: Behaviour | None = None) -> AsyncIterator[None]:
+    """Answers ``initialize`` like the daemon, then hands each later request to ``after_initialize``."""
+
+    async def serve(ws: ServerConnection) -> None:
+        async for raw in ws:
+            message = json.loads(raw)
+            if message.get("method") == "initialize":
+                await ws.send(json.dumps({"id": message["id"], "result": {"userAgent": "fake/9.9.9 (test)"}}))
+            elif "id" in message and after_initialize is not None:
+                await after_initialize(ws, message)
+
+    async with unix_serve(serve, str(path), max_size=None):
+        os.chmod(path, 0o600)
+        yield
+
+
+def env_for(path: Path) -> dict[str, str]:
+    return {"REKALL_APP_SERVER_SOCKET": str(path)}
+
+
+async def test_a_socket_nobody_listens_on_says_how_to_start_the_app_server(folder: Path) -> None:
+    sock = socket.socket(socket.AF_UNIX)
+    sock.bind(str(folder / "app.sock"))
+    os.chmod(folder / "app.sock", 0o600)
+    with sock, anyio.fail_after(10), pytest.raises(EndpointMissing) as caught:
+        async with open_shared_app_server(env_for(folder / "app.sock")):
+            pass
+    assert "nothing is listening" in caught.value.message and caught.value.hint == START_HINT
+
+
+async def test_a_peer_running_as_another_user_is_refused_before_any_byte_is_sent(folder: Path) -> None:
+    async with fake_app_server(folder / "app.sock"):
+        with anyio.fail_after(10), pytest.raises(PeerMismatch) as caught:
+            async with open_shared_app_server(env_for(folder / "app.sock"),
+                                              peer_uid_lookup=lambda sock: os.geteuid() + 1):
+                pass
+    assert f"runs as uid {os.geteuid() + 1}, not as you" in caught.value.message
+    assert "impersonating the app-server" in caught.value.hint
+
+
+async def test_the_handshake_reports_the_socket_checks_and_the_server_version(folder: Path) -> None:
+    async with fake_app_server(folder / "app.sock"):
+        with anyio.fail_after(10):
+            async with open_shared_app_server(env_for(folder / "app.sock")) as server:
+                assert server.server_version == "9.9.9"
+                assert server.socket.peer_check == f"uid {os.geteuid()} matches ours"
+                assert server.socket.source == "REKALL_APP_SERVER_SOCKET"
+
+
+async def test_a_reply_that_is_not_json_fails_the_request_as_unknown_and_closes_the_client(folder: Path) -> None:
+    async def garbage(ws: ServerConnection, message: dict) -> None:
+        await ws.send("<html>not json</html>")
+
+    async with fake_app_server(folder / "app.sock", garbage):
+        with anyio.fail_after(10):
+            async with open_shared_app_server(env_for(folder / "app.sock")) as server:
+                with pytest.raises(AppServerClosed) as caught:
+                    await server.request("thread/loaded/list")
+                assert "not JSON" in caught.value.message and "unknown" in caught.value.hint
+                with pytest.raises(AppServerClosed, match="not JSON"):
+                    await server.request("thread/loaded/list")
+
+
+async def test_a_message_that_is_not_an_object_closes_the_client(folder: Path) -> None:
+    async def array(ws: ServerConnection, message: dict) -> None:
+        await ws.send("[1, 2, 3]")
+
+    async with fake_app_server(folder / "app.sock", array):
+        with anyio.fail_after(10):
+            async with open_shared_app_server(env_for(folder / "app.sock")) as server:
+                with pytest.raises(AppServerClosed, match="not an object"):
+                    await server.request("thread/loaded/list")
+
+
+async def test_an_oversized_reply_is_refused_with_the_bound(folder: Path) -> None:
+    async def huge(ws: ServerConnection, message: dict) -> None:
+        await ws.send(json.dumps({"id": message["id"], "result": {"data": ["x" * 5000]}}))
+
+    async with fake_app_server(folder / "app.sock", huge):
+        with anyio.fail_after(10):
+            async with open_shared_app_server(env_for(folder / "app.sock"), max_message_bytes=4096) as server:
+                with pytest.raises(AppServerClosed, match="larger than 4096 bytes"):
+                    await server.loaded_threads()
+
+
+async def test_a_server_that_goes_away_fails_pending_requests_with_its_close_code(folder: Path) -> None:
+    async def leave(ws: ServerConnection, message: dict) -> None:
+        await ws.close(1001, "daemon stopping")
+
+    async with fake_app_server(folder / "app.sock", leave):
+        with anyio.fail_after(10):
+            async with open_shared_app_server(env_for(folder / "app.sock")) as server:
+                with pytest.raises(AppServerClosed) as caught:
+                    await server.request("thread/read", {"threadId": "t"})
+    assert caught.value.message == ("the app-server closed the WebSocket (code 1001: daemon stopping) "
+                                    "before answering thread/read")
