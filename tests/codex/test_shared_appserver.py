@@ -69,6 +69,7 @@ async def test_rekall_connects_through_the_daemons_symlinked_socket_and_reports_
             )
             assert socket.peer_check == f"uid {uid} matches ours"
             assert server.server_version == PINNED_VERSION
+            assert server.server_info["userAgent"].startswith(f"rekall/{PINNED_VERSION} ")
             assert server.server_info["codexHome"] == str(app_server_daemon.codex_home)
 
 
@@ -79,6 +80,8 @@ async def test_a_thread_started_by_another_client_is_listed_and_read_without_att
             thread_id = await filled_thread(user)
             mark = len(user.messages)
             async with open_shared_app_server(app_server_daemon.env) as server:
+                page = await server.request("thread/loaded/list")
+                assert set(page) == {"data", "nextCursor"} and thread_id in page["data"]
                 assert thread_id in await server.loaded_threads()
                 thread = await server.read_thread(thread_id)
                 assert thread["id"] == thread_id and thread["status"] == {"type": "idle"}

@@ -130,3 +130,4 @@ async def test_a_server_that_goes_away_fails_pending_requests_with_its_close_cod
                     await server.request("thread/read", {"threadId": "t"})
     assert caught.value.message == ("the app-server closed the WebSocket (code 1001: daemon stopping) "
                                     "before answering thread/read")
+    assert caught.value.hint.startswith("the outcome is unknown")

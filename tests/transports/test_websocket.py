@@ -167,8 +167,9 @@ async def test_a_socket_that_does_not_speak_websocket_fails_the_handshake_clearl
 
     server = await serve_unix(str(short_dir / "s"), not_http)
     try:
-        with anyio.fail_after(10), pytest.raises(FrameError, match="WebSocket handshake with .* failed"):
+        with anyio.fail_after(10), pytest.raises(FrameError, match="WebSocket handshake with .* failed") as caught:
             await connect(short_dir / "s")
+        assert "does not serve the Codex app-server protocol" in caught.value.hint
     finally:
         server.close()
 

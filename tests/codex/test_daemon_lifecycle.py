@@ -1,0 +1,44 @@
+"""What the real daemon leaves behind, and that the test kit ends it (a second, short-lived daemon)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from rekall.codex.home import make_isolated_home
+from rekall.sim.mock_model import MockModel
+from rekall.transports import EndpointMissing
+from rekall.transports.control_socket import resolve_control_socket
+from tests.codex.daemonkit import daemon_processes, start_daemon, stop_daemon
+
+pytestmark = pytest.mark.codex
+
+
+def test_daemon_stop_leaves_the_pid_update_loop_and_the_kit_ends_it_by_pid(
+        codex_binary: Path, mock_model: MockModel, tmp_path: Path) -> None:
+    home = make_isolated_home(tmp_path / "home", mock_model.base_url)
+    link = home / "app-server-control" / "app-server-control.sock"
+    daemon = start_daemon(codex_binary, home)
+    try:
+        assert (daemon.status["status"], daemon.status["socketPath"]) == ("started", str(link))
+        assert daemon.status["managedCodexPath"] == str(home / "packages" / "app-server-daemon" / "current" / "bin"
+                                                         / "codex")
+        helper = json.loads((home / "app-server-daemon" / "daemon-updater.pid").read_text())["pid"]
+        assert sorted(daemon_processes(home)) == sorted([daemon.status["pid"], helper])
+        target = Path(os.readlink(link))
+        assert target.parent == Path(os.environ.get("TMPDIR") or "/tmp") / f"codex-daemon-{os.geteuid()}"
+
+        stopped = daemon.daemon_command("stop")
+        assert stopped.returncode == 0 and json.loads(stopped.stdout)["status"] == "stopped"
+        assert daemon_processes(home) == [helper]
+        assert b"pid-update-loop" in Path(f"/proc/{helper}/cmdline").read_bytes()
+        assert not os.path.lexists(link) and not target.exists()
+        with pytest.raises(EndpointMissing, match="not running"):
+            resolve_control_socket({"CODEX_HOME": str(home)})
+    finally:
+        stop_daemon(daemon)
+    assert daemon_processes(home) == []
+    assert not (home / "packages").exists()
