@@ -3,7 +3,9 @@
 - :mod:`rekall.codex.discovery`: find the extension-bundled ``codex`` binary and its identity.
 - :mod:`rekall.codex.schema`: ``check_compatibility(binary, cache_dir=...)``, the public-schema
   check with its cache; the checks themselves are in :mod:`rekall.codex.schema_checks`.
-- :mod:`rekall.codex.appserver`: an async stdio client for ``codex app-server``.
+- :mod:`rekall.codex.rpc`: the JSON-RPC core shared by the two app-server clients below.
+- :mod:`rekall.codex.appserver`: an async stdio client for a ``codex app-server`` rekall starts.
+- :mod:`rekall.codex.shared`: a client of the shared app-server (the daemon's control socket).
 - :mod:`rekall.codex.conversation`: an app-server thread projected onto the extension's
   ``conversationState`` (snapshot + patches), the core of the codex-backed simulated owner.
 - :mod:`rekall.codex.home`: an isolated ``CODEX_HOME`` pointing at the loopback mock model.

@@ -3,6 +3,11 @@
 A transport yields a :class:`ByteStream` (send, receive, close) and nothing more;
 :class:`MessageChannel` adds framing and JSON on top. Nothing here knows a method name
 or a protocol version: that is the adapters' job.
+
+The shared Codex app-server's control socket has its own modules, imported on use (they are
+not re-exported here, so that ``websockets`` stays off start-up paths):
+:mod:`rekall.transports.control_socket` (where it is, what is checked) and
+:mod:`rekall.transports.websocket` (JSON messages as WebSocket text frames over a ByteStream).
 """
 
 from __future__ import annotations

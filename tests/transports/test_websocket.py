@@ -15,9 +15,12 @@ from typing import Any
 
 import anyio
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from websockets.asyncio.server import ServerConnection, unix_serve
 
 from rekall.transports import FrameError, PeerMismatch, TransportError, UnixTransport
+from rekall.transports.memory import memory_stream_pair
 from rekall.transports.unix import serve_unix
 from rekall.transports.websocket import open_websocket
 
@@ -186,3 +189,48 @@ def test_importing_the_transport_does_not_import_websockets() -> None:
             "rekall.cli; print('websockets' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(-2**53, 2**53) | st.text(max_size=40),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=12)
+
+
+async def serve_sans_io(stream, messages: list[bytes], cuts: list[int], chunk: int) -> None:
+    """A server made of websockets' sans-I/O ServerProtocol: sends ``messages`` split at ``cuts``
+    (as continuation frames) and writes the bytes in pieces of ``chunk``."""
+    from websockets.server import ServerProtocol
+
+    server = ServerProtocol(max_size=None)
+    request: list[Any] = []
+    while not request:
+        server.receive_data(await stream.receive())
+        request = server.events_received()
+    server.send_response(server.accept(request[0]))
+    for body in messages:
+        parts = [body[i:j] for i, j in zip([0, *cuts], [*cuts, len(body)], strict=True) if j > i] or [body]
+        server.send_text(parts[0], fin=len(parts) == 1)
+        for n, part in enumerate(parts[1:], start=2):
+            server.send_continuation(part, fin=n == len(parts))
+    wire = b"".join(server.data_to_send())
+    for start in range(0, len(wire), chunk):
+        await stream.send(wire[start:start + chunk])
+
+
+@given(messages=st.lists(JSON_VALUES, min_size=1, max_size=5),
+       cuts=st.lists(st.integers(1, 200), max_size=4, unique=True),
+       chunk=st.integers(1, 300))
+@settings(max_examples=60, deadline=None)
+def test_any_messages_in_any_fragments_and_read_sizes_arrive_whole_and_in_order(messages, cuts, chunk) -> None:
+    bodies = [json.dumps(m, ensure_ascii=False).encode() for m in messages]
+
+    async def run() -> list[Any]:
+        client_end, server_end = memory_stream_pair()
+        with anyio.fail_after(10):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(serve_sans_io, server_end, bodies, sorted(cuts), chunk)
+                channel = await open_websocket(client_end, where="memory")
+                return [await channel.receive() for _ in bodies]
+
+    assert anyio.run(run) == messages
