@@ -179,7 +179,7 @@ class WebSocketChannel:
 
         if self.protocol.state is State.OPEN:
             self.protocol.send_close(1000)
-            await self._flush_quietly()
+        await self._flush_quietly()  # our close frame, or the one a refusal queued (1003, 1007, 1009)
         await self.stream.aclose()
 
 

@@ -96,9 +96,13 @@ async def test_a_clean_close_by_the_server_ends_receive_with_none_and_says_how(s
 
 
 async def test_a_text_frame_that_is_not_json_is_refused_by_name_after_the_good_ones(short_dir: Path) -> None:
+    closed_with: list[int | None] = []
+
     async def handler(ws: ServerConnection) -> None:
         await ws.send('{"method":"fine"}')
         await ws.send("this is not json")
+        await ws.wait_closed()
+        closed_with.append(ws.close_code)
 
     with anyio.fail_after(10):
         async with ws_server(short_dir / "s", handler):
@@ -108,6 +112,7 @@ async def test_a_text_frame_that_is_not_json_is_refused_by_name_after_the_good_o
                 await channel.receive()
             assert "this is not json" in caught.value.message and str(short_dir / "s") in caught.value.message
             await channel.aclose()
+    assert closed_with == [1007]  # invalid frame payload data
 
 
 async def test_a_binary_frame_is_refused(short_dir: Path) -> None:
