@@ -102,10 +102,9 @@ class WebSocketChannel:
         else:
             self._eof = True
             self.protocol.receive_eof()
-        try:
-            await self._flush()  # pongs, the close reply, a 1009 close after an oversized message
-        except TransportError:
-            pass  # the peer is gone; what it sent before is still delivered
+        # Pongs, the close reply, a 1009 close after an oversized message. If the peer is gone,
+        # what it sent before is still delivered.
+        await self._flush_quietly()
         self._take_events()
         return bool(data)
 
@@ -124,7 +123,8 @@ class WebSocketChannel:
             elif event.opcode == self._opcode.BINARY:
                 self._fail(FrameError(f"{self.where} sent a binary WebSocket frame ({len(event.data)} bytes); "
                                       "the app-server protocol uses text frames only",
-                                      hint="check that this socket belongs to a Codex app-server"), 1003)
+                                      hint="check that this socket belongs to a Codex app-server"),
+                           1003, "binary frames are not accepted")
         exc = self.protocol.parser_exc
         if exc is not None and self._error is None:
             if isinstance(exc, PayloadTooBig):
@@ -135,11 +135,11 @@ class WebSocketChannel:
                 self._error = FrameError(f"{self.where} sent invalid WebSocket data: {exc}",
                                          hint="check that this socket belongs to a Codex app-server")
 
-    def _fail(self, error: FrameError, close_code: int) -> None:
+    def _fail(self, error: FrameError, close_code: int, close_reason: str) -> None:
         if self._error is None:
             self._error = error
             try:
-                self.protocol.fail(close_code, error.message[:100])
+                self.protocol.fail(close_code, close_reason)
             except Exception:  # noqa: BLE001 - already closing: nothing more to tell the peer
                 pass
 
@@ -170,7 +170,7 @@ class WebSocketChannel:
         except json.JSONDecodeError as exc:
             error = FrameError(f"{self.where} sent a text frame that is not JSON ({exc.msg} at offset {exc.pos}): "
                                f"{data[:60]!r}", hint="check that this socket belongs to a Codex app-server")
-        self._fail(error, 1007)
+        self._fail(error, 1007, "a text frame is not JSON")
         raise error
 
     async def aclose(self) -> None:
