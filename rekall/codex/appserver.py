@@ -29,6 +29,7 @@ from anyio.streams.buffered import BufferedByteReceiveStream
 
 from rekall import __version__
 from rekall.codex.rpc import (
+    MAX_MESSAGE_BYTES,
     AppServerClosed,
     AppServerError,
     AppServerTimeout,
@@ -38,9 +39,6 @@ from rekall.codex.rpc import (
     ServerRequest,
 )
 from rekall.errors import CodexError
-
-#: Lines can carry whole threads (``thread/resume``); refuse anything absurd rather than hang.
-MAX_LINE_BYTES = 64 * 1024 * 1024
 
 
 class AppServer(RpcClient):
@@ -78,7 +76,7 @@ class AppServer(RpcClient):
         reason = "codex app-server closed its output"
         try:
             while True:
-                line = await reader.receive_until(b"\n", MAX_LINE_BYTES)
+                line = await reader.receive_until(b"\n", MAX_MESSAGE_BYTES)
                 if not line.strip():
                     continue
                 refusal = self._dispatch(json.loads(line))
@@ -88,7 +86,7 @@ class AppServer(RpcClient):
         except (anyio.EndOfStream, anyio.IncompleteRead, anyio.ClosedResourceError):
             pass
         except anyio.DelimiterNotFound:
-            reason = f"codex app-server sent a line longer than {MAX_LINE_BYTES} bytes"
+            reason = f"codex app-server sent a line longer than {MAX_MESSAGE_BYTES} bytes"
         except ValueError as exc:
             reason = f"codex app-server sent a line that is not JSON: {exc}"
         finally:

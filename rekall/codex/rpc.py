@@ -24,6 +24,9 @@ import attrs
 from rekall.errors import CodexError
 
 DEFAULT_TIMEOUT_S = 30.0
+#: The largest message accepted from an app-server, whatever the wire (a stdio line, a WebSocket
+#: message): a ``thread/resume`` can carry a whole thread; refuse anything absurd rather than hang.
+MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 
 
 class AppServerError(CodexError):
@@ -218,5 +221,5 @@ class RpcClient:
         self._send.close()
 
 
-__all__ = ["DEFAULT_TIMEOUT_S", "AppServerClosed", "AppServerError", "AppServerTimeout", "Message",
+__all__ = ["DEFAULT_TIMEOUT_S", "MAX_MESSAGE_BYTES", "AppServerClosed", "AppServerError", "AppServerTimeout", "Message",
            "Notification", "RpcClient", "ServerRequest"]

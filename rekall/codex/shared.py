@@ -20,12 +20,12 @@ from typing import Any
 import anyio
 
 from rekall import __version__
-from rekall.codex.rpc import DEFAULT_TIMEOUT_S, AppServerClosed, AppServerError, RpcClient
+from rekall.codex.rpc import DEFAULT_TIMEOUT_S, MAX_MESSAGE_BYTES, AppServerClosed, AppServerError, RpcClient
 from rekall.transports.base import TransportError
 from rekall.transports.framing import FrameError
 from rekall.transports.control_socket import ControlSocket, connect_control_socket, resolve_control_socket
 from rekall.transports.unix import PeerUidLookup, peer_uid
-from rekall.transports.websocket import MAX_MESSAGE_BYTES, WebSocketChannel, open_websocket
+from rekall.transports.websocket import WebSocketChannel, open_websocket
 
 #: ``thread/loaded/list`` pages followed at most; the daemon returns one page in practice.
 MAX_LOADED_PAGES = 100

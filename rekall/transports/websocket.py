@@ -31,8 +31,6 @@ from rekall.transports.framing import FrameError
 if TYPE_CHECKING:
     from websockets.client import ClientProtocol
 
-#: The largest message accepted (a ``thread/resume`` carries a whole thread), as for stdio lines.
-MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 #: The path in the upgrade request; the app-server does not look at it.
 DEFAULT_URI = "ws://localhost/"
 _CHUNK_BYTES = 256 * 1024
@@ -183,12 +181,12 @@ class WebSocketChannel:
         await self.stream.aclose()
 
 
-async def open_websocket(stream: ByteStream, *, where: str, uri: str = DEFAULT_URI,
-                         max_message_bytes: int = MAX_MESSAGE_BYTES,
+async def open_websocket(stream: ByteStream, *, where: str, max_message_bytes: int, uri: str = DEFAULT_URI,
                          timeout_s: float = 10.0) -> WebSocketChannel:
     """Run the upgrade handshake on ``stream``; the stream is closed if it fails.
 
-    ``where`` names the peer in errors (e.g. the socket path).
+    ``where`` names the peer in errors (e.g. the socket path); ``max_message_bytes`` bounds each
+    incoming message, fragments counted together.
     """
     from websockets.client import ClientProtocol
     from websockets.protocol import State
@@ -223,4 +221,4 @@ async def open_websocket(stream: ByteStream, *, where: str, uri: str = DEFAULT_U
     return channel
 
 
-__all__ = ["DEFAULT_URI", "MAX_MESSAGE_BYTES", "WebSocketChannel", "open_websocket"]
+__all__ = ["DEFAULT_URI", "WebSocketChannel", "open_websocket"]

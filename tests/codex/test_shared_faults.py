@@ -81,6 +81,7 @@ async def test_the_handshake_reports_the_socket_checks_and_the_server_version(fo
                 assert server.server_version == "9.9.9"
                 assert server.socket.peer_check == f"uid {os.geteuid()} matches ours"
                 assert server.socket.source == "REKALL_APP_SERVER_SOCKET"
+                assert server.channel.max_message_bytes == 64 * 1024 * 1024  # the default bound
 
 
 async def test_a_reply_that_is_not_json_fails_the_request_as_unknown_and_closes_the_client(folder: Path) -> None:

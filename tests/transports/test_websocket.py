@@ -58,9 +58,9 @@ async def ws_server(path: Path, handler: Handler) -> AsyncIterator[list[Any]]:
         yield received
 
 
-async def connect(path: Path, **options: Any):
+async def connect(path: Path, *, max_message_bytes: int = 1 << 20):
     stream = await UnixTransport(str(path)).connect()
-    return await open_websocket(stream, where=str(path), **options)
+    return await open_websocket(stream, where=str(path), max_message_bytes=max_message_bytes)
 
 
 async def test_messages_go_both_ways_one_per_text_frame_with_fragments_reassembled(short_dir: Path) -> None:
@@ -235,7 +235,7 @@ def test_any_messages_in_any_fragments_and_read_sizes_arrive_whole_and_in_order(
         with anyio.fail_after(10):
             async with anyio.create_task_group() as tg:
                 tg.start_soon(serve_sans_io, server_end, bodies, sorted(cuts), chunk)
-                channel = await open_websocket(client_end, where="memory")
+                channel = await open_websocket(client_end, where="memory", max_message_bytes=1 << 20)
                 return [await channel.receive() for _ in bodies]
 
     assert anyio.run(run) == messages
