@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -73,15 +74,33 @@ def cmd_explain(args: argparse.Namespace) -> int:
     from rekall.explain import build_explanation
     from rekall.store import JobStore
 
-    return _emit(args, build_explanation(JobStore.open(), args.job), "rekall.explain:print_explanation")
+    from rekall.idprefix import resolve_job_or_thread
+
+    wanted = resolve_job_or_thread(args.job)
+    return _emit(args, build_explanation(JobStore.open(), wanted), "rekall.explain:print_explanation")
 
 
 def cmd_history(args: argparse.Namespace) -> int:
     from rekall.history import collect_history
     from rekall.store import JobStore
 
-    rows = collect_history(JobStore.open(), thread=args.thread, since=args.since)
-    return _emit(args, rows, "rekall.history:print_history")
+    if args.limit < 0:
+        raise UsageError(f"--limit must be 0 (all) or more; got {args.limit}", hint="pass --limit 20, or 0 for all")
+    from rekall.idprefix import resolve_thread
+
+    thread = resolve_thread(args.thread) if args.thread else None
+    rows = collect_history(JobStore.open(), thread=thread, since=args.since)
+    shown = rows[:args.limit] if args.limit else rows
+    left_out = len(rows) - len(shown)
+    if args.json:
+        _print_json(shown)
+        if left_out:
+            sys.stderr.write(f"rekall: {left_out} older jobs left out; pass --limit 0 for all\n")
+        return 0
+    from rekall.history import print_history
+
+    print_history(shown, _console(), left_out=left_out)
+    return 0
 
 
 def cmd_probe(args: argparse.Namespace) -> int:
@@ -105,21 +124,28 @@ def cmd_schedule(args: argparse.Namespace) -> int:
 def cmd_status(args: argparse.Namespace) -> int:
     from rekall import service
 
-    thread = _thread_arg(args)
+    from rekall.idprefix import resolve_thread
+
+    thread = resolve_thread(_thread_arg(args))
     if not args.watch:
         return _emit(args, service.status(thread), "rekall.render:print_job")
-    from rekall.render import watch_job
+    from rekall.render import watch_exit_status, watch_job
 
     result = watch_job(lambda: service.status_with_trail(thread), _console(), quiet=args.json)
     if args.json:
         _print_json(result)
-    return 0
+    return watch_exit_status(result)
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
     from rekall import service
 
-    return _emit(args, service.cancel(_thread_arg(args), args.job), "rekall.render:print_message")
+    from rekall.idprefix import resolve_job, resolve_thread
+
+    own_thread, job = resolve_job(args.job)
+    # An explicit --thread wins; else the job's own thread (a fact from its journal, not a guess).
+    thread = resolve_thread(args.thread) if args.thread else own_thread or _thread_arg(args)
+    return _emit(args, service.cancel(thread, job), "rekall.render:print_message")
 
 
 def cmd_mcp(args: argparse.Namespace) -> int:
@@ -165,7 +191,9 @@ def _add(sub: argparse._SubParsersAction, name: str, handler: Handler, help: str
 def build_parser() -> argparse.ArgumentParser:
     from rekall import __version__
 
-    parser = argparse.ArgumentParser(prog="rekall", description=__doc__.splitlines()[0] if __doc__ else None)
+    parser = argparse.ArgumentParser(
+        prog="rekall", description="Compact a Codex conversation at a checkpoint and resume it once, with a "
+        "verified handoff. Exit codes: 0 success, 1 a failed or refused operation, 2 a usage error.")
     parser.add_argument("--version", action="version", version=f"rekall {__version__}")
     sub = parser.add_subparsers(dest="verb", metavar="VERB")
 
@@ -177,32 +205,30 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--handoff", metavar="FILE", help="handoff JSON file: summary, preserve, discard, nextStep, resume")
 
     p = _add(sub, "status", cmd_status, "show the thread's latest job")
-    p.add_argument("thread", metavar="THREAD", nargs="?", help="thread id (default: $CODEX_THREAD_ID)")
+    p.add_argument("thread", metavar="THREAD", nargs="?",
+                   help="thread id or a unique prefix of at least 8 characters (default: $CODEX_THREAD_ID)")
     p.add_argument("--watch", action="store_true", help="follow the job live until it ends")
 
     p = _add(sub, "cancel", cmd_cancel, "cancel the pending dispatches of a job")
-    p.add_argument("job", metavar="JOB", help="the job id")
-    p.add_argument("--thread", help="thread id (default: $CODEX_THREAD_ID)")
+    p.add_argument("job", metavar="JOB", help="the job id, or a unique prefix of at least 8 characters")
+    p.add_argument("--thread", help="thread id (default: the job's own thread, else $CODEX_THREAD_ID)")
 
     _add(sub, "mcp", cmd_mcp, "run the MCP server on stdio")
     p = _add(sub, "demo", cmd_demo, "run a full job against the built-in simulated owner")
     p.add_argument("--keep", action="store_true", help="keep the demo's jobs directory afterwards")
     _add(sub, "doctor", cmd_doctor, "check the installation, one row per concern")
 
-    p = sub.add_parser("worker", help=argparse.SUPPRESS)  # internal: started detached by schedule
-    p.add_argument("thread")
-    p.add_argument("job")
-    p.set_defaults(handler=cmd_worker, json=False)
-
     p = _add(sub, "states", cmd_states, "print the job lifecycle machine")
     p.add_argument("--format", choices=("mermaid", "markdown", "json"), default="markdown")
 
     p = _add(sub, "explain", cmd_explain, "show how a job moved through its states, and why")
-    p.add_argument("job", metavar="JOB", help="a job id, or a thread id meaning its latest job")
+    p.add_argument("job", metavar="JOB", help="a job id, or a thread id meaning its latest job (a unique prefix "
+                   "of at least 8 characters will do)")
 
     p = _add(sub, "history", cmd_history, "list past jobs, newest first")
-    p.add_argument("--thread", help="only this thread")
+    p.add_argument("--thread", help="only this thread (a unique prefix of at least 8 characters will do)")
     p.add_argument("--since", help="only jobs created on or after this ISO date or time")
+    p.add_argument("--limit", type=int, default=20, metavar="N", help="show the newest N jobs (default 20; 0: all)")
 
     p = _add(sub, "sim", cmd_sim, "run the simulated extension owner for manual use")
     p.add_argument("--socket", help="Unix socket path to listen on (default: a private temp dir)")
@@ -211,8 +237,37 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _worker_parser() -> argparse.ArgumentParser:
+    """``rekall worker THREAD JOB``: internal, started detached by schedule; not a verb people see."""
+    parser = argparse.ArgumentParser(prog="rekall worker", add_help=False)
+    parser.add_argument("thread")
+    parser.add_argument("job")
+    parser.set_defaults(handler=cmd_worker, json=False)
+    return parser
+
+
+class _NoteHandler(logging.Handler):
+    """The store's warnings (a stale lock removed, a directory tightened), said as rekall notes.
+
+    Without a handler Python prints them bare; the current ``sys.stderr`` is looked up on
+    each note so that a redirected stream is honoured.
+    """
+
+    def emit(self, record: logging.LogRecord) -> None:
+        sys.stderr.write(f"rekall: note: {record.getMessage()}\n")
+
+
+_NOTES = _NoteHandler(logging.WARNING)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    worker = argv[:1] == ["worker"]  # the worker logs to its job's log file instead
+    parser = _worker_parser() if worker else build_parser()
+    if worker:
+        argv = argv[1:]
+    elif _NOTES not in logging.getLogger("rekall").handlers:
+        logging.getLogger("rekall").addHandler(_NOTES)
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # argparse exits 2 on usage errors, 0 on --help

@@ -19,6 +19,7 @@ from typing import Any
 
 from rich.console import Console
 from rich.panel import Panel
+from rich.text import Text
 
 from rekall import service
 from rekall.errors import RekallError
@@ -89,11 +90,13 @@ def run_demo(*, as_json: bool = False, keep: bool = False, console: Console | No
             print(json.dumps(final, indent=2, ensure_ascii=False))
         else:
             console.print()
-            print_explanation(explanation, console)
+            print_explanation(explanation, console, show_journal=keep)  # its path is gone without --keep
             if keep:
-                console.print(f"The demo's jobs are kept: REKALL_JOBS_DIR={jobs_dir} rekall history")
+                console.print("The demo's jobs are kept; to look at them:")
+                console.print(Text(f"  REKALL_JOBS_DIR={jobs_dir} rekall history"), soft_wrap=True)
             else:
-                console.print("[dim]The demo's private directory was removed; `rekall demo --keep` keeps it.[/dim]")
+                console.print(Text("The demo's private directory was removed; `rekall demo --keep` keeps it.",
+                                   style="dim"))
         return 0 if final.get("state") == "resumed" else 1
     except RekallError as exc:
         console.print(f"[red]demo failed: {exc}[/red]")

@@ -180,35 +180,60 @@ def _short(value: Any) -> str:
     return text if len(text) <= 18 else text[:12] + "…"
 
 
-def _compact(value: Mapping[str, Any]) -> str:
-    return "\n".join(f"{k}={_short(v)}" for k, v in value.items())
+def _pairs(value: Mapping[str, Any]) -> str:
+    # Two spaces between pairs: a line wraps between them, never inside a pair.
+    return "  ".join(f"{k}={_short(v)}" for k, v in value.items())
 
 
-def print_explanation(explanation: Mapping[str, Any], console: Console) -> None:
-    state = explanation["state"]
-    console.print(Panel(Text(explanation["outcome"]), title=f"job {explanation['jobId']} · {state}",
-                        subtitle=f"thread {explanation['threadId']}", expand=False))
-    table = Table(title="Timeline", show_lines=False)
-    for column in ("seq", "time", "+", "transition", "evidence", "guards"):
-        table.add_column(column, overflow="fold")
-    table.columns[0].justify = "right"
+def _step(row: Mapping[str, Any]) -> Text:
+    text = Text()
+    text.append(f"{row['from'] or '∅'} → {row['to']}", style="bold")
+    text.append(f"  on {row['trigger']}")
+    for verdict in row["guards"]:
+        text.append(("\n✓ " if verdict["passed"] else "\n✗ ") + verdict["guard"],
+                    style="green" if verdict["passed"] else "red")
+    if row["evidence"]:
+        text.append("\n" + _pairs(row["evidence"]), style="dim")
+    return text
+
+
+def _note(note: Mapping[str, Any]) -> Text:
+    text = Text(f"note: {note['kind']}", style="dim")
+    if note["detail"]:
+        text.append("\n" + _pairs(note["detail"]), style="dim")
+    return text
+
+
+def print_timeline(explanation: Mapping[str, Any], console: Console) -> None:
+    """One row per journal record: seq, time, time since the previous step, and what happened."""
+    table = Table.grid(padding=(0, 1))
+    table.add_column(justify="right", no_wrap=True)
+    table.add_column(no_wrap=True)
+    table.add_column(justify="right", no_wrap=True)
+    table.add_column(ratio=1)  # words wrap at spaces; only a word longer than a line is folded
     rows: list[tuple[int, list[Any]]] = []
     for row in explanation["timeline"]:
-        guards = Text()
-        for verdict in row["guards"]:
-            guards.append(("✓ " if verdict["passed"] else "✗ ") + verdict["guard"] + "\n",
-                          style="green" if verdict["passed"] else "red")
-        move = f"{row['from'] or '∅'} → {row['to']}\n[bold]{row['trigger']}[/bold]"
         since = "" if row["sincePreviousMs"] is None else f"+{_ms(row['sincePreviousMs'])}"
-        rows.append((row["seq"], [str(row["seq"]), row["at"][11:23], since, move, Text(_compact(row["evidence"])),
-                                  guards]))
+        rows.append((row["seq"], [str(row["seq"]), row["at"][11:23], since, _step(row)]))
     for note in explanation["notes"]:
-        rows.append((note["seq"], [str(note["seq"]), note["at"][11:23], "", Text(f"note: {note['kind']}", style="dim"),
-                                   Text(_compact(note["detail"]), style="dim"), ""]))
+        rows.append((note["seq"], [str(note["seq"]), note["at"][11:23], "", _note(note)]))
     for _, cells in sorted(rows, key=lambda r: r[0]):
         table.add_row(*cells)
+    console.print(Text("Timeline", style="bold"))
     console.print(table)
-    console.print("Path: " + " → ".join(explanation["path"]))
-    console.print(Panel(Text(explanation["diagram"].rstrip("\n")), title="Diagram (Mermaid; path marked)",
-                        expand=False))
-    console.print(f"[dim]journal: {explanation['journalPath']}[/dim]")
+
+
+def print_explanation(explanation: Mapping[str, Any], console: Console, *, show_journal: bool = True) -> None:
+    state = explanation["state"]
+    console.print(Text(f"job {explanation['jobId']}", style="bold"))
+    console.print(Text("thread ", style="dim") + Text(explanation["threadId"]))
+    console.print(Text("state ", style="dim") + Text(state, style="bold"))
+    console.print(Panel(Text(explanation["outcome"]), expand=False))
+    print_timeline(explanation, console)
+    console.print(Text("Path: " + " → ".join(explanation["path"])))
+    console.print()
+    # Printed as is, never wrapped or boxed, so that a copied diagram is valid Mermaid.
+    console.print(Text("Diagram (Mermaid, path marked; paste as is):", style="bold"))
+    console.print(Text(explanation["diagram"].rstrip("\n")), soft_wrap=True)
+    if show_journal:
+        console.print(Text("journal: ", style="dim") + Text(explanation["journalPath"]), soft_wrap=True)

@@ -10,7 +10,7 @@ from datetime import datetime, time, timezone
 from typing import Any
 
 from rich.console import Console
-from rich.table import Table
+from rich.padding import Padding
 from rich.text import Text
 
 from rekall.errors import InvalidInput, StoreError
@@ -76,39 +76,36 @@ def collect_history(store: JobStore, thread: str | None = None, since: str | Non
     return rows + unreadable  # an unreadable job has no date to sort or filter by: listed, never dropped
 
 
-def _tokens(row: dict[str, Any]) -> str:
-    before, after = row.get("contextTokensBefore"), row.get("contextTokensAfter")
-    if before is None and after is None:
-        return ""
-    text = f"{before if before is not None else '?'} → {after if after is not None else '?'}"
-    reclaimed = row.get("reclaimedFraction")
-    return text + (f"\n{reclaimed:.0%} reclaimed" if isinstance(reclaimed, (int, float)) else "")
+#: How many jobs ``rekall history`` shows unless told otherwise.
+DEFAULT_LIMIT = 20
 
 
 def _durations(row: dict[str, Any]) -> str:
     parts = [(row.get("compactionDurationMs"), "compaction"), (row.get("resumeDelayMs"), "to resume"),
-             (row.get("durationMs"), "total")]
-    return "\n".join(f"{value / 1000:.1f} s {label}" for value, label in parts if isinstance(value, (int, float)))
+             (row.get("durationMs"), "in all")]
+    return ", ".join(f"{label} {value / 1000:.1f} s" for value, label in parts if isinstance(value, (int, float)))
 
 
-def _first_sentence(text: str) -> str:
-    head, dot, _ = text.partition(". ")
-    return head + ("." if dot else "")
-
-
-def print_history(rows: list[dict[str, Any]], console: Console) -> None:
+def print_history(rows: list[dict[str, Any]], console: Console, *, left_out: int = 0) -> None:
+    """One short block per job: when, state, short ids (any 8+ character prefix works as an id),
+    the outcome in words (with the warning when the outcome may be unknown), and durations."""
     if not rows:
-        console.print("No jobs yet.")
+        console.print("No jobs yet." if not left_out else f"No jobs shown; {left_out} left out.")
         return
-    table = Table(title="Jobs, newest first", show_lines=True)
-    table.add_column("created (UTC)", no_wrap=True)
-    table.add_column("thread\njob", no_wrap=True)
-    table.add_column("tokens")
-    table.add_column("durations")
-    table.add_column("outcome", ratio=1)
+    console.print(Text("Jobs, newest first", style="bold"))
     for row in rows:
-        outcome = Text(row["state"], style="bold")
-        outcome.append("\n" + _first_sentence(row["outcome"]))
-        table.add_row((row.get("createdAt") or "")[:16].replace("T", "\n"),
-                      f"{row['threadId'][:8]}\n{row['jobId'][:8]}", _tokens(row), _durations(row), outcome)
-    console.print(table)
+        console.print()
+        head = Text((row.get("createdAt") or "unknown date")[:16].replace("T", " ") + "  ")
+        head.append(row["state"], style="bold")
+        head.append(f"  job {row['jobId'][:8]}  thread {row['threadId'][:8]}")
+        if row.get("outcomeMayBeUnknown"):
+            head.append("  outcome may be unknown", style="bold yellow")
+        console.print(head)
+        console.print(Padding(Text(row["outcome"]), (0, 0, 0, 2)))
+        durations = _durations(row)
+        if durations:
+            console.print(Padding(Text(durations, style="dim"), (0, 0, 0, 2)))
+    if left_out:
+        console.print()
+        console.print(Text(f"{left_out} older job{'s' if left_out != 1 else ''} left out; "
+                           f"`rekall history --limit N` shows more.", style="dim"))

@@ -139,6 +139,8 @@ class JobStatus(TypedDict, total=False):
     history: list[dict[str, Any]]
     # schedule only
     alreadyScheduled: bool
+    #: True when a handoff came with a call that found an unfinished job: it was not saved.
+    handoffIgnored: bool
     message: str
     handoff: dict[str, Any]
     # cancel only
@@ -186,7 +188,7 @@ def build_server() -> MCPServer:
             "continuation turn that carries it, started only if compaction really completed and at most "
             "60% of the context window is then in use. The job is cancelled by new user input or a "
             "stopped turn. A second call while a job is unfinished returns that job with "
-            "alreadyScheduled:true. The extension's own compaction prompt is not changed. Nothing is "
+            "alreadyScheduled:true; a handoff given with such a call is not saved (handoffIgnored:true). The extension's own compaction prompt is not changed. Nothing is "
             "retried automatically: check compaction_status later. " + STATES_TEXT),
     )
     @_tool_errors

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from rich.console import Console, Group
+from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
 from rich.live import Live
+from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
 from rekall.states import TERMINAL_STATES
+from rekall.store.replay import ended_at
 
 _STATE_STYLE = {
     "resumed": "bold green",
@@ -22,6 +24,12 @@ _STATE_STYLE = {
     "not_scheduled": "dim",
 }
 
+#: Job states after which ``status --watch`` exits 1: the job did not do what it was for.
+UNSUCCESSFUL_STATES = frozenset({"failed", "timed_out"})
+
+#: A job or thread id (36 characters) must fit on one line next to its label.
+_ID_WIDTH = 36
+
 # The fields worth a person's attention, in reading order.
 _JOB_FIELDS = (
     ("jobId", "job"),
@@ -31,6 +39,7 @@ _JOB_FIELDS = (
     ("requestedAt", "compaction requested"),
     ("acceptedAt", "accepted"),
     ("compactionCompletedAt", "compaction completed"),
+    ("endedAt", "ended"),
     ("contextTokensBefore", "tokens before"),
     ("contextTokensAfter", "tokens after"),
     ("reclaimedFraction", "reclaimed"),
@@ -42,37 +51,72 @@ _JOB_FIELDS = (
     ("reason", "cancel reason"),
     ("errorCode", "error code"),
     ("error", "error"),
-    ("outcomeMayBeUnknown", "outcome may be unknown"),
     ("message", "note"),
 )
 
 
+class Fields:
+    """Label and value pairs: side by side when an id fits next to the widest label, else stacked.
+
+    A rich grid squeezes its value column on a narrow terminal and cuts ids short; stacking
+    keeps every value whole at any width.
+    """
+
+    def __init__(self, rows: Iterable[tuple[str, RenderableType]]) -> None:
+        self.rows = list(rows)
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        label_width = max((len(label) for label, _ in self.rows), default=0)
+        if options.max_width - label_width - 2 >= _ID_WIDTH:
+            table = Table.grid(padding=(0, 2))
+            table.add_column(style="dim", justify="right", no_wrap=True)
+            table.add_column()
+            for label, value in self.rows:
+                table.add_row(label, value)
+            yield table
+            return
+        for label, value in self.rows:
+            yield Text(label, style="dim")
+            yield Padding(value, (0, 0, 0, 2))
+
+
 def _fmt(key: str, value: Any) -> str:
+    if isinstance(value, bool):
+        return "yes" if value else "no"
     if isinstance(value, float) and key.endswith("Fraction"):
         return f"{value:.1%}"
     if isinstance(value, float):
         return f"{value:.0f}"
+    if isinstance(value, int):
+        return f"{value:,}"
     return str(value)
+
+
+def _warning(text: str) -> Text:
+    return Text(text, style="bold yellow")
 
 
 def state_text(state: str) -> Text:
     return Text(state, style=_STATE_STYLE.get(state, "bold cyan"))
 
 
-def job_table(job: Mapping[str, Any]) -> Table:
+def job_table(job: Mapping[str, Any]) -> Fields:
     state = str(job.get("state") or job.get("status") or "unknown")
-    table = Table.grid(padding=(0, 2))
-    table.add_column(style="dim", justify="right")
-    table.add_column()
-    table.add_row("thread", str(job.get("threadId", "")))
-    table.add_row("state", state_text(state))
+    rows: list[tuple[str, RenderableType]] = [("thread", Text(str(job.get("threadId", "")))),
+                                              ("state", state_text(state))]
+    if job.get("statusFileProblem"):
+        rows.append(("status file", _warning(str(job["statusFileProblem"]))))
     if job.get("alreadyScheduled"):
-        table.add_row("", Text("already scheduled: this is the unfinished job", style="yellow"))
+        rows.append(("", _warning("already scheduled: this is the unfinished job")))
+    if job.get("outcomeMayBeUnknown"):
+        rows.append(("outcome", _warning("may be unknown: a request may have reached the extension; "
+                                         "check the thread before scheduling again")))
+    fields = {**job, "endedAt": ended_at(job) if state in {s.value for s in TERMINAL_STATES} else None}
     for key, label in _JOB_FIELDS:
-        value = job.get(key)
+        value = fields.get(key)
         if value is not None and value != "":
-            table.add_row(label, _fmt(key, value))
-    return table
+            rows.append((label, Text(_fmt(key, value))))
+    return Fields(rows)
 
 
 def print_job(job: Mapping[str, Any], console: Console) -> None:
@@ -80,36 +124,73 @@ def print_job(job: Mapping[str, Any], console: Console) -> None:
 
 
 def print_message(result: Mapping[str, Any], console: Console) -> None:
-    console.print(f"[bold]{result['message']}[/bold]")
+    console.print(Text(str(result["message"]), style="bold"))
+
+
+def _schema_words(schema: Mapping[str, Any]) -> str | None:
+    """Why the public schema check did not pass, in words (None when it passed or was not run)."""
+    status = schema.get("status")
+    if status in (None, "compatible"):
+        return None
+    if status == "not_checked":
+        return f"not checked ({schema.get('reason', 'no reason recorded')})"
+    if status == "error":
+        return f"could not be checked: {schema.get('message', 'no message recorded')}"
+    failed = [c for c in schema.get("checks") or () if isinstance(c, Mapping) and not c.get("passed", True)]
+    details = "; ".join(f"{c.get('name')}: {c.get('detail')}" for c in failed)
+    return details or str(status)
+
+
+def _probe_refusals(result: Mapping[str, Any]) -> list[str]:
+    """What would make ``schedule`` refuse or wait, said where a person reads the probe."""
+    compat = result.get("compatibility") or {}
+    runtime = compat.get("runtime") or {}
+    schema = compat.get("publicSchema") or {}
+    found = []
+    if runtime.get("status") == "incompatible":
+        found.append(f"schedule refuses: the extension's state layout is not supported ({runtime.get('problem')})")
+    if result.get("latestUserTurnStopped"):
+        found.append("schedule refuses: the latest user turn was stopped or failed; ask the user how to continue")
+    if schema.get("status") not in (None, "compatible", "not_checked"):
+        found.append("schedule refuses: the public app-server schema check did not pass (see schema problem)")
+    if result.get("idle") is False:
+        reason = result.get("busyReason") or "no reason given"
+        found.append(f"the thread is busy ({reason}); rekall waits for it to be idle before compacting")
+    return found
 
 
 def print_probe(result: Mapping[str, Any], console: Console) -> None:
-    table = Table(title=f"probe {result.get('threadId')}", show_header=False, box=None, padding=(0, 2))
-    table.add_column(style="dim", justify="right")
-    table.add_column()
     headroom = result.get("headroom") or {}
     used = headroom.get("usedFraction")
     endpoint = result.get("endpoint") or {}
     compat = result.get("compatibility") or {}
+    schema = compat.get("publicSchema") or {}
+    runtime = compat.get("runtime") or {}
     rows = [
+        ("thread", result.get("threadId")),
         ("owner", result.get("ownerId")),
         ("endpoint", endpoint.get("path") if isinstance(endpoint, Mapping) else endpoint),
         ("endpoint kind", endpoint.get("kind") if isinstance(endpoint, Mapping) else None),
         ("adapter", result.get("adapter")),
         ("runtime", result.get("runtimeStatus")),
         ("idle", result.get("idle")),
+        ("busy because", None if result.get("idle") else result.get("busyReason")),
+        ("latest turn stopped", result.get("latestUserTurnStopped") or None),
         ("completed compactions", result.get("completedCompactions")),
         ("context tokens", result.get("contextTokens")),
         ("context window", result.get("modelContextWindow")),
         ("window used", None if used is None else f"{used:.1%}"),
-        ("runtime layout", (compat.get("runtime") or {}).get("status")),
-        ("public schema", (compat.get("publicSchema") or {}).get("status")),
+        ("runtime layout", runtime.get("status")),
+        ("layout problem", runtime.get("problem")),
+        ("public schema", schema.get("status")),
+        ("schema problem", _schema_words(schema)),
+        ("schema next step", schema.get("hint")),
         ("extension version", result.get("extensionVersion")),
     ]
-    for label, value in rows:
-        if value is not None:
-            table.add_row(label, str(value))
-    console.print(table)
+    console.print(Text("probe", style="bold"))
+    console.print(Fields((label, Text(_fmt(label, value))) for label, value in rows if value is not None))
+    for line in _probe_refusals(result):
+        console.print(_warning(line))
 
 
 def watch_job(read: Callable[[], tuple[Mapping[str, Any], list[str]]], console: Console, *, quiet: bool = False,
@@ -144,4 +225,13 @@ def watch_job(read: Callable[[], tuple[Mapping[str, Any], list[str]]], console: 
     return job
 
 
-__all__ = ["job_table", "print_job", "print_message", "print_probe", "state_text", "watch_job"]
+def watch_exit_status(job: Mapping[str, Any]) -> int:
+    """0 when the watched job ended well (or there was none); 1 when it failed or timed out, or
+    the watch gave up before it ended."""
+    state = str(job.get("state"))
+    ended = state in {s.value for s in TERMINAL_STATES} | {"not_scheduled"}
+    return 1 if state in UNSUCCESSFUL_STATES or not ended else 0
+
+
+__all__ = ["Fields", "job_table", "print_job", "print_message", "print_probe", "state_text", "watch_exit_status",
+           "watch_job"]

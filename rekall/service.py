@@ -28,6 +28,10 @@ SCHEDULED_MESSAGE = (
     "summary; the saved copy is verified and reintroduced on continuation. Check compaction_status later; "
     "nothing is retried automatically."
 )
+HANDOFF_IGNORED_MESSAGE = (
+    "A job is already scheduled for this thread and not finished, so this new handoff was NOT saved; the "
+    "unfinished job keeps the handoff it was scheduled with. Wait for it to end (or cancel it), then schedule again."
+)
 CANCEL_MESSAGE = "Stops pending dispatches. Requests already sent cannot be retracted; check status."
 
 
@@ -174,6 +178,8 @@ async def schedule(
     result = dict(created.status)
     if created.already_scheduled:
         result["alreadyScheduled"] = True
+        if handoff is not None:  # never dropped silently: the unfinished job keeps its own handoff
+            result.update(handoffIgnored=True, message=HANDOFF_IGNORED_MESSAGE)
         return result
     pid = (spawn or _spawn_default)(thread_id, created.job_id, log_path=store.log_path(thread_id, created.job_id),
                                     env=env)

@@ -93,6 +93,8 @@ def replay_file(path: Path, thread_id: str, job_id: str) -> Replay:
 
 
 def ended_at(fields: dict[str, Any] | Any) -> str | None:
+    """When the job ended, whatever the ending (``completedAt`` is read too: older status files
+    used it for every ending)."""
     for key in ("completedAt", "resumedAt", "failedAt", "cancelledAt", "timedOutAt"):
         if fields.get(key):
             return fields[key]
@@ -100,7 +102,8 @@ def ended_at(fields: dict[str, Any] | Any) -> str | None:
 
 
 def summarize(job: Replay) -> dict[str, Any]:
-    """One ``history`` entry: the Node version's fields plus state, errorCode, outcomeMayBeUnknown."""
+    """One ``history`` entry: the Node version's fields (its ``completedAt`` renamed ``endedAt``) plus state,
+    errorCode, outcomeMayBeUnknown."""
     f = job.view.fields
     entry: dict[str, Any] = {
         "jobId": job.job_id,
@@ -108,7 +111,7 @@ def summarize(job: Replay) -> dict[str, Any]:
         "status": job.state.value,
         "state": job.state.value,
         "createdAt": f.get("createdAt"),
-        "completedAt": ended_at(f),
+        "endedAt": ended_at(f),  # neutral: a cancelled or failed job did not complete
         **{key: f.get(key) for key in ("contextTokensBefore", "contextTokensAfter", "tokensReclaimed",
                                        "reclaimedFraction", "compactionDurationMs", "resumeDelayMs")},
         "errorCode": f.get("errorCode"),

@@ -288,8 +288,10 @@ def test_history_keeps_the_last_twenty_jobs_including_a_lost_worker(store: JobSt
     assert [h["jobId"] for h in history] == done[2:] + [lost]
     assert history[-1]["status"] == "failed" and history[-1]["errorCode"] == "worker_lost"
     assert history[0]["jobNumber"] == 3 and latest.status["jobNumber"] == HISTORY_LIMIT + 3
-    assert set(history[0]) >= {"createdAt", "completedAt", "contextTokensBefore", "contextTokensAfter",
+    assert set(history[0]) >= {"createdAt", "endedAt", "contextTokensBefore", "contextTokensAfter",
                                "tokensReclaimed", "reclaimedFraction", "compactionDurationMs", "resumeDelayMs"}
+    # A neutral end time: the lost job did not complete, and no entry says it did.
+    assert history[-1]["endedAt"] is not None and "completedAt" not in history[-1]
 
 
 # --- cancel -----------------------------------------------------------------------------------
