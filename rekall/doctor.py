@@ -422,17 +422,17 @@ async def diagnose(env: Mapping[str, str] | None = None) -> Report:
 
 
 def print_report(report: Report, console: Any) -> None:
-    from rich.table import Table
+    """One block per concern: its level and name, then the detail and the next step, wrapped
+    between words (a table's narrow columns would cut paths and words at 80 columns)."""
+    from rich.padding import Padding
     from rich.text import Text
 
-    table = Table(title="rekall doctor", show_lines=False)
-    table.add_column("check", no_wrap=True)
-    table.add_column("level", no_wrap=True)
-    table.add_column("detail", overflow="fold", ratio=3)
-    table.add_column("next step", overflow="fold", ratio=2)
+    console.print(Text("rekall doctor", style="bold"))
     for row in report.rows:
-        table.add_row(row.name, Text(row.level, style=_STYLE[row.level]), row.detail, row.hint or "")
-    console.print(table)
+        console.print(Text.assemble(Text(f"{row.level:<6}", style=_STYLE[row.level]), Text(row.name, style="bold")))
+        console.print(Padding(Text(row.detail), (0, 0, 0, 6)))
+        if row.hint:
+            console.print(Padding(Text("next: " + row.hint, style="dim"), (0, 0, 0, 6)))
     console.print(Text.assemble("verdict: ", Text(report.verdict, style=_STYLE[report.verdict])))
 
 

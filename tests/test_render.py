@@ -13,7 +13,8 @@ import pytest
 from rich.console import Console
 
 from rekall import service
-from rekall.render import print_job, print_probe, watch_exit_status, watch_job
+from rekall import render
+from rekall.render import print_job, print_probe, watch_job
 from rekall.sim import start_sim_in_thread
 from rekall.store import JobStore
 from rekall.testing import FakeClock
@@ -63,7 +64,7 @@ def test_a_status_file_without_a_journal_is_shown_as_such(store: JobStore):
 @pytest.mark.parametrize(("state", "status"), [("failed", 1), ("timed_out", 1), ("resumed", 0), ("skipped", 0),
                                                 ("cancelled", 0), ("not_scheduled", 0), ("requesting", 1)])
 def test_the_watch_exit_status_says_whether_the_job_did_its_work(state: str, status: int):
-    assert watch_exit_status({"state": state}) == status
+    assert render.watch_exit_status({"state": state}) == status
 
 
 def test_the_watch_reads_until_the_job_ends(mocker):

@@ -1,0 +1,129 @@
+"""Every human view at 80 columns: no word or id is cut, nothing but deliberately unwrapped lines is wider.
+
+Each view is printed twice, at 80 columns and at 1000 (where nothing wraps). Wrapping may move
+words to the next line but must never split, fold or shorten one, so both printings must hold
+the same words. A line wider than 80 is allowed only where rekall leaves wrapping to the
+terminal on purpose, so that a copy stays whole: the Mermaid diagram and file paths.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+import shutil
+import tempfile
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from rekall.cli import main
+from rekall.demo import run_demo
+from rekall.states import JobState
+from rekall.states.table import TRANSITIONS
+from rekall.testing import FakeClock
+
+from tests.jobkit import new_thread, open_store, schedule, scheduled_run
+
+_FRAME = re.compile(r"[│┃║╭╮╰╯┏┓┗┛┡┩┢┪╇╈╋━─═┳┻┼┬┴├┤]")
+
+
+def words(text: str) -> Counter[str]:
+    return Counter(_FRAME.sub(" ", text).split())
+
+
+def unwrapped_on_purpose(line: str) -> bool:
+    """Mermaid lines (indented statements of the diagram) and lines naming a path."""
+    return line.startswith("  ") and ("-->" in line or line.lstrip().startswith("class")) or "/" in line
+
+
+def at_width(argv: list[str], width: int, capsys: pytest.CaptureFixture[str],
+             monkeypatch: pytest.MonkeyPatch) -> tuple[int, str]:
+    monkeypatch.setenv("COLUMNS", str(width))
+    monkeypatch.setenv("NO_COLOR", "1")
+    status = main(argv)
+    return status, capsys.readouterr().out
+
+
+def check_readable(argv: list[str], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> str:
+    status80, narrow = at_width(argv, 80, capsys, monkeypatch)
+    status_wide, wide = at_width(argv, 1000, capsys, monkeypatch)
+    assert status80 == status_wide
+    assert narrow.strip(), f"{argv} printed nothing"
+    assert words(narrow) == words(wide), f"{argv}: a word was cut at 80 columns"
+    too_wide = [line for line in narrow.splitlines() if len(line) > 80 and not unwrapped_on_purpose(line)]
+    assert not too_wide, f"{argv}: lines wider than 80 columns: {too_wide}"
+    return narrow
+
+
+@pytest.fixture
+def jobs(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """Short paths: a path longer than a line is the one word that must fold."""
+    root = Path(tempfile.mkdtemp(prefix="r80-"))
+    (root / "codex").mkdir(mode=0o700)
+    monkeypatch.setenv("CODEX_HOME", str(root / "codex"))
+    monkeypatch.setenv("REKALL_JOBS_DIR", str(root / "jobs"))
+    yield root / "jobs"
+    shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.mark.parametrize("outcome", ["resumed", "skipped_at_resume", "cancelled", "failed", "timed_out"])
+def test_status_explain_and_history_keep_every_word_whole_at_80_columns(
+        jobs: Path, outcome: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch):
+    clock = FakeClock()
+    store = open_store(jobs, clock)
+    thread = new_thread()
+    job = scheduled_run(store, clock, thread, outcome)
+    for argv in (["status", thread], ["explain", job], ["history"], ["history", "--thread", thread[:8]]):
+        text = check_readable(argv, capsys, monkeypatch)
+        assert job[:8] in text
+    explained = check_readable(["explain", job], capsys, monkeypatch)
+    assert job in explained and thread in explained
+    path_line = next(line for line in explained.splitlines() if line.startswith("Path: "))
+    assert path_line.startswith("Path: scheduled → ")
+
+
+def test_the_explained_diagram_is_printed_whole_ready_to_paste(jobs: Path, capsys: pytest.CaptureFixture[str],
+                                                               monkeypatch: pytest.MonkeyPatch):
+    clock = FakeClock()
+    store = open_store(jobs, clock)
+    job = scheduled_run(store, clock, new_thread(), "resumed")
+    text = check_readable(["explain", job], capsys, monkeypatch)
+    lines = text.splitlines()
+    start = lines.index("---")
+    diagram = lines[start:]
+    assert diagram[:4] == ["---", "title: Job lifecycle", "---", "stateDiagram-v2"]
+    assert not any(line.startswith(("│", "╭", "╰")) for line in diagram)  # no box around it
+    assert "  accepted --> waiting_for_resume_idle: compaction_completed [resume_with_headroom] (step 4)" in diagram
+    journal = next(line for line in lines if line.startswith("journal: "))
+    assert Path(journal.removeprefix("journal: ")).is_file()  # the whole path, on one line
+
+
+def test_status_of_a_live_job_cancel_and_states_are_readable_at_80_columns(
+        jobs: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch):
+    store = open_store(jobs)
+    thread = new_thread()
+    job = schedule(store, thread).job_id
+    check_readable(["status", thread], capsys, monkeypatch)
+    check_readable(["cancel", job[:8]], capsys, monkeypatch)
+    check_readable(["doctor"], capsys, monkeypatch)
+    check_readable(["history", "--limit", "1"], capsys, monkeypatch)
+    check_readable(["--help"], capsys, monkeypatch)
+    for verb in ("probe", "schedule", "status", "cancel", "explain", "history", "demo", "doctor", "states"):
+        check_readable([verb, "--help"], capsys, monkeypatch)
+
+
+def test_the_demo_reads_whole_at_80_columns():
+    out = io.StringIO()
+    assert run_demo(console=Console(file=out, width=80, color_system=None)) == 0
+    text = out.getvalue()
+    known = {s.value for s in JobState} | {t.trigger for t in TRANSITIONS} | {t.guard_name for t in TRANSITIONS}
+    names = {part.strip('[]().;:"') for word in words(text) for part in word.split(",") if "_" in part}
+    assert names and names <= known, f"not whole names (cut at 80 columns?): {names - known}"
+    uuids = re.findall(r"[0-9a-f]{8}-[0-9a-f-]*[0-9a-f…]", text)
+    assert uuids and all(len(u) == 36 or u.endswith("…") for u in uuids), uuids
+    assert not any(len(line) > 80 and not unwrapped_on_purpose(line) for line in text.splitlines())
+    assert "journal:" not in text  # its directory is removed at the end: no path to a file that is gone
+    assert "private directory was removed" in text
