@@ -20,10 +20,10 @@ import anyio
 import pytest
 
 from rekall import service
-from rekall.codex.pinned import find_real_codex
 from rekall.doctor import Report, Row, diagnose
 from rekall.sim import SimulatedOwner, start_sim_in_thread
 from rekall.store import JobStore, process_start_time
+from tests.codexkit import real_codex
 from tests.mcpkit import wait_for_worker_exit
 
 pytestmark = pytest.mark.anyio
@@ -92,11 +92,8 @@ async def sim_home() -> AsyncIterator[SimulatedOwner]:
 
 @pytest.fixture
 def codex_binary() -> Path:
-    """The real Codex (as in tests/codex); skipped with the reason when it is not installed."""
-    binary, reason = find_real_codex()
-    if binary is None:
-        pytest.skip(reason)
-    return binary
+    """The real Codex (as in tests/codex); skipped with the reason when it is not installed (failed in CI)."""
+    return real_codex()
 
 
 @pytest.fixture

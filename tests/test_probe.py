@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from rekall.codex.pinned import find_real_codex
 from rekall.sim import start_sim_in_thread
+from tests.codexkit import real_codex
 from tests.test_doctor import EXTENSION_VERSION, fake_extension, wrapping
 
 SCHEMA_CHECKS = ["item_started.params", "item_started.context_compaction", "item_completed.params",
@@ -93,9 +93,7 @@ def test_probe_of_a_thread_nobody_owns_fails_with_no_owner_and_a_next_step() -> 
 
 @pytest.mark.codex
 def test_probe_through_the_real_endpoint_lists_the_schema_checks_and_caches_them(tmp_path: Path) -> None:
-    real, reason = find_real_codex()
-    if real is None:
-        pytest.skip(reason)
+    real = real_codex()
     codex = fake_extension(tmp_path / "extensions", wrapping(real))
     with start_sim_in_thread(codex_home=True) as sim:
         env = {**sim.env, "REKALL_CODEX_BINARY": str(codex)}

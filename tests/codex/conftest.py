@@ -2,7 +2,7 @@
 
 The binary comes from ``REKALL_TEST_CODEX`` (exported by scripts/test) or the
 scripts/install-codex cache. Where neither exists the tests are skipped, and the skip reason
-says where rekall looked and how to install it.
+says where rekall looked and how to install it; in CI they fail instead (tests/codexkit.py).
 """
 
 from __future__ import annotations
@@ -14,18 +14,15 @@ from pathlib import Path
 import pytest
 
 from rekall.codex.home import make_isolated_home
-from rekall.codex.pinned import find_real_codex
 from rekall.codex.schema import generated_schema_dir
 from rekall.sim.mock_model import MockModel
 from tests.codex.daemonkit import Daemon, start_daemon, stop_daemon
+from tests.codexkit import real_codex
 
 
 @pytest.fixture(scope="session")
 def codex_binary() -> Path:
-    binary, reason = find_real_codex()
-    if binary is None:
-        pytest.skip(reason)
-    return binary
+    return real_codex()
 
 
 @pytest.fixture(scope="session")
