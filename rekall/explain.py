@@ -79,13 +79,20 @@ def _unknown_words(f: Mapping[str, Any]) -> str:
             "not observed; check the thread before scheduling again.")
 
 
+def _unknown_before_words(f: Mapping[str, Any]) -> str:
+    if f.get("contextTokensBefore") is not None:
+        return ""
+    return (" The token count before the request was unknown, so only the 60% limit was checked, not that "
+            "the compaction reduced the count.")
+
+
 def describe_outcome(state: str, f: Mapping[str, Any]) -> str:
     """One or two plain sentences saying how the job ended (or where it is)."""
     if state == JobState.COMPLETED:
         return f"Completed: {_compaction_words(f)}; no continuation was asked for."
     if state == JobState.RESUMED:
         return (f"Resumed: {_compaction_words(f)}; continuation turn {f.get('resumeTurnId')} started "
-                f"{_ms(f.get('resumeDelayMs'))} after the compaction completed.")
+                f"{_ms(f.get('resumeDelayMs'))} after the compaction completed." + _unknown_before_words(f))
     if state == JobState.SKIPPED:
         return f"Resume skipped: {_skip_words(f)}. The compaction itself completed: {_compaction_words(f)}."
     if state == JobState.CANCELLED:

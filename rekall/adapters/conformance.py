@@ -18,7 +18,9 @@ transport, drives the session with the same calls at the same points, and checks
 the client sends the same messages (request ids are mapped), the calls end the same way,
 the same events come out in the same order, and the facts match. The simulator records
 transcripts (:mod:`rekall.sim.record`); ``tests/adapters/test_conformance.py`` replays
-every file under ``fixtures/ipc/<adapter>/``.
+every file under ``fixtures/ipc/<adapter>/``. Transcripts recorded from the simulator are
+regression transcripts: they catch a change in rekall's behaviour, not a difference from
+the real extension.
 """
 
 from __future__ import annotations
