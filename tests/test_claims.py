@@ -73,3 +73,21 @@ def test_the_recorded_transcripts_are_called_regression_transcripts_not_conforma
     doc = " ".join(ADAPTERS_DOC.split())
     assert "regression transcripts" in doc and "recorded from rekall's own simulator" in doc
     assert "conformance test" not in doc.lower()
+
+
+#: How the tests use each test dependency (the word that shows it in a test file).
+_USED_AS = {"pytest": "import pytest", "pytest-mock": "mocker", "hypothesis": "hypothesis", "anyio": "anyio",
+            "build": "build", "twine": "twine", "pipx": "pipx", "uv": "uv", "pyyaml": "yaml"}
+
+
+def test_every_declared_test_dependency_is_used_by_the_tests():
+    import tomllib
+
+    declared = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    names = [re.split(r"[<>=!~ ;\[]", spec, maxsplit=1)[0].lower()
+             for spec in declared["project"]["optional-dependencies"]["test"]]
+    assert set(names) == set(_USED_AS), "a new test dependency: say here how the tests use it"
+    sources = [path.read_text(encoding="utf-8") for path in (REPO_ROOT / "tests").rglob("*.py")
+               if path.name != "test_claims.py"]
+    unused = [name for name in names if not any(re.search(rf"\b{re.escape(_USED_AS[name])}\b", s) for s in sources)]
+    assert not unused, f"declared but never used by a test: {unused}"

@@ -340,24 +340,16 @@ def test_a_failing_batch_changes_nothing_and_emits_nothing():
     assert mirror.state == before and mirror.idle and mirror.revision == 1
 
 
-def test_work_per_patch_does_not_grow_with_the_thread(monkeypatch):
+def test_work_per_patch_does_not_grow_with_the_thread(mocker):
     big = thread(turns=[{"turnId": f"t{i}", "params": {"input": [{"type": "text", "text": "q"}]},
                          "items": [{"type": "agentMessage", "id": f"a{i}"},
                                    {"type": "contextCompaction", "id": f"c{i}", "completed": True}]}
                         for i in range(3000)])
     mirror = loaded(big)
-    calls = {"item_facts": 0, "fingerprint_of": 0}
-    for name in calls:
-        original = getattr(f, name)
-
-        def counting(*args, _name=name, _original=original, **kwargs):
-            calls[_name] += 1
-            return _original(*args, **kwargs)
-
-        monkeypatch.setattr(f, name, counting)
+    spies = {name: mocker.spy(f, name) for name in ("item_facts", "fingerprint_of")}
     patch(mirror, {"op": "add", "path": ["turns", 1500, "items", "-"], "value": {"type": "agentMessage", "id": "z"}},
           {"op": "replace", "path": ["turns", 2999, "items", 0, "id"], "value": "streamed"},
           {"op": "replace", "path": ["turns", 7, "items", 1, "completed"], "value": False},
           {"op": "replace", "path": ["latestTokenUsageInfo", "last", "totalTokens"], "value": 5})
-    assert calls == {"item_facts": 3, "fingerprint_of": 0}
+    assert {name: spy.call_count for name, spy in spies.items()} == {"item_facts": 3, "fingerprint_of": 0}
     assert "c7" not in mirror.completed_compaction_ids and len(mirror.completed_compaction_ids) == 2999

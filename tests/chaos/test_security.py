@@ -170,10 +170,9 @@ def test_schedule_refuses_an_insecure_ipc_endpoint_and_creates_no_job(tmp_path: 
         LEDGER.fault(f"insecure endpoint ({damage})")
 
 
-def test_an_endpoint_made_insecure_after_scheduling_fails_the_job_before_any_request(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+def test_an_endpoint_made_insecure_after_scheduling_fails_the_job_before_any_request(tmp_path: Path, mocker):
     # A real endpoint means a real Codex binary for the schema check; that check is not the point here.
-    monkeypatch.setattr(service, "public_schema_report", lambda env: {"status": "not_checked"})
+    mocker.patch.object(service, "public_schema_report", return_value={"status": "not_checked"})
     with ChaosJob(tmp_path, codex_home=True) as job:
         ipc = _ipc_dir(job)
 

@@ -163,17 +163,13 @@ def test_a_failed_fsync_leaves_the_job_where_it_was_and_the_handle_unusable(jobs
     assert store.open_lifecycle(thread, job).state is JobState.WAITING_FOR_IDLE
 
 
-def test_a_status_file_that_cannot_be_written_does_not_undo_the_transition(store: JobStore, thread: str,
-                                                                           monkeypatch: pytest.MonkeyPatch):
+def test_a_status_file_that_cannot_be_written_does_not_undo_the_transition(store: JobStore, thread: str, mocker):
     job, lifecycle = _started(store, thread)
-
-    def no_space(path: Path, data: bytes) -> None:
-        raise OSError(errno.ENOSPC, "No space left on device")
-
-    monkeypatch.setattr(store.fs.__class__, "atomic_replace", lambda self, path, data: no_space(path, data))
+    full = mocker.patch.object(FileOps, "atomic_replace", side_effect=OSError(errno.ENOSPC, "No space left on device"))
     assert lifecycle.fire("idle_stable", **idle(90_000)) is JobState.REQUESTING
     assert "No space" in lifecycle.status_error
-    monkeypatch.undo()
+    full.assert_called_once()
+    mocker.stopall()
     status = store.read_status(thread)
     # The lock still names a live process (this one), so a file one record behind is the
     # ordinary gap between the journal append and the status rewrite, not a problem.

@@ -53,8 +53,8 @@ def test_a_directory_others_can_read_is_tightened_and_reported(tmp_path: Path):
     assert "0755" in store.permission_report
 
 
-def test_a_directory_owned_by_someone_else_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.setattr(os, "geteuid", lambda: os.getuid() + 1)
+def test_a_directory_owned_by_someone_else_is_refused(tmp_path: Path, mocker):
+    mocker.patch("os.geteuid", return_value=os.getuid() + 1)
     with pytest.raises(StoreError, match="belongs to uid"):
         ensure_private_dir(tmp_path)
 
