@@ -118,7 +118,7 @@ def cmd_schedule(args: argparse.Namespace) -> int:
     from rekall.store import read_handoff_file
 
     handoff = read_handoff_file(args.handoff) if args.handoff else None
-    return _emit(args, asyncio.run(service.schedule(_thread_arg(args), handoff)), "rekall.render:print_job")
+    return _emit(args, asyncio.run(service.schedule(_thread_arg(args), handoff)), "rekall.render:print_scheduled")
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -145,7 +145,7 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     own_thread, job = resolve_job(args.job)
     # An explicit --thread wins; else the job's own thread (a fact from its journal, not a guess).
     thread = resolve_thread(args.thread) if args.thread else own_thread or _thread_arg(args)
-    return _emit(args, service.cancel(thread, job), "rekall.render:print_message")
+    return _emit(args, service.cancel(thread, job), "rekall.render:print_cancelled")
 
 
 def cmd_mcp(args: argparse.Namespace) -> int:

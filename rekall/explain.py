@@ -182,9 +182,10 @@ def build_explanation(store: JobStore, job_or_thread_id: str) -> dict[str, Any]:
 
 
 def _short(value: Any) -> str:
-    """Ids and hashes are long; their first characters identify them on a screen."""
+    """Hashes and process identities are long; their first characters identify them on a screen.
+    Anything up to a UUID's length (ids, reasons, names) is shown whole."""
     text = str(value)
-    return text if len(text) <= 18 else text[:12] + "…"
+    return text if len(text) <= 36 else text[:16] + "…"
 
 
 def _pairs(value: Mapping[str, Any]) -> str:

@@ -81,9 +81,10 @@ DEFAULT_LIMIT = 20
 
 
 def _durations(row: dict[str, Any]) -> str:
-    parts = [(row.get("compactionDurationMs"), "compaction"), (row.get("resumeDelayMs"), "to resume"),
-             (row.get("durationMs"), "in all")]
-    return ", ".join(f"{label} {value / 1000:.1f} s" for value, label in parts if isinstance(value, (int, float)))
+    parts = [(row.get("compactionDurationMs"), "compaction"), (row.get("resumeDelayMs"), "resume delay"),
+             (row.get("durationMs"), "total")]
+    shown = ", ".join(f"{label} {value / 1000:.1f} s" for value, label in parts if isinstance(value, (int, float)))
+    return shown and "durations: " + shown
 
 
 def print_history(rows: list[dict[str, Any]], console: Console, *, left_out: int = 0) -> None:

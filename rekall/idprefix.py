@@ -8,7 +8,6 @@ unknown, and one that matches several ids is refused with the candidates.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterable
 
 from rekall.errors import InvalidInput
@@ -16,13 +15,18 @@ from rekall.ids import is_uuid
 from rekall.store import JobStore, UnknownJob
 
 MIN_PREFIX = 8
-_PREFIX = re.compile(r"\A[0-9a-f-]+\Z")
+_SHAPE = "xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx"  # a prefix must be the start of this shape
+
+
+def _is_prefix(value: str) -> bool:
+    return len(value) <= len(_SHAPE) and all(
+        c == "-" if shape == "-" else c in "0123456789abcdef" for c, shape in zip(value, _SHAPE))
 _SHOWN = 5
 
 
 def _checked(text: str, field: str) -> str:
-    value = text.strip().lower()
-    if len(value) < MIN_PREFIX or len(value) > 36 or not _PREFIX.match(value):
+    value = text.lower()
+    if len(value) < MIN_PREFIX or not _is_prefix(value):
         shown = repr(text) if len(text) <= 80 else repr(text[:80] + "…")
         raise InvalidInput(f"{field} must be a UUID or a unique prefix of at least {MIN_PREFIX} characters of one; "
                            f"got {shown}", field=field, code="invalid_id",

@@ -123,8 +123,30 @@ def print_job(job: Mapping[str, Any], console: Console) -> None:
     console.print(job_table(job))
 
 
-def print_message(result: Mapping[str, Any], console: Console) -> None:
-    console.print(Text(str(result["message"]), style="bold"))
+def print_scheduled(job: Mapping[str, Any], console: Console) -> None:
+    """``rekall schedule`` for a person: the job, and how to follow it (the message for agents
+    names MCP tools; a person at a terminal follows the job with ``status --watch``)."""
+    shown = dict(job)
+    if not job.get("handoffIgnored"):
+        shown.pop("message", None)
+    console.print(job_table(shown))
+    if not job.get("alreadyScheduled"):
+        console.print(Text("Scheduled once: rekall compacts when the thread has stayed idle, and confirms that "
+                           "the compaction completed. Nothing is retried automatically."))
+    console.print(Text("Follow it: ", style="dim") + Text(f"rekall status {job.get('threadId')} --watch"),
+                  soft_wrap=True)
+
+
+def print_cancelled(result: Mapping[str, Any], console: Console) -> None:
+    """``rekall cancel`` for a person: what was asked, and where to look next."""
+    if not result.get("cancellationRequested"):
+        console.print(Text(str(result["message"]), style="bold"))
+        return
+    console.print(Text(f"Cancellation requested for job {result['jobId']} (it was {result['state']}).",
+                       style="bold"))
+    console.print(Text("Pending steps will not run; a request the extension already received cannot be "
+                       "retracted. See how it ended:"))
+    console.print(Text(f"  rekall status {result['threadId']}"), soft_wrap=True)
 
 
 def _schema_words(schema: Mapping[str, Any]) -> str | None:
@@ -133,7 +155,7 @@ def _schema_words(schema: Mapping[str, Any]) -> str | None:
     if status in (None, "compatible"):
         return None
     if status == "not_checked":
-        return f"not checked ({schema.get('reason', 'no reason recorded')})"
+        return None  # said in the status row itself
     if status == "error":
         return f"could not be checked: {schema.get('message', 'no message recorded')}"
     failed = [c for c in schema.get("checks") or () if isinstance(c, Mapping) and not c.get("passed", True)]
@@ -182,7 +204,8 @@ def print_probe(result: Mapping[str, Any], console: Console) -> None:
         ("window used", None if used is None else f"{used:.1%}"),
         ("runtime layout", runtime.get("status")),
         ("layout problem", runtime.get("problem")),
-        ("public schema", schema.get("status")),
+        ("public schema", f"not checked ({schema.get('reason', 'no reason recorded')})"
+         if schema.get("status") == "not_checked" else schema.get("status")),
         ("schema problem", _schema_words(schema)),
         ("schema next step", schema.get("hint")),
         ("extension version", result.get("extensionVersion")),
@@ -233,5 +256,5 @@ def watch_exit_status(job: Mapping[str, Any]) -> int:
     return 1 if state in UNSUCCESSFUL_STATES or not ended else 0
 
 
-__all__ = ["Fields", "job_table", "print_job", "print_message", "print_probe", "state_text", "watch_exit_status",
+__all__ = ["Fields", "job_table", "print_cancelled", "print_job", "print_probe", "print_scheduled", "state_text", "watch_exit_status",
            "watch_job"]

@@ -66,6 +66,7 @@ def script(job_id: str, outcome: str) -> list[tuple[str, dict[str, Any]]]:
                             ("idle_stable", idle(31_000, handoffVerified=True)),
                             ("turn_started", {"turnId": "turn-9", "turnStatus": "inProgress"})],
         "cancelled": start[:2] + [("cancel", {"reason": "new_user_input", "delivery": "unknown"})],
+        "explicitly_cancelled": start[:2] + [("cancel", {"reason": "explicit_cancellation", "delivery": "unknown"})],
         "failed": start + [("fail", {"errorCode": "owner_gone", "error": "the owner window closed"})],
         "timed_out": start[:1] + [("deadline", {"deadlineS": 900})],
     }

@@ -69,7 +69,8 @@ def jobs(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     shutil.rmtree(root, ignore_errors=True)
 
 
-@pytest.mark.parametrize("outcome", ["resumed", "skipped_at_resume", "cancelled", "failed", "timed_out"])
+@pytest.mark.parametrize("outcome", ["resumed", "skipped_at_resume", "cancelled", "explicitly_cancelled",
+                                     "failed", "timed_out"])
 def test_status_explain_and_history_keep_every_word_whole_at_80_columns(
         jobs: Path, outcome: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch):
     clock = FakeClock()
@@ -81,6 +82,8 @@ def test_status_explain_and_history_keep_every_word_whole_at_80_columns(
         assert job[:8] in text
     explained = check_readable(["explain", job], capsys, monkeypatch)
     assert job in explained and thread in explained
+    assert not re.search(r"\w_\w*…", explained), "a name was shortened"
+    assert explained.count(job) >= 2  # the evidence names the job in full too
     path_line = next(line for line in explained.splitlines() if line.startswith("Path: "))
     assert path_line.startswith("Path: scheduled → ")
 
@@ -117,8 +120,9 @@ def test_status_of_a_live_job_cancel_and_states_are_readable_at_80_columns(
 
 def test_the_demo_reads_whole_at_80_columns():
     out = io.StringIO()
-    assert run_demo(console=Console(file=out, width=80, color_system=None)) == 0
+    status = run_demo(console=Console(file=out, width=80, color_system=None))
     text = out.getvalue()
+    assert status == 0, text
     known = {s.value for s in JobState} | {t.trigger for t in TRANSITIONS} | {t.guard_name for t in TRANSITIONS}
     names = {part.strip('[]().;:"') for word in words(text) for part in word.split(",") if "_" in part}
     assert names and names <= known, f"not whole names (cut at 80 columns?): {names - known}"
