@@ -108,10 +108,13 @@ def job_table(job: Mapping[str, Any]) -> Fields:
         rows.append(("status file", _warning(str(job["statusFileProblem"]))))
     if job.get("alreadyScheduled"):
         rows.append(("", _warning("already scheduled: this is the unfinished job")))
-    if job.get("outcomeMayBeUnknown"):
-        rows.append(("outcome", _warning("may be unknown: a request may have reached the extension; "
-                                         "check the thread before scheduling again")))
-    fields = {**job, "endedAt": ended_at(job) if state in {s.value for s in TERMINAL_STATES} else None}
+    ended = state in {s.value for s in TERMINAL_STATES}
+    if ended:
+        from rekall.explain import describe_outcome
+
+        words = describe_outcome(state, job)  # says so when the outcome may be unknown
+        rows.append(("outcome", _warning(words) if job.get("outcomeMayBeUnknown") else Text(words)))
+    fields = {**job, "endedAt": ended_at(job) if ended else None}
     for key, label in _JOB_FIELDS:
         value = fields.get(key)
         if value is not None and value != "":

@@ -48,7 +48,7 @@ def test_status_says_when_the_outcome_may_be_unknown_and_when_the_job_ended(stor
     status = store.read_status(thread)
     assert status["outcomeMayBeUnknown"] is True
     text = shown(print_job, status, 80)
-    assert "may be unknown" in text and "check the thread before scheduling again" in text
+    assert "outcome may be unknown" in flat(text) and "check the thread before scheduling again" in flat(text)
     assert f"ended  {status['failedAt']}" in text
 
 
