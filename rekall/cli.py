@@ -72,22 +72,20 @@ def cmd_states(args: argparse.Namespace) -> int:
 
 def cmd_explain(args: argparse.Namespace) -> int:
     from rekall.explain import build_explanation
-    from rekall.store import JobStore
-
     from rekall.idprefix import resolve_job_or_thread
+    from rekall.store import JobStore
 
     wanted = resolve_job_or_thread(args.job)
     return _emit(args, build_explanation(JobStore.open(), wanted), "rekall.explain:print_explanation")
 
 
 def cmd_history(args: argparse.Namespace) -> int:
-    from rekall.history import collect_history
+    from rekall.history import collect_history, print_history
+    from rekall.idprefix import resolve_thread
     from rekall.store import JobStore
 
     if args.limit < 0:
         raise UsageError(f"--limit must be 0 (all) or more; got {args.limit}", hint="pass --limit 20, or 0 for all")
-    from rekall.idprefix import resolve_thread
-
     thread = resolve_thread(args.thread) if args.thread else None
     rows = collect_history(JobStore.open(), thread=thread, since=args.since)
     shown = rows[:args.limit] if args.limit else rows
@@ -97,8 +95,6 @@ def cmd_history(args: argparse.Namespace) -> int:
         if left_out:
             sys.stderr.write(f"rekall: {left_out} older jobs left out; pass --limit 0 for all\n")
         return 0
-    from rekall.history import print_history
-
     print_history(shown, _console(), left_out=left_out)
     return 0
 
@@ -123,7 +119,6 @@ def cmd_schedule(args: argparse.Namespace) -> int:
 
 def cmd_status(args: argparse.Namespace) -> int:
     from rekall import service
-
     from rekall.idprefix import resolve_thread
 
     thread = resolve_thread(_thread_arg(args))
@@ -139,7 +134,6 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 def cmd_cancel(args: argparse.Namespace) -> int:
     from rekall import service
-
     from rekall.idprefix import resolve_job, resolve_thread
 
     own_thread, job = resolve_job(args.job)

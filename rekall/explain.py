@@ -82,8 +82,8 @@ def _unknown_words(f: Mapping[str, Any]) -> str:
 def _unknown_before_words(f: Mapping[str, Any]) -> str:
     if f.get("contextTokensBefore") is not None:
         return ""
-    return (" The token count before the request was unknown, so only the 60% limit was checked, not that "
-            "the compaction reduced the count.")
+    return (f" The token count before the request was unknown, so only the {HEADROOM_LIMIT:.0%} limit was "
+            "checked, not that the compaction reduced the count.")
 
 
 def describe_outcome(state: str, f: Mapping[str, Any]) -> str:

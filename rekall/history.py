@@ -76,10 +76,6 @@ def collect_history(store: JobStore, thread: str | None = None, since: str | Non
     return rows + unreadable  # an unreadable job has no date to sort or filter by: listed, never dropped
 
 
-#: How many jobs ``rekall history`` shows unless told otherwise.
-DEFAULT_LIMIT = 20
-
-
 def _durations(row: dict[str, Any]) -> str:
     parts = [(row.get("compactionDurationMs"), "compaction"), (row.get("resumeDelayMs"), "resume delay"),
              (row.get("durationMs"), "total")]

@@ -188,8 +188,9 @@ def build_server() -> MCPServer:
             "continuation turn that carries it, started only if compaction really completed and at most "
             "60% of the context window is then in use. The job is cancelled by new user input or a "
             "stopped turn. A second call while a job is unfinished returns that job with "
-            "alreadyScheduled:true; a handoff given with such a call is not saved (handoffIgnored:true). The extension's own compaction prompt is not changed. Nothing is "
-            "retried automatically: check compaction_status later. " + STATES_TEXT),
+            "alreadyScheduled:true; a handoff given with such a call is not saved (handoffIgnored:true). "
+            "The extension's own compaction prompt is not changed. Nothing is retried automatically: check "
+            "compaction_status later. " + STATES_TEXT),
     )
     @_tool_errors
     async def schedule_compaction(threadId: ThreadId, handoff: Handoff | None = None) -> JobStatus:

@@ -259,5 +259,5 @@ def watch_exit_status(job: Mapping[str, Any]) -> int:
     return 1 if state in UNSUCCESSFUL_STATES or not ended else 0
 
 
-__all__ = ["Fields", "job_table", "print_cancelled", "print_job", "print_probe", "print_scheduled", "state_text", "watch_exit_status",
-           "watch_job"]
+__all__ = ["Fields", "job_table", "print_cancelled", "print_job", "print_probe", "print_scheduled", "state_text",
+           "watch_exit_status", "watch_job"]
