@@ -79,7 +79,7 @@ def test_probe_for_people_shows_the_owner_and_the_window_used() -> None:
         done = probe(sim.env, sim.thread_id)
         owner = sim.owner_id
     assert done.returncode == 0, done.stderr
-    assert owner in done.stdout and "90.0%" in done.stdout and "not_checked" in done.stdout
+    assert owner in done.stdout and "90.0%" in done.stdout and "not checked (custom_test_transport)" in done.stdout
 
 
 def test_probe_of_a_thread_nobody_owns_fails_with_no_owner_and_a_next_step() -> None:
