@@ -55,6 +55,14 @@ class UserBoundaryChanged:
 
 
 @attrs.frozen
+class UserTurnRunning:
+    """The latest user-bearing turn started running (``inProgress``) or stopped running."""
+
+    running: bool
+    revision: int | None = None
+
+
+@attrs.frozen
 class LayoutIncompatible:
     """The conversation state no longer has the layout rekall relies on."""
 
@@ -93,6 +101,7 @@ DomainEvent = (
     | CompactionCompleted
     | Telemetry
     | UserBoundaryChanged
+    | UserTurnRunning
     | LayoutIncompatible
     | Resynced
     | ProtocolChanged

@@ -5,14 +5,22 @@ obvious way, walking the whole state; the :class:`~rekall.adapters.mirror.Thread
 keeps the same facts up to date incrementally and is tested against it.
 
 Idle
-    ``threadRuntimeStatus.type == "idle"``, ``requests`` is an empty array, and no element
-    of ``unconfirmedTurnSubmissions`` (optional) has ``terminal`` other than ``true``.
+    ``threadRuntimeStatus.type == "idle"``, no pending request and no unconfirmed
+    submission. A request is an element of ``requests[]`` unless it has ``completed: true``
+    (an approval already answered). A submission is an element of the optional
+    ``unconfirmedTurnSubmissions`` whose ``terminal`` is not ``true`` (real entries carry no
+    ``terminal`` at all, and the key is deleted when empty). ``threadRuntimeStatus`` may be
+    ``null`` before the thread is loaded: not idle yet (``runtime_null``), not a layout
+    problem; any other ``type`` (``active``, ``notLoaded``, ``systemError``) is busy as
+    ``runtime_<type>``.
 
 Turns
-    The live turns are ``turns[]``. With ``turnHistory.kind == "canonical"``, history turns
-    are ``turnHistory.history.entitiesByKey[key]`` and their order is given by
-    ``turnHistory.history.islands[].entries[].value``; other history kinds are not read.
-    Items are a turn's ``items[]``.
+    The live turns are ``turns[]``. History turns are
+    ``turnHistory.history.entitiesByKey[key]``, ordered by
+    ``turnHistory.history.islands[].entries[].value``, whatever ``turnHistory.kind`` says:
+    with ``historyMode: "paginated"`` the live ``turns`` stay empty and every turn, the
+    newest included, is in the history. A ``turnHistory`` without a ``history`` (or with
+    ``history: null``) has no history turns. Items are a turn's ``items[]``.
 
 Completed compactions
     The ids of ``contextCompaction`` items with ``completed is True``, live or history.
@@ -25,7 +33,7 @@ User boundary
     (``turnId``, else ``params.clientUserMessageId``, else ``turnStartedAtMs``), its input
     and the digests of its user messages (each SHA-256 of ``{id, content}``), with cosmetic
     fields (``text_elements``, ``detail``) dropped. ``interrupted`` is true when that turn's status is ``interrupted``
-    or ``failed``.
+    or ``failed``; ``user_turn_running`` when it is ``inProgress``.
 
     Unlike the Node client we take the *last* user-bearing turn rather than the one with the
     largest ``turnStartedAtMs``: a turn without a timestamp would otherwise never be latest.
@@ -52,6 +60,9 @@ from rekall.adapters.patches import MISSING
 
 NO_USER_INPUT = hashlib.sha256(b"no-user-input").hexdigest()
 STOPPED_STATUSES = frozenset({"interrupted", "failed"})
+RUNNING_STATUS = "inProgress"
+#: The busy reason while ``threadRuntimeStatus`` is ``null`` (the thread is not loaded yet).
+RUNTIME_NULL = "runtime_null"
 
 # The fields of each user input kind that carry meaning; everything else is presentation.
 _SEMANTIC_INPUT_FIELDS = {
@@ -93,6 +104,7 @@ class ThreadFacts:
     completed_compaction_ids: frozenset[str] = frozenset()
     boundary_fingerprint: str = NO_USER_INPUT
     interrupted: bool = False
+    user_turn_running: bool = False
     latest_user_turn_id: Any = None
     tokens: int | None = None
     window: int | None = None
@@ -142,11 +154,12 @@ def runtime_facts(state: Any) -> RuntimeFacts:
     if not isinstance(state, dict):
         return RuntimeFacts(None, "no_state", 0, 0, (STATE_NOT_OBJECT,))
     problems = []
-    status = state.get("threadRuntimeStatus")
+    status = state.get("threadRuntimeStatus", MISSING)
     runtime = status.get("type") if isinstance(status, dict) else None
     if not isinstance(runtime, str):
         runtime = None
-        problems.append(RUNTIME_NOT_STRING)
+        if status is not None:  # null: the thread is not loaded yet, which is a state, not a layout
+            problems.append(RUNTIME_NOT_STRING)
     requests = state.get("requests")
     if not isinstance(requests, list):
         problems.append(REQUESTS_NOT_ARRAY)
@@ -157,9 +170,11 @@ def runtime_facts(state: Any) -> RuntimeFacts:
         problems.append(SUBMISSIONS_NOT_ARRAY)
     unconfirmed = (sum(1 for s in submissions if not (isinstance(s, dict) and s.get("terminal") is True))
                    if isinstance(submissions, list) else 0)
-    pending = len(requests) if isinstance(requests, list) else 0
-    if runtime is None:
-        reason: str | None = "runtime_unknown"
+    pending = sum(1 for r in requests if pending_request(r)) if isinstance(requests, list) else 0
+    if status is None:
+        reason: str | None = RUNTIME_NULL
+    elif runtime is None:
+        reason = "runtime_unknown"
     elif runtime != "idle":
         reason = f"runtime_{runtime}"
     elif not isinstance(requests, list):
@@ -173,6 +188,11 @@ def runtime_facts(state: Any) -> RuntimeFacts:
     else:
         reason = None
     return RuntimeFacts(runtime, reason, pending, unconfirmed, tuple(problems))
+
+
+def pending_request(request: Any) -> bool:
+    """A request waits for the user unless it says it is done (an answered approval)."""
+    return not (isinstance(request, dict) and request.get("completed") is True)
 
 
 @attrs.frozen
@@ -283,6 +303,10 @@ def stopped(turn: dict[str, Any]) -> bool:
     return isinstance(status, str) and status in STOPPED_STATUSES
 
 
+def running(turn: dict[str, Any]) -> bool:
+    return turn.get("status") == RUNNING_STATUS
+
+
 def is_user_message(item: Any) -> bool:
     return isinstance(item, dict) and item.get("type") == "userMessage"
 
@@ -293,11 +317,14 @@ def user_messages(turn: Any) -> list[dict[str, Any]]:
 
 
 def history_container(state: Any) -> tuple[Any, list[str]]:
-    """The canonical ``turnHistory.history`` object (or ``None``) and its layout problems."""
+    """The ``turnHistory.history`` object (or ``None``) and its layout problems.
+
+    Read by its structure: ``turnHistory.kind`` is not consulted (which kinds exist is not
+    published, and the paginated history is where every turn lives)."""
     history = state.get("turnHistory") if isinstance(state, dict) else None
-    if not isinstance(history, dict) or history.get("kind") != "canonical":
+    inner = history.get("history") if isinstance(history, dict) else None
+    if inner is None:
         return None, []
-    inner = history.get("history")
     if not isinstance(inner, dict):
         return None, [HISTORY_NOT_OBJECT]
     problems = []
@@ -363,7 +390,7 @@ def derive_facts(state: Any) -> ThreadFacts:
     else:
         problems.append(TURNS_NOT_ARRAY)
 
-    fingerprint, interrupted, latest_id = NO_USER_INPUT, False, None
+    fingerprint, interrupted, turn_running, latest_id = NO_USER_INPUT, False, False, None
     for turn in reversed(ordered_turns):
         if not isinstance(turn, dict) or turn_items(turn) is None:
             continue
@@ -371,6 +398,7 @@ def derive_facts(state: Any) -> ThreadFacts:
         if has_user_input(turn) or messages:
             fingerprint = fingerprint_of(turn, [message_digest(m) for m in messages])
             interrupted = stopped(turn)
+            turn_running = running(turn)
             latest_id = turn_identity(turn)
             break
 
@@ -383,6 +411,7 @@ def derive_facts(state: Any) -> ThreadFacts:
         completed_compaction_ids=frozenset(completed),
         boundary_fingerprint=fingerprint,
         interrupted=interrupted,
+        user_turn_running=turn_running,
         latest_user_turn_id=latest_id,
         tokens=tokens,
         window=window,

@@ -6,7 +6,7 @@
 
 * Top-level fields (runtime status, requests, submissions, telemetry) are re-read when a
   change touches them; they are small.
-* Every turn (live, or a canonical history entity) has a :class:`_TurnEntry`, keyed by the
+* Every turn (live, or a history entity) has a :class:`_TurnEntry`, keyed by the
   turn object's identity (the entry keeps the object alive, so the id stays unique). The
   state comes from JSON, so no object appears in it twice; patch values are not copied, so
   callers must not reuse them either. An
@@ -128,7 +128,7 @@ class FactIndex:
         runtime = self._runtime
         if not isinstance(self._root, dict):
             return f.ThreadFacts(layout_problem=f.join_problems(runtime.problems))
-        fingerprint, interrupted, latest_id = f.NO_USER_INPUT, False, None
+        fingerprint, interrupted, turn_running, latest_id = f.NO_USER_INPUT, False, False, None
         latest = self._latest
         if latest is not None:
             if latest.fingerprint is None:
@@ -136,6 +136,7 @@ class FactIndex:
                     latest.user_list = [f.message_digest(m) for m in f.user_messages(latest.turn)]
                 latest.fingerprint = f.fingerprint_of(latest.turn, latest.user_list)
             fingerprint, interrupted = latest.fingerprint, f.stopped(latest.turn)
+            turn_running = f.running(latest.turn)
             latest_id = f.turn_identity(latest.turn)
         tokens, window = self._telemetry
         return f.ThreadFacts(
@@ -146,6 +147,7 @@ class FactIndex:
             completed_compaction_ids=self._completed_ids,
             boundary_fingerprint=fingerprint,
             interrupted=interrupted,
+            user_turn_running=turn_running,
             latest_user_turn_id=latest_id,
             tokens=tokens,
             window=window,
@@ -291,7 +293,7 @@ class FactIndex:
         if entry is None or not isinstance(turn, dict):
             return
         if rest[0] == "status":
-            return  # `interrupted` is read from the turn on every settle; nothing else depends on it
+            return  # `interrupted` and `user_turn_running` are read from the turn on every settle
         self._dirty_latest = True  # user-bearing-ness may have changed
         if rest[0] != "items":
             entry.fingerprint = None  # header: id, input
@@ -313,7 +315,7 @@ class FactIndex:
         self._remove_item(entry, item)
         self._add_item(entry, item)
 
-    # -- canonical history -------------------------------------------------------------
+    # -- history (read by its structure, whatever its kind) ------------------------------
 
     def _index_history(self) -> None:
         inner, problems = f.history_container(self._root)

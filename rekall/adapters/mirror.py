@@ -3,8 +3,8 @@
 The mirror holds the state exactly as the owner describes it (a snapshot, then patches
 applied in place; see :mod:`rekall.adapters.patches`) and the facts the worker needs
 (:class:`~rekall.adapters.facts.ThreadFacts`). Each accepted change returns the domain
-events for the facts that changed, in this order: layout, user boundary, telemetry,
-completed compactions, idle/busy.
+events for the facts that changed, in this order: layout, user boundary, user turn running,
+telemetry, completed compactions, idle/busy.
 
 Ordering: a ``patches`` change applies only on top of the revision it was made for
 (``baseRevision``) and both revisions must be integers; otherwise :class:`RevisionGap`
@@ -38,6 +38,8 @@ def diff_events(old: ThreadFacts, new: ThreadFacts, revision: int | None) -> lis
         out.append(ev.LayoutIncompatible(new.layout_problem, revision))
     if (new.boundary_fingerprint, new.interrupted) != (old.boundary_fingerprint, old.interrupted):
         out.append(ev.UserBoundaryChanged(new.boundary_fingerprint, new.interrupted, revision))
+    if new.user_turn_running != old.user_turn_running:
+        out.append(ev.UserTurnRunning(new.user_turn_running, revision))
     if (new.tokens, new.window) != (old.tokens, old.window):
         out.append(ev.Telemetry(new.tokens, new.window, revision))
     for compaction_id in sorted(new.completed_compaction_ids - old.completed_compaction_ids):
@@ -81,6 +83,7 @@ class ThreadMirror:
     completed_compaction_ids = property(lambda self: self._facts.completed_compaction_ids)
     boundary_fingerprint = property(lambda self: self._facts.boundary_fingerprint)
     interrupted = property(lambda self: self._facts.interrupted)
+    user_turn_running = property(lambda self: self._facts.user_turn_running)
     latest_user_turn_id = property(lambda self: self._facts.latest_user_turn_id)
     tokens = property(lambda self: self._facts.tokens)
     window = property(lambda self: self._facts.window)

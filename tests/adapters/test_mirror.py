@@ -40,19 +40,37 @@ turns = st.builds(
     st.one_of(st.none(), ids), st.sampled_from(["inProgress", "completed", "interrupted", "failed"]),
     st.integers(0, 5), st.lists(text_input, max_size=2), st.lists(items, max_size=4),
 ) | st.just("not-a-turn") | st.just({"turnId": "weird", "items": {"not": "a list"}})
-histories = st.builds(
-    lambda kind, entities, order: {
-        "kind": kind,
-        "history": {"islands": [{"entries": [{"value": k} for k in order]}],
-                    "entitiesByKey": entities}},
-    st.sampled_from(["canonical", "canonical", "paged"]),
-    st.dictionaries(ids, turns, max_size=3),
-    st.lists(ids, max_size=4),
+# The real paginated history (AA's model): islands of `{key, value}` entries whose `value` names
+# an entity; which `kind` values exist is not published, so any kind (or none) carries turns.
+entries = st.builds(lambda k, tagged: {"key": f"entry-{k}", "value": k} if tagged else {"value": k}, ids, st.booleans())
+islands = st.builds(lambda i, es, boundaries: {"id": f"island-{i}", "entries": es,
+                                              **({"olderBoundary": None, "newerBoundary": None} if boundaries else {})},
+                    st.integers(0, 3), st.lists(entries, max_size=3), st.booleans())
+history_kinds = st.sampled_from(["canonical", "canonical", "paginated", "paged", None])
+histories = st.one_of(
+    st.builds(
+        lambda kind, entities, isles, complete: {
+            **({} if kind is None else {"kind": kind}),
+            "history": {"islands": isles, "entitiesByKey": entities, "generation": 1, "isComplete": complete}},
+        history_kinds, st.dictionaries(ids, turns, max_size=3), st.lists(islands, max_size=3), st.booleans()),
+    st.builds(lambda kind: {"kind": kind, "history": None}, history_kinds),
+    st.builds(lambda kind: {"kind": kind}, history_kinds),
+)
+runtime_statuses = st.sampled_from([{"type": "idle"}, {"type": "idle", "activeFlags": []}, {"type": "active"}, {},
+                                    None, {"type": "notLoaded"}, {"type": "systemError", "activeFlags": []}])
+requests = st.builds(lambda i, completed: {"id": i, "method": "item/commandExecution/requestApproval", "params": {},
+                                           **({} if completed is None else {"completed": completed})},
+                     ids, st.one_of(st.none(), st.booleans()))
+# Real submissions carry no `terminal` flag (`stage` says how far they got); older bridges' do.
+submissions = st.one_of(
+    st.builds(lambda t: {"terminal": t}, st.booleans()),
+    st.builds(lambda i, stage: {"requestId": i, "method": "thread-follower-start-turn", "stage": stage,
+                                "clientUserMessageId": "job"}, ids, st.sampled_from(["sent", "outcome-unknown"])),
 )
 states = st.fixed_dictionaries(
     {
-        "threadRuntimeStatus": st.sampled_from([{"type": "idle"}, {"type": "active"}, {}]),
-        "requests": st.sampled_from([[], [{"id": "r"}], None]),
+        "threadRuntimeStatus": runtime_statuses,
+        "requests": st.one_of(st.lists(requests, max_size=3), st.just(None)),
         "turns": st.lists(turns, max_size=4),
         "latestTokenUsageInfo": st.one_of(
             st.none(),
@@ -60,19 +78,26 @@ states = st.fixed_dictionaries(
                       st.one_of(st.none(), st.integers(-5, 100000)), st.one_of(st.none(), st.integers(0, 100000)))),
     },
     optional={
-        "unconfirmedTurnSubmissions": st.lists(st.builds(lambda t: {"terminal": t}, st.booleans()), max_size=2),
+        "unconfirmedTurnSubmissions": st.lists(submissions, max_size=2),
         "turnHistory": histories,
+        "historyMode": st.sampled_from(["paginated", "full"]),
     },
 )
+# With historyMode "paginated" the live `turns` is always empty: every turn is in the history.
+paginated_states = st.builds(lambda state, history: {**state, "historyMode": "paginated", "turns": [],
+                                                     "turnHistory": history},
+                             states, histories)
+any_states = st.one_of(states, paginated_states)
 leaf_values = st.one_of(st.none(), st.booleans(), st.integers(-2, 3), texts,
                         st.sampled_from(["idle", "active", "userMessage", "contextCompaction", "canonical"]))
 values = st.one_of(leaf_values, items, turns, text_input, st.lists(items, max_size=3), st.lists(turns, max_size=2),
-                   histories, st.just({"type": "idle"}), st.just([]), st.just({}))
+                   histories, islands, entries, requests, submissions, runtime_statuses, st.just([]), st.just({}))
 
 # Keys the walk prefers, so that patches land where facts live.
 INTERESTING = ["turns", "items", "params", "input", "completed", "type", "id", "status", "turnHistory", "history",
                "entitiesByKey", "islands", "entries", "value", "requests", "threadRuntimeStatus", "content",
-               "latestTokenUsageInfo", "last", "totalTokens", "unconfirmedTurnSubmissions", "terminal", "kind"]
+               "latestTokenUsageInfo", "last", "totalTokens", "unconfirmedTurnSubmissions", "terminal", "kind",
+               "stage"]
 
 
 def draw_path(data, state) -> list:
@@ -128,9 +153,45 @@ def draw_targeted_patch(data, state) -> dict | None:
     return {"op": "add", "path": [*path, "-"], "value": data.draw(items)}
 
 
+def draw_extension_patch(data, state) -> dict | None:
+    """What the real extension does: answer a request, change the runtime status (null, stuck in
+    systemError), finish a submission by deleting the key, start or end a turn, add a turn to the
+    paginated history."""
+    if not isinstance(state, dict):
+        return None
+    choice = data.draw(st.integers(0, 3))
+    requests = state.get("requests")
+    if choice == 0 and isinstance(requests, list) and requests:
+        index = data.draw(st.integers(0, len(requests) - 1))
+        if isinstance(requests[index], dict):
+            return {"op": "add", "path": ["requests", index, "completed"], "value": data.draw(st.booleans())}
+    if choice == 1:
+        return {"op": "replace" if "threadRuntimeStatus" in state else "add", "path": ["threadRuntimeStatus"],
+                "value": data.draw(runtime_statuses)}
+    if choice == 2 and "unconfirmedTurnSubmissions" in state:
+        return {"op": "remove", "path": ["unconfirmedTurnSubmissions"]}
+    turn_paths = [path[:-1] for path in item_lists(state)]
+    if choice == 3 and turn_paths and data.draw(st.booleans()):  # a turn starts, ends, fails
+        return {"op": "add", "path": [*data.draw(st.sampled_from(turn_paths)), "status"],
+                "value": data.draw(st.sampled_from(["inProgress", "completed", "failed"]))}
+    history = state.get("turnHistory")
+    inner = history.get("history") if isinstance(history, dict) else None
+    if isinstance(inner, dict) and isinstance(inner.get("entitiesByKey"), dict):
+        key = data.draw(ids)
+        if data.draw(st.booleans()) and isinstance(inner.get("islands"), list) and inner["islands"]:
+            island = data.draw(st.integers(0, len(inner["islands"]) - 1))
+            if isinstance(inner["islands"][island], dict) and isinstance(inner["islands"][island].get("entries"), list):
+                return {"op": "add", "path": ["turnHistory", "history", "islands", island, "entries", "-"],
+                        "value": {"key": f"entry-{key}", "value": key}}
+        return {"op": "add", "path": ["turnHistory", "history", "entitiesByKey", key], "value": data.draw(turns)}
+    return None
+
+
 def draw_patch(data, state) -> dict:
     if data.draw(st.integers(0, 2)) == 0 and (targeted := draw_targeted_patch(data, state)) is not None:
         return targeted
+    if data.draw(st.integers(0, 3)) == 0 and (shaped := draw_extension_patch(data, state)) is not None:
+        return shaped
     path = draw_path(data, state)
     op = data.draw(st.sampled_from(["add", "replace", "remove", "add"]))
     twist = data.draw(st.integers(0, 9))
@@ -151,7 +212,7 @@ def draw_patch(data, state) -> dict:
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(initial=states, data=st.data())
+@given(initial=any_states, data=st.data())
 def test_incremental_facts_equal_the_naive_model_on_random_patch_streams(initial, data):
     mirror = ThreadMirror()
     mirror.load_snapshot(fresh(initial), 1)
@@ -176,7 +237,7 @@ def test_incremental_facts_equal_the_naive_model_on_random_patch_streams(initial
             return
         assert mirror.facts == derive_facts(mirror.state), f"after step {step}: {batch}"
         changed = [name for name in ("busy_reason", "completed_compaction_ids", "boundary_fingerprint", "interrupted",
-                                     "tokens", "layout_problem") if getattr(before_facts, name) != getattr(mirror.facts, name)]
+                                     "user_turn_running", "tokens", "layout_problem") if getattr(before_facts, name) != getattr(mirror.facts, name)]
         event(f"batch {'applied' if applies else 'rejected'}")
         for name in changed:
             event(f"changed {name}")
@@ -260,7 +321,8 @@ def test_a_live_compaction_item_without_id_or_boolean_completed_is_a_layout_prob
 @pytest.mark.parametrize("overrides, problem", [
     ({"turns": {}}, f.TURNS_NOT_ARRAY),
     ({"requests": "x"}, f.REQUESTS_NOT_ARRAY),
-    ({"threadRuntimeStatus": None}, f.RUNTIME_NOT_STRING),
+    ({"threadRuntimeStatus": {"type": 3}}, f.RUNTIME_NOT_STRING),
+    ({"threadRuntimeStatus": "idle"}, f.RUNTIME_NOT_STRING),
     ({"turnHistory": {"kind": "canonical", "history": []}}, f.HISTORY_NOT_OBJECT),
 ])
 def test_the_layout_check_names_what_is_wrong(overrides, problem):
@@ -353,3 +415,144 @@ def test_work_per_patch_does_not_grow_with_the_thread(mocker):
           {"op": "replace", "path": ["latestTokenUsageInfo", "last", "totalTokens"], "value": 5})
     assert {name: spy.call_count for name, spy in spies.items()} == {"item_facts": 3, "fingerprint_of": 0}
     assert "c7" not in mirror.completed_compaction_ids and len(mirror.completed_compaction_ids) == 2999
+
+
+# --- the real extension's shapes (../shared/reference/extension-generations.md §3) ---------
+
+
+def paginated(*turns_in_order, kind="paginated", islands_of=None):
+    """A paginated thread: `turns` empty, every turn an entity ordered by its island entries."""
+    entities = {t["turnId"]: t for t in turns_in_order}
+    keys = [t["turnId"] for t in turns_in_order]
+    groups = islands_of or [keys]
+    return thread(historyMode="paginated", turns=[], turnHistory={"kind": kind, "history": {
+        "entitiesByKey": entities, "generation": 3, "isComplete": False,
+        "islands": [{"id": f"island-{i}", "olderBoundary": None, "newerBoundary": None,
+                     "entries": [{"key": f"entry-{k}", "value": k} for k in group]} for i, group in enumerate(groups)]}})
+
+
+def user_turn(turn_id, text="hello", status="completed", started=100):
+    return {"turnId": turn_id, "turnStartedAtMs": started, "status": status,
+            "params": {"input": [{"type": "text", "text": text, "text_elements": []}]}, "items": []}
+
+
+def compaction_turn(turn_id, compaction_id, completed, started=200):
+    return {"turnId": turn_id, "turnStartedAtMs": started, "status": "completed" if completed else "inProgress",
+            "params": {"input": []}, "items": [{"type": "contextCompaction", "id": compaction_id, "completed": completed}]}
+
+
+@pytest.mark.parametrize("kind", ["paginated", "canonical", "somethingNew"])
+def test_a_paginated_history_is_read_by_its_structure_whatever_its_kind(kind):
+    mirror = loaded(paginated(user_turn("u1"), compaction_turn("c1", "old", True),
+                              user_turn("u2", "latest", started=300), kind=kind,
+                              islands_of=[["u1", "c1"], ["u2"]]))
+    assert mirror.layout_problem is None and mirror.idle
+    assert mirror.completed_compaction_ids == {"old"}
+    assert mirror.latest_user_turn_id == "u2"
+
+
+def test_a_compaction_completing_inside_a_paginated_history_is_seen():
+    mirror = loaded(paginated(user_turn("u1"), compaction_turn("c1", "old", True)))
+    entity = ["turnHistory", "history", "entitiesByKey"]
+    patch(mirror, {"op": "add", "path": [*entity, "c2"], "value": compaction_turn("c2", "new", False, 300)},
+          {"op": "add", "path": ["turnHistory", "history", "islands", 0, "entries", "-"],
+           "value": {"key": "entry-c2", "value": "c2"}},
+          {"op": "replace", "path": ["threadRuntimeStatus"], "value": {"type": "active", "activeFlags": []}})
+    assert mirror.completed_compaction_ids == {"old"} and not mirror.idle
+    events = patch(mirror, {"op": "replace", "path": [*entity, "c2", "items", 0, "completed"], "value": True},
+                   {"op": "replace", "path": ["threadRuntimeStatus"], "value": {"type": "idle", "activeFlags": []}})
+    assert events == [ev.CompactionCompleted("new", mirror.revision), ev.ThreadIdle(mirror.revision)]
+
+
+def test_new_user_input_inside_a_paginated_history_moves_the_boundary():
+    mirror = loaded(paginated(user_turn("u1"), compaction_turn("c1", "old", True)))
+    before = mirror.boundary_fingerprint
+    events = patch(mirror, {"op": "add", "path": ["turnHistory", "history", "entitiesByKey", "u2"],
+                            "value": user_turn("u2", "do something else", "inProgress", 300)},
+                   {"op": "add", "path": ["turnHistory", "history", "islands", 0, "entries", "-"],
+                    "value": {"key": "entry-u2", "value": "u2"}})
+    assert mirror.latest_user_turn_id == "u2" and mirror.boundary_fingerprint != before
+    assert [type(e) for e in events] == [ev.UserBoundaryChanged, ev.UserTurnRunning]
+
+
+@pytest.mark.parametrize("history", [{"kind": "notLoaded"}, {"kind": "paginated", "history": None}, None])
+def test_a_turn_history_without_a_history_object_has_no_history_turns(history):
+    mirror = loaded(thread(turnHistory=history))
+    assert mirror.layout_problem is None and mirror.latest_user_turn_id == "user-turn"
+
+
+@pytest.mark.parametrize("requests, pending", [
+    ([{"id": "r1", "method": "item/commandExecution/requestApproval", "params": {}, "completed": True}], 0),
+    ([{"id": "r1", "method": "item/commandExecution/requestApproval", "params": {}, "completed": False}], 1),
+    ([{"id": "r1", "method": "item/tool/requestUserInput", "params": {}}], 1),
+    ([{"id": "r1", "params": {}, "completed": True}, {"id": "r2", "params": {}, "completed": "yes"}], 1),
+    (["not-an-object"], 1),
+])
+def test_a_request_marked_completed_is_not_pending(requests, pending):
+    mirror = loaded(thread(requests=requests))
+    assert mirror.pending_requests == pending
+    assert mirror.busy_reason == ("pending_requests" if pending else None)
+
+
+def test_answering_an_approval_in_place_makes_the_thread_idle():
+    mirror = loaded(thread(requests=[{"id": "r1", "method": "item/commandExecution/requestApproval",
+                                      "params": {}, "completed": False}]))
+    assert mirror.busy_reason == "pending_requests"
+    assert patch(mirror, {"op": "replace", "path": ["requests", 0, "completed"], "value": True}) == [
+        ev.ThreadIdle(mirror.revision)]
+
+
+@pytest.mark.parametrize("status, reason", [
+    (None, f.RUNTIME_NULL),
+    ({"type": "notLoaded", "activeFlags": []}, "runtime_notLoaded"),
+    ({"type": "systemError", "activeFlags": []}, "runtime_systemError"),
+])
+def test_a_null_unloaded_or_failed_runtime_is_busy_not_a_layout_problem(status, reason):
+    mirror = loaded(thread(threadRuntimeStatus=status))
+    assert mirror.layout_problem is None and mirror.busy_reason == reason and not mirror.idle
+    assert patch(mirror, {"op": "replace", "path": ["threadRuntimeStatus"], "value": {"type": "idle"}}) == [
+        ev.ThreadIdle(mirror.revision)]
+
+
+def test_a_missing_runtime_status_is_still_a_layout_problem():
+    state = thread()
+    del state["threadRuntimeStatus"]
+    assert loaded(state).layout_problem == f.RUNTIME_NOT_STRING
+
+
+def test_the_latest_user_turn_running_or_not_is_a_fact_with_its_event():
+    mirror = loaded(thread())
+    assert not mirror.user_turn_running
+    events = patch(mirror, {"op": "add", "path": ["turns", "-"], "value": user_turn("u2", "go", "inProgress", 300)})
+    assert mirror.user_turn_running and events[1:] == [ev.UserTurnRunning(True, mirror.revision)]
+    events = patch(mirror, {"op": "replace", "path": ["turns", 2, "status"], "value": "completed"},
+                   {"op": "replace", "path": ["threadRuntimeStatus"], "value": {"type": "systemError"}})
+    assert not mirror.user_turn_running and mirror.busy_reason == "runtime_systemError"
+    assert events == [ev.UserTurnRunning(False, mirror.revision), ev.ThreadBusy("runtime_systemError", mirror.revision)]
+
+
+def test_a_root_replace_rebuilds_every_fact():
+    mirror = loaded(thread(threadRuntimeStatus={"type": "active"}))
+    replacement = paginated(user_turn("user-turn"), compaction_turn("c1", "old", True),
+                            compaction_turn("c2", "new", True, 300))
+    events = patch(mirror, {"op": "replace", "path": [], "value": replacement})
+    assert mirror.state == replacement and mirror.idle and mirror.completed_compaction_ids == {"old", "new"}
+    assert events == [ev.CompactionCompleted("new", mirror.revision), ev.ThreadIdle(mirror.revision)]
+    assert mirror.facts == derive_facts(replacement)
+
+
+@pytest.mark.parametrize("submissions, count", [
+    ([{"requestId": "q1", "method": "thread-follower-start-turn", "stage": "outcome-unknown",
+       "clientUserMessageId": "m1"}], 1),
+    ([{"requestId": "q1", "method": "thread-follower-start-turn", "stage": "sent", "clientUserMessageId": "m1"},
+      {"requestId": "q2", "method": "thread-follower-start-turn", "stage": "sent", "clientUserMessageId": "m2"}], 2),
+    (None, 0),
+])
+def test_a_submission_without_a_terminal_flag_is_in_flight_and_a_missing_key_is_none(submissions, count):
+    state = thread(unconfirmedTurnSubmissions=submissions)
+    if submissions is None:
+        del state["unconfirmedTurnSubmissions"]
+    mirror = loaded(state)
+    assert mirror.unconfirmed_submissions == count and mirror.idle is (count == 0)
+    if count:  # the extension deletes the key once nothing is in flight
+        assert patch(mirror, {"op": "remove", "path": ["unconfirmedTurnSubmissions"]}) == [ev.ThreadIdle(mirror.revision)]

@@ -387,7 +387,7 @@ async def test_the_boundary_moves_for_input_steering_and_stops_but_not_for_cosme
         (changed, *_) = await collect_until(session, ev.UserBoundaryChanged)
         assert changed.fingerprint != start and not changed.interrupted
         sim.backend.steer("also do this")
-        (steered,) = await collect_until(session, ev.UserBoundaryChanged)
+        steered = (await collect_until(session, ev.UserBoundaryChanged))[-1]  # after UserTurnRunning(True)
         assert steered.fingerprint != changed.fingerprint
         sim.backend.stop_turn("interrupted")
         seen = await collect_until(session, ev.UserBoundaryChanged)
