@@ -20,6 +20,9 @@ DEFAULT_IDLE_STABLE_MS = 750
 DEFAULT_DEADLINE_S = 15 * 60
 #: How long the router and rekall wait for the owner's answer to one request.
 DEFAULT_REQUEST_TIMEOUT_S = 10.0
+#: A thread whose runtime status stays ``systemError`` this long after the user's turn ended
+#: ends the job (``failed``, ``thread_system_error``) instead of waiting for the deadline.
+DEFAULT_SYSTEM_ERROR_WINDOW_S = 60.0
 #: Reconnect delays after a lost connection; their count bounds the attempts per loss.
 RECONNECT_DELAYS_S = (0.05, 0.1, 0.2, 0.4, 0.8, 1.6, 3.2)
 
@@ -92,6 +95,7 @@ class WorkerSettings:
     deadline_s: float
     request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S
     reconnect_delays_s: tuple[float, ...] = RECONNECT_DELAYS_S
+    system_error_window_s: float = DEFAULT_SYSTEM_ERROR_WINDOW_S
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> WorkerSettings:
@@ -100,4 +104,6 @@ class WorkerSettings:
             idle_stable_s=_positive_number(env, "REKALL_IDLE_STABLE_MS", DEFAULT_IDLE_STABLE_MS) / 1000,
             deadline_s=_positive_number(env, "REKALL_DEADLINE_S", DEFAULT_DEADLINE_S),
             request_timeout_s=_positive_number(env, "REKALL_REQUEST_TIMEOUT_S", DEFAULT_REQUEST_TIMEOUT_S),
+            system_error_window_s=_positive_number(env, "REKALL_SYSTEM_ERROR_WINDOW_S",
+                                                   DEFAULT_SYSTEM_ERROR_WINDOW_S),
         )

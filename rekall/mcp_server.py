@@ -80,6 +80,7 @@ class ProbeResult(TypedDict, total=False):
     adapter: Any
     observedVersions: Any
     runtimeStatus: str
+    runtimeHint: str
     idle: bool
     busyReason: str | None
     latestUserTurnStopped: bool

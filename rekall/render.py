@@ -198,6 +198,7 @@ def print_probe(result: Mapping[str, Any], console: Console) -> None:
         ("endpoint kind", endpoint.get("kind") if isinstance(endpoint, Mapping) else None),
         ("adapter", result.get("adapter")),
         ("runtime", result.get("runtimeStatus")),
+        ("runtime hint", result.get("runtimeHint")),
         ("idle", result.get("idle")),
         ("busy because", None if result.get("idle") else result.get("busyReason")),
         ("latest turn stopped", result.get("latestUserTurnStopped") or None),

@@ -79,6 +79,8 @@ def headroom_now(tokens: int | None, window: int | None) -> dict[str, Any]:
 async def probe(thread_id: str, *, env: Mapping[str, str] | None = None) -> dict[str, Any]:
     """Read-only preflight: reach the owner, read the thread, check compatibility. Never compacts."""
     from rekall.adapters import adapter_named, connect_thread
+    from rekall.adapters.facts import RUNTIME_NULL
+    from rekall.states.rules import SYSTEM_ERROR_WAY_OUT
 
     env = _env(env)
     thread_id = valid_thread_id(thread_id)
@@ -93,7 +95,7 @@ async def probe(thread_id: str, *, env: Mapping[str, str] | None = None) -> dict
             "adapter": session.adapter,
             "methodVersions": dict(adapter_named(session.adapter).METHOD_VERSIONS),
             "observedVersions": {method: sorted(versions) for method, versions in session.observed_versions.items()},
-            "runtimeStatus": mirror.runtime_status or "unknown",
+            "runtimeStatus": mirror.runtime_status or ("null" if mirror.busy_reason == RUNTIME_NULL else "unknown"),
             "idle": mirror.idle,
             "busyReason": mirror.busy_reason,
             "latestUserTurnStopped": mirror.interrupted,
@@ -102,6 +104,8 @@ async def probe(thread_id: str, *, env: Mapping[str, str] | None = None) -> dict
             "modelContextWindow": mirror.window,
             "headroom": headroom_now(mirror.tokens, mirror.window),
         }
+        if mirror.runtime_status == "systemError":
+            result["runtimeHint"] = f"rekall compacts only once the thread is idle. {SYSTEM_ERROR_WAY_OUT}."
         runtime: dict[str, Any] = {"completionField": "completed",
                                    "completedCompactionItems": len(mirror.completed_compaction_ids)}
         if mirror.layout_problem:

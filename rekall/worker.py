@@ -52,6 +52,11 @@ class _IdleHeld:
 
 
 @attrs.frozen
+class _SystemErrorHeld:
+    generation: int
+
+
+@attrs.frozen
 class _TelemetryWaitOver:
     pass
 
@@ -104,6 +109,9 @@ class Worker:
         self._idle_generation = 0
         self._idle_timer: asyncio.TimerHandle | None = None
         self._idle_since: float | None = None
+        self._system_error_generation = 0
+        self._system_error_timer: asyncio.TimerHandle | None = None
+        self._system_error_since = 0.0
         self._item_at = time.monotonic()
         self._telemetry_wait: asyncio.TimerHandle | None = None
         self._telemetry_wait_over = False
@@ -259,6 +267,11 @@ class Worker:
                 self._idle_timer = None
                 self._on_idle_held()
                 return
+        elif isinstance(item, _SystemErrorHeld):
+            if item.generation == self._system_error_generation and self.connected:
+                self._system_error_timer = None
+                self._on_system_error_held()
+                return
         elif isinstance(item, _TelemetryWaitOver):
             self._telemetry_wait_over = True
         elif isinstance(item, ev.ConnectionLost):
@@ -292,6 +305,7 @@ class Worker:
             return
         if state in (JobState.WAITING_FOR_IDLE, JobState.WAITING_FOR_RESUME_IDLE):
             self._track_idle(mirror.idle)
+            self._track_system_error(_stuck_in_system_error(mirror))
         elif state in (JobState.REQUESTING, JobState.ACCEPTED):
             self._look_for_completion(mirror)
 
@@ -343,6 +357,30 @@ class Worker:
             if self._fire("idle_stable", handoffVerified=True, **common) is JobState.RESUMING:
                 text = continuation_text(record, str(self.store.handoff_path(self.thread_id, self.job_id)))
                 self._send(lambda: self.session.start_turn(text, client_user_message_id=self.job_id), "start_turn")
+
+    # --- a runtime stuck in systemError ----------------------------------------------
+
+    def _track_system_error(self, stuck: bool) -> None:
+        """The window starts when the fact arrived, like the idle debounce; any change resets it."""
+        if not stuck:
+            if self._system_error_timer is not None:
+                self._system_error_timer.cancel()
+                self._system_error_timer = None
+                self._system_error_generation += 1
+            return
+        if self._system_error_timer is None:
+            self._system_error_generation += 1
+            self._system_error_since = self._item_at
+            remaining = self.settings.system_error_window_s - (time.monotonic() - self._item_at)
+            self._system_error_timer = self._later(max(0.0, remaining),
+                                                   _SystemErrorHeld(self._system_error_generation))
+
+    def _on_system_error_held(self) -> None:
+        mirror = self.session.mirror
+        if _stuck_in_system_error(mirror):
+            held_ms = round((time.monotonic() - self._system_error_since) * 1000)
+            self._fire("system_error_held", runtimeStatus=mirror.runtime_status, heldMs=held_ms,
+                       windowS=self.settings.system_error_window_s, revision=mirror.revision)
 
     def _verified_handoff(self) -> Mapping[str, Any] | None:
         try:
@@ -423,6 +461,7 @@ class Worker:
             return
         self.connected = False
         self._track_idle(False)
+        self._track_system_error(False)
         self.lifecycle.note("connection_lost", detail=lost.detail)
         self._spawn(self._reconnect())
 
@@ -439,6 +478,12 @@ class Worker:
             self.queue.put_nowait(_ReconnectDone())
             return
         self.queue.put_nowait(_ReconnectDone(error=error or IpcError("reconnect attempts exhausted")))
+
+
+def _stuck_in_system_error(mirror: Any) -> bool:
+    """The runtime says systemError and the user's turn is over: nothing will clear it by itself
+    (a failed turn leaves it behind, and the thread still accepts new turns)."""
+    return mirror.runtime_status == "systemError" and not mirror.user_turn_running
 
 
 def _configure_logging(path: os.PathLike[str] | str) -> None:

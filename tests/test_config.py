@@ -45,3 +45,16 @@ def test_a_bad_app_server_socket_is_rejected_naming_the_variable(raw, says):
     with pytest.raises(InvalidInput, match=says) as caught:
         app_server_socket({"REKALL_APP_SERVER_SOCKET": raw})
     assert caught.value.field == "REKALL_APP_SERVER_SOCKET" and repr(raw) in caught.value.message
+
+
+@pytest.mark.parametrize("raw, expected", [(None, 60.0), ("", 60.0), ("0.5", 0.5)])
+def test_the_system_error_window_defaults_to_a_minute_and_is_read_from_the_environment(raw, expected):
+    env = {} if raw is None else {"REKALL_SYSTEM_ERROR_WINDOW_S": raw}
+    assert WorkerSettings.from_env(env).system_error_window_s == expected
+
+
+@pytest.mark.parametrize("raw", ["0", "-1", "a minute", "nan"])
+def test_a_bad_system_error_window_is_rejected_naming_the_variable(raw):
+    with pytest.raises(InvalidInput) as caught:
+        WorkerSettings.from_env({"REKALL_SYSTEM_ERROR_WINDOW_S": raw})
+    assert caught.value.field == "REKALL_SYSTEM_ERROR_WINDOW_S" and repr(raw) in caught.value.message

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Mapping
@@ -113,3 +114,21 @@ def test_probe_through_the_real_endpoint_lists_the_schema_checks_and_caches_them
     cached = second["compatibility"]["publicSchema"]
     assert cached["fromCache"] is True
     assert cached["checks"] == schema["checks"] and cached["generatedAt"] == schema["generatedAt"]
+
+
+@pytest.mark.parametrize(("runtime", "shown", "reason"), [
+    (None, "null", "runtime_null"),
+    ("notLoaded", "notLoaded", "runtime_notLoaded"),
+    ("systemError", "systemError", "runtime_systemError"),
+])
+def test_probe_shows_a_runtime_status_that_is_not_idle_without_calling_it_a_layout_problem(runtime, shown, reason):
+    with start_sim_in_thread(runtime=runtime) as sim:
+        result = probe_json(sim.env, sim.thread_id)
+        people = probe(sim.env, sim.thread_id)
+    assert (result["runtimeStatus"], result["idle"], result["busyReason"]) == (shown, False, reason)
+    assert result["compatibility"]["runtime"]["status"] == "compatible"
+    assert re.search(rf"^\s*runtime\s+{shown}\s*$", people.stdout, re.MULTILINE)
+    if runtime == "systemError":
+        assert "reload the VS Code window" in result["runtimeHint"] and "reload the VS Code window" in people.stdout
+    else:
+        assert "runtimeHint" not in result

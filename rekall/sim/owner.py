@@ -92,6 +92,8 @@ class SimulatedOwner:
         codex_home: bool = False,
         mode: str = "patches",
         router_timeouts: bool = True,
+        snapshot_on_connect: bool = False,
+        foreign_batches: bool = False,
         **backend_options: Any,
     ) -> None:
         if mode not in ("patches", "snapshots"):
@@ -99,6 +101,12 @@ class SimulatedOwner:
         self.backend: Backend = backend if backend is not None else ScriptedBackend(**backend_options)
         self.mode = mode
         self.router_timeouts = router_timeouts
+        #: Like the real owner: an unsolicited snapshot (revision jump) whenever a client connects.
+        self.snapshot_on_connect = snapshot_on_connect
+        #: Another window broadcasts patch batches for this thread alongside the owner's own.
+        self.foreign_batches = foreign_batches
+        self.foreign_batches_sent = 0
+        self.foreign_client_id = f"client-{uuid.uuid4()}"  # the other window
         self.owner_id = f"owner-{uuid.uuid4()}"
         self.state_version = p.STATE_VERSION
         self.request_versions = dict(p.REQUEST_VERSIONS)
@@ -277,6 +285,8 @@ class SimulatedOwner:
         if method == p.INITIALIZE:
             client.id = f"client-{uuid.uuid4()}"
             self._send(client, p.success(request_id, method, {"clientId": client.id}, "router"))
+            if self.snapshot_on_connect:
+                self.publish_snapshot(jump=True)
             return
         expected = self.request_versions.get(method) if isinstance(method, str) else None
         if expected is not None and message.get("version") != expected:
@@ -377,6 +387,8 @@ class SimulatedOwner:
                 self._send(client, frame)
 
     def publish(self, patches: list[dict[str, Any]]) -> None:
+        if self.foreign_batches:  # made for the revision the followers hold, and sent first
+            self.send_foreign_batch()
         base, self.revision = self.revision, self.revision + 1
         self._notify()
         if self._drop_updates:
@@ -388,7 +400,11 @@ class SimulatedOwner:
             self._to_followers(self._state_frame(
                 {"type": "patches", "baseRevision": base, "revision": self.revision, "patches": patches}))
 
-    def publish_snapshot(self) -> None:
+    def publish_snapshot(self, *, jump: bool = False) -> None:
+        """A snapshot to every follower; ``jump`` skips a revision first (1→2→4→5 was seen live)."""
+        if jump:
+            self.revision += 2
+            self._notify()
         self._to_followers(self._snapshot_frame())
 
     # -- waiting ---------------------------------------------------------------------------
@@ -483,6 +499,20 @@ class SimulatedOwner:
                                    "conversationState": {"bogus": True}}, source or f"client-{uuid.uuid4()}")
         for client in list(self._clients):
             self._send(client, frame)
+
+    def send_foreign_batch(self, source: str | None = None) -> None:
+        """A patch batch for this thread from another client, made for the owner's current
+        revision: it would start a new user turn if a follower applied it."""
+        turn = {"turnId": f"foreign-{uuid.uuid4()}", "turnStartedAtMs": 1 << 50, "status": "inProgress",
+                "params": {"input": [{"type": "text", "text": "typed in another window"}]}, "items": []}
+        change = {"type": "patches", "baseRevision": self.revision, "revision": self.revision + 1, "patches": [
+            {"op": "add", "path": ["turns", "-"], "value": turn},
+            {"op": "replace", "path": ["threadRuntimeStatus"], "value": {"type": "active", "activeFlags": []}}]}
+        frame = self._state_frame(change, source or self.foreign_client_id)
+        for client in list(self._clients):
+            self._send(client, frame)
+        self.foreign_batches_sent += 1
+        self._notify()
 
     def move_owner(self) -> str:
         """The thread moves to another window: a new owner id that knows no followers and asks

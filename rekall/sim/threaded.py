@@ -29,12 +29,12 @@ T = TypeVar("T")
 _OWNER_SCRIPTS = frozenset({
     "fail_next", "delay_next", "silence_next", "drop_connection_on", "reply_next", "send_garbage",
     "disconnect_all", "drop_updates", "ignore_follows", "send_inapplicable_patch", "broadcast_foreign_state",
-    "move_owner", "probe_clients", "publish_snapshot",
+    "move_owner", "probe_clients", "publish_snapshot", "send_foreign_batch",
 })
 _BACKEND_SCRIPTS = frozenset({
     "change", "set_runtime", "user_turn", "complete_turn", "stop_turn", "steer", "agent_message",
     "cosmetic_edit", "add_request", "resolve_request", "add_unconfirmed_submission", "confirm_submission",
-    "set_telemetry", "page_in_history",
+    "set_telemetry", "page_in_history", "load_thread", "answer_request",
 })
 
 

@@ -127,6 +127,11 @@ TRIGGERS: Mapping[str, TriggerSpec] = {
             Key("errorCode", "str"), Key("error", "text"),
             Key("delivery", "str", required=False, choices=DELIVERY),
         )),
+        TriggerSpec("system_error_held", "The runtime status stayed systemError for the window after the "
+                    "user's turn ended.", (
+            Key("runtimeStatus", "str", choices=("systemError",)), Key("heldMs", "number"),
+            Key("windowS", "number"), Key("revision", "int|null"),
+        )),
     )
 }
 

@@ -13,6 +13,9 @@ import attrs
 
 from rekall.states.model import JobState
 
+#: What a user does about a thread stuck in ``systemError`` (the job's error and the probe say it).
+SYSTEM_ERROR_WAY_OUT = "Send a message in the chat or reload the VS Code window (Developer: Reload Window)"
+
 #: At most this fraction of the context window may be in use for a continuation (60% passes).
 HEADROOM_LIMIT = 0.6
 

@@ -21,7 +21,7 @@ from typing import Any
 import attrs
 
 from rekall.states.model import NON_TERMINAL_STATES, Instant, JobState, JobView
-from rekall.states.rules import Headroom, check_headroom, outcome_may_be_unknown
+from rekall.states.rules import SYSTEM_ERROR_WAY_OUT, Headroom, check_headroom, outcome_may_be_unknown
 
 S = JobState
 Evidence = Mapping[str, Any]
@@ -157,6 +157,15 @@ def _timed_out(job: JobView, ev: Evidence, now: Instant) -> dict[str, Any]:
             "outcomeMayBeUnknown": outcome_may_be_unknown(job.state, ev)}
 
 
+def _system_error(job: JobView, ev: Evidence, now: Instant) -> dict[str, Any]:
+    done = ("nothing was compacted" if job.state is S.WAITING_FOR_IDLE
+            else "the compaction completed, no continuation turn was started")
+    return {"errorCode": "thread_system_error", "failedAt": now.iso,
+            "error": f"the thread's runtime status stayed systemError for {ev['windowS']:g} s after the user's "
+                     f"turn ended; {done}. {SYSTEM_ERROR_WAY_OUT}",
+            "outcomeMayBeUnknown": outcome_may_be_unknown(job.state, ev)}
+
+
 def _failed(job: JobView, ev: Evidence, now: Instant) -> dict[str, Any]:
     return {"errorCode": ev["errorCode"], "error": ev["error"], "failedAt": now.iso,
             "outcomeMayBeUnknown": outcome_may_be_unknown(job.state, ev)}
@@ -206,6 +215,9 @@ TRANSITIONS: tuple[Transition, ...] = (
     Transition("deadline", _ANY, S.TIMED_OUT, None, _timed_out, f"the worker deadline; {_UNKNOWN_NOTE}"),
     Transition("fail", _ANY, S.FAILED, None, _failed,
                f"errorCode plus message (worker_lost when the worker died); {_UNKNOWN_NOTE}"),
+    Transition("system_error_held", (S.WAITING_FOR_IDLE, S.WAITING_FOR_RESUME_IDLE), S.FAILED, None, _system_error,
+               "threadRuntimeStatus stayed systemError for the window (REKALL_SYSTEM_ERROR_WINDOW_S) after "
+               "the user's turn ended; errorCode thread_system_error, nothing in flight"),
 )
 
 TRIGGER_NAMES: tuple[str, ...] = tuple(dict.fromkeys(row.trigger for row in TRANSITIONS))

@@ -161,7 +161,7 @@ def test_run_sim_refuses_an_unavailable_backend_with_a_usage_error(monkeypatch):
 
 def test_a_scripted_backend_starts_like_the_node_fake():
     state = ScriptedBackend().snapshot()
-    assert state["threadRuntimeStatus"] == {"type": "idle"} and state["requests"] == []
+    assert state["threadRuntimeStatus"] == {"type": "idle", "activeFlags": []} and state["requests"] == []
     assert state["latestTokenUsageInfo"]["last"]["totalTokens"] == 90000
     assert state["latestTokenUsageInfo"]["modelContextWindow"] == 100000
     assert [t["turnId"] for t in state["turns"]] == ["user-turn", "old-compaction-turn"]

@@ -15,7 +15,7 @@ from rekall.states import TERMINAL_STATES, JobState
 S = JobState
 ILLEGAL, REFUSED = "illegal", "refused"
 TRIGGERS = ("worker_started", "idle_stable", "compaction_accepted", "compaction_completed", "turn_started",
-            "cancel", "deadline", "fail")
+            "system_error_held", "cancel", "deadline", "fail")
 #: The trigger that moves each non-terminal state forward (the stateful tests favour it).
 PROGRESS = {S.SCHEDULED: "worker_started", S.WAITING_FOR_IDLE: "idle_stable", S.REQUESTING: "compaction_accepted",
             S.ACCEPTED: "compaction_completed", S.WAITING_FOR_RESUME_IDLE: "idle_stable",
@@ -59,6 +59,8 @@ def expected(state: JobState, trigger: str, ev: dict[str, Any], *, job_id: str, 
             return S.RESUMING if has_room(ev["tokens"], ev["window"], before) else S.SKIPPED
         case (S.RESUMING, "turn_started"):
             return S.RESUMED
+        case (S.WAITING_FOR_IDLE | S.WAITING_FOR_RESUME_IDLE, "system_error_held"):
+            return S.FAILED
     return ILLEGAL
 
 
@@ -87,6 +89,8 @@ def evidence_for(trigger: str, job_id: str) -> st.SearchStrategy[dict[str, Any]]
         "turn_started": ({"turnId": st.just("turn-1")}, {}),
         "cancel": ({"reason": st.sampled_from(["explicit_cancellation", "new_user_input", "user_turn_stopped"])},
                    delivery),
+        "system_error_held": ({"runtimeStatus": st.just("systemError"), "heldMs": st.integers(0, 90_000),
+                               "windowS": st.sampled_from([0.5, 60]), "revision": st.none()}, {}),
         "deadline": ({"deadlineS": st.integers(1, 900)}, {}),
         "fail": ({"errorCode": st.just("boom"), "error": st.just("it broke")}, delivery),
     }

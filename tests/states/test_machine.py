@@ -133,3 +133,24 @@ class LifecycleAgainstReference(RuleBasedStateMachine):
 
 TestLifecycleAgainstReference = LifecycleAgainstReference.TestCase
 TestLifecycleAgainstReference.settings = settings(max_examples=150, stateful_step_count=25, deadline=None)
+
+
+@pytest.mark.parametrize(("state", "what"), [
+    (JobState.WAITING_FOR_IDLE, "nothing was compacted"),
+    (JobState.WAITING_FOR_RESUME_IDLE, "no continuation turn was started"),
+])
+def test_a_runtime_stuck_in_system_error_fails_the_job_naming_it_and_the_way_out(state, what):
+    steps: list[Step] = []
+    evidence = {"runtimeStatus": "systemError", "heldMs": 60_012, "windowS": 60, "revision": 7}
+    assert _machine(state).fire("system_error_held", evidence, _now(), steps.append).dest is JobState.FAILED
+    fields = steps[0].fields
+    assert fields["errorCode"] == "thread_system_error" and fields["outcomeMayBeUnknown"] is False
+    assert "systemError for 60 s" in fields["error"] and what in fields["error"]
+    assert "send a message" in fields["error"].lower() and "reload the VS Code window" in fields["error"]
+
+
+@pytest.mark.parametrize("state", [JobState.REQUESTING, JobState.ACCEPTED, JobState.RESUMING])
+def test_a_stuck_system_error_cannot_end_a_job_with_a_request_in_flight(state):
+    evidence = {"runtimeStatus": "systemError", "heldMs": 60_000, "windowS": 60, "revision": None}
+    with pytest.raises(IllegalTransition):
+        _machine(state).fire("system_error_held", evidence, _now(), lambda s: None)
