@@ -165,3 +165,75 @@ def test_a_scripted_backend_starts_like_the_node_fake():
     assert state["latestTokenUsageInfo"]["last"]["totalTokens"] == 90000
     assert state["latestTokenUsageInfo"]["modelContextWindow"] == 100000
     assert [t["turnId"] for t in state["turns"]] == ["user-turn", "old-compaction-turn"]
+
+
+# --- the real extension's shapes, one option each ----------------------------------------
+
+
+def test_a_paginated_backend_keeps_every_turn_in_the_history_and_none_in_turns():
+    backend = ScriptedBackend(history_mode="paginated", history_turns=1)
+    state = backend.snapshot()
+    assert state["historyMode"] == "paginated" and state["turns"] == []
+    history = state["turnHistory"]
+    assert history["kind"] != "canonical"  # which kinds exist is not published
+    entries = [e for island in history["history"]["islands"] for e in island["entries"]]
+    assert all(set(e) == {"key", "value"} for e in entries)
+    assert [t["turnId"] for t in backend.turns()] == ["history-0", "user-turn", "old-compaction-turn"]
+    assert [e["value"] for e in entries] == ["history-0", "user-turn", "old-compaction-turn"]
+    with pytest.raises(ValueError, match="history_mode"):
+        ScriptedBackend(history_mode="pages")
+
+
+@pytest.mark.parametrize("options", [{"history_mode": "paginated"}, {"replace_root_at_turn_end": True},
+                                     {"real_submissions": True}, {"system_error_after_turn": True}])
+@pytest.mark.anyio
+async def test_the_patches_of_each_shape_rebuild_exactly_the_owner_state(options):
+    async with SimulatedOwner(**options) as sim:
+        channel = MessageChannel(await MemoryTransport(sim.serve_stream).connect())
+        await channel.send({"type": "request", "requestId": "1", "sourceClientId": "initializing-client",
+                            "version": 0, "method": "initialize", "params": {"clientType": "t"}})
+        with anyio.fail_after(5):
+            client_id = (await channel.receive())["result"]["clientId"]
+            await channel.send({"type": "broadcast", "method": "thread-stream-following-changed",
+                                "sourceClientId": client_id, "targetClientIds": [sim.owner_id], "version": 1,
+                                "params": {"hostId": "local", "conversationId": sim.thread_id, "following": True}})
+            state = (await channel.receive())["params"]["change"]["conversationState"]
+            backend = sim.backend
+            backend.user_turn("x")
+            backend.steer("y")
+            submission = backend.add_unconfirmed_submission()
+            request = backend.add_request()
+            backend.answer_request(request)
+            backend.confirm_submission(submission)
+            backend.complete_turn()
+            for _ in range(7):
+                change = (await channel.receive())["params"]["change"]
+                state = apply_patches(state, change["patches"])
+        assert state == backend.state
+        if options.get("real_submissions"):
+            assert "unconfirmedTurnSubmissions" not in state
+        if options.get("system_error_after_turn"):
+            assert state["threadRuntimeStatus"] == {"type": "systemError", "activeFlags": []}
+        assert state["requests"][-1]["completed"] is True
+
+
+@pytest.mark.anyio
+async def test_unsolicited_snapshots_jump_the_revision_and_foreign_batches_race_the_owner():
+    async with SimulatedOwner(snapshots_at_turn_boundaries=True, foreign_batches=True) as sim:
+        channel = MessageChannel(await MemoryTransport(sim.serve_stream).connect())
+        await channel.send({"type": "request", "requestId": "1", "sourceClientId": "initializing-client",
+                            "version": 0, "method": "initialize", "params": {"clientType": "t"}})
+        with anyio.fail_after(5):
+            client_id = (await channel.receive())["result"]["clientId"]
+            await channel.send({"type": "broadcast", "method": "thread-stream-following-changed",
+                                "sourceClientId": client_id, "targetClientIds": [sim.owner_id], "version": 1,
+                                "params": {"hostId": "local", "conversationId": sim.thread_id, "following": True}})
+            first = (await channel.receive())["params"]["change"]
+            sim.backend.user_turn("x")
+            frames = [await channel.receive() for _ in range(3)]
+        foreign, own, snapshot = frames
+        assert foreign["sourceClientId"] == sim.foreign_client_id != sim.owner_id
+        assert own["sourceClientId"] == sim.owner_id
+        assert foreign["params"]["change"]["baseRevision"] == own["params"]["change"]["baseRevision"] == first["revision"]
+        assert snapshot["params"]["change"]["type"] == "snapshot"
+        assert snapshot["params"]["change"]["revision"] == own["params"]["change"]["revision"] + 2 == sim.revision
