@@ -102,13 +102,16 @@ class _Entry:
     mode: str = "patches"
     state_version: int | None = None
     no_owner: bool = False
+    #: Simulator options (the real extension's shapes, see ``ScriptedBackend``).
+    options: dict[str, Any] = attrs.field(factory=dict)
 
 
 SCENARIOS: dict[str, _Entry] = {}
 
 
 def scenario(name: str, description: str, **owner: Any) -> Callable[[Scenario], Scenario]:
-    """Register a scenario; ``owner`` sets ``mode``, ``state_version`` or ``no_owner`` on the simulator."""
+    """Register a scenario; ``owner`` sets ``mode``, ``state_version``, ``no_owner`` or ``options``
+    (more simulator options) on the simulator."""
     def register(fn: Scenario) -> Scenario:
         SCENARIOS[name] = _Entry(description, fn, **owner)
         return fn
@@ -269,9 +272,39 @@ async def _broken(rec: Recorder, sim: SimulatedOwner) -> None:
     await rec.until(ev.ConnectionLost)
 
 
+@scenario("extension_shapes", "the real extension's shapes: a paginated history, a null runtime status that loads, "
+          "an answered approval left in requests, submissions without terminal flags, unsolicited snapshots, "
+          "batches from another window, a runtime stuck in systemError",
+          options={"history_mode": "paginated", "runtime": None, "answered_requests": 1, "real_submissions": True,
+                   "snapshots_at_turn_boundaries": True, "foreign_batches": True})
+async def _extension_shapes(rec: Recorder, sim: SimulatedOwner) -> None:
+    backend = sim.backend
+    await rec.call("connect")
+    backend.load_thread()
+    await rec.until(ev.ThreadIdle)
+    await sim.wait_until(lambda s: s.discovery_count == 2)  # the other window's batch: the router was asked
+    request = backend.add_request()
+    await rec.until(ev.ThreadBusy)
+    backend.answer_request(request)
+    await rec.until(ev.ThreadIdle, 2)
+    submission = backend.add_unconfirmed_submission()
+    await rec.until(ev.ThreadBusy, 2)
+    backend.confirm_submission(submission)
+    await rec.until(ev.ThreadIdle, 3)
+    await rec.call("compact")
+    await rec.until(ev.ThreadIdle, 4)
+    backend.user_turn("next")
+    await rec.until(ev.UserTurnRunning)
+    backend.complete_turn(idle=False)
+    backend.set_runtime("systemError")
+    await rec.until(ev.UserTurnRunning, 2)
+    await rec.until(ev.ThreadBusy, 5)
+
+
 async def record(name: str) -> list[dict[str, Any]]:
     entry = SCENARIOS[name]
-    sim = SimulatedOwner(thread_id=THREAD_ID, compaction_delay_s=0.01, turn_duration_s=0.01, mode=entry.mode)
+    sim = SimulatedOwner(thread_id=THREAD_ID, compaction_delay_s=0.01, turn_duration_s=0.01, mode=entry.mode,
+                         **entry.options)
     if entry.state_version is not None:
         sim.state_version = entry.state_version
     sim.no_owner = entry.no_owner
