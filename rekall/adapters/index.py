@@ -350,9 +350,10 @@ class FactIndex:
         if len(path) == 3 and path[1] == "history" and path[2] == "islands":
             self._set_static("history", tuple(f.history_container(self._root)[1]))
             return
-        if not is_entities or self._entities() is None:
+        entities = self._entities() if is_entities else None
+        if entities is None:
             return  # islands entries (order only) or fields we do not read
         if len(path) == 4:
             self._replace_value(change, True)
             return
-        self._observe_in_turn(self._entities()[path[3]], path[4:], change)  # type: ignore[index]
+        self._observe_in_turn(entities[path[3]], path[4:], change)

@@ -556,3 +556,28 @@ def test_a_submission_without_a_terminal_flag_is_in_flight_and_a_missing_key_is_
     assert mirror.unconfirmed_submissions == count and mirror.idle is (count == 0)
     if count:  # the extension deletes the key once nothing is in flight
         assert patch(mirror, {"op": "remove", "path": ["unconfirmedTurnSubmissions"]}) == [ev.ThreadIdle(mirror.revision)]
+
+
+def test_work_per_patch_does_not_grow_with_a_paginated_history(monkeypatch):
+    turns = [{"turnId": f"t{i}", "status": "completed", "params": {"input": [{"type": "text", "text": "q"}]},
+              "items": [{"type": "agentMessage", "id": f"a{i}"},
+                        {"type": "contextCompaction", "id": f"c{i}", "completed": True}]} for i in range(3000)]
+    mirror = loaded(paginated(*turns, islands_of=[[f"t{i}" for i in range(1500)],
+                                                  [f"t{i}" for i in range(1500, 3000)]]))
+    calls = {"item_facts": 0, "fingerprint_of": 0}
+    for name in calls:
+        original = getattr(f, name)
+
+        def counting(*args, _name=name, _original=original, **kwargs):
+            calls[_name] += 1
+            return _original(*args, **kwargs)
+
+        monkeypatch.setattr(f, name, counting)
+    entity = ["turnHistory", "history", "entitiesByKey"]
+    patch(mirror, {"op": "add", "path": [*entity, "t1500", "items", "-"], "value": {"type": "agentMessage", "id": "z"}},
+          {"op": "replace", "path": [*entity, "t2999", "items", 0, "id"], "value": "streamed"},
+          {"op": "replace", "path": [*entity, "t7", "items", 1, "completed"], "value": False},
+          {"op": "replace", "path": ["latestTokenUsageInfo", "last", "totalTokens"], "value": 5})
+    assert calls == {"item_facts": 3, "fingerprint_of": 0}
+    assert "c7" not in mirror.completed_compaction_ids and len(mirror.completed_compaction_ids) == 2999
+    assert mirror.latest_user_turn_id == "t2999"
