@@ -76,7 +76,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
     from rekall.store import JobStore
 
     wanted = resolve_job_or_thread(args.job)
-    return _emit(args, build_explanation(JobStore.open(), wanted), "rekall.explain:print_explanation")
+    return _emit(args, build_explanation(JobStore.open_reader(), wanted), "rekall.explain:print_explanation")
 
 
 def cmd_history(args: argparse.Namespace) -> int:
@@ -87,7 +87,7 @@ def cmd_history(args: argparse.Namespace) -> int:
     if args.limit < 0:
         raise UsageError(f"--limit must be 0 (all) or more; got {args.limit}", hint="pass --limit 20, or 0 for all")
     thread = resolve_thread(args.thread) if args.thread else None
-    rows = collect_history(JobStore.open(), thread=thread, since=args.since)
+    rows = collect_history(JobStore.open_reader(), thread=thread, since=args.since)
     shown = rows[:args.limit] if args.limit else rows
     left_out = len(rows) - len(shown)
     if args.json:

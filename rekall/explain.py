@@ -142,6 +142,8 @@ def path_diagram(job: Replay) -> str:
 def build_explanation(store: JobStore, job_or_thread_id: str) -> dict[str, Any]:
     """Everything ``rekall explain`` shows, as JSON-able data."""
     job = store.find(job_or_thread_id)
+    if store.reap_if_dead(job.thread_id) is not None:  # a dead worker is recorded before it is explained
+        job = store.load(job.thread_id, job.job_id)
     status = store.status_of(job)
     timeline, previous = [], None
     for record in job.transitions:
@@ -161,9 +163,9 @@ def build_explanation(store: JobStore, job_or_thread_id: str) -> dict[str, Any]:
     explanation = {
         "jobId": job.job_id,
         "threadId": job.thread_id,
-        "state": job.state.value,
-        "terminal": job.state.terminal,
-        "outcome": describe_outcome(job.state.value, status),
+        "state": status["state"],  # the journal's, unless a lost worker could not be journaled
+        "terminal": JobState(status["state"]).terminal,
+        "outcome": describe_outcome(status["state"], status),
         "outcomeMayBeUnknown": status.get("outcomeMayBeUnknown"),
         "errorCode": status.get("errorCode"),
         "path": [t.dest.value for t in job.transitions],

@@ -17,6 +17,7 @@ from rekall.errors import InvalidInput, StoreError
 from rekall.explain import describe_outcome
 from rekall.ids import thread_id as valid_thread
 from rekall.store import JobStore, Replay
+from rekall.store.node import node_jobs
 from rekall.store.replay import ended_at
 
 
@@ -36,16 +37,28 @@ def _when(iso: str | None) -> datetime | None:
     return None if not iso else datetime.fromisoformat(iso)
 
 
-def _row(job: Replay) -> dict[str, Any]:
-    f = job.view.fields
+def _node_row(job: dict[str, Any]) -> dict[str, Any]:
+    state = job["state"]
+    return {"threadId": job["threadId"], "jobId": job.get("jobId"), "jobNumber": job.get("jobNumber") or 0,
+            "state": state, "outcome": f"Written by the Node version of rekall: {state}"
+                                       + (f" ({job['error']})" if job.get("error") else "") + ".",
+            "createdAt": job.get("createdAt") or "", "endedAt": job.get("endedAt"), "durationMs": None,
+            **{key: job.get(key) for key in ("contextTokensBefore", "contextTokensAfter", "tokensReclaimed",
+                                             "reclaimedFraction", "compactionDurationMs", "resumeDelayMs",
+                                             "resumeSkipReason", "errorCode", "outcomeMayBeUnknown")},
+            "writtenBy": "node", "jobsDir": job["jobsDir"]}
+
+
+def _row(job: Replay, status: dict[str, Any]) -> dict[str, Any]:
+    f = status  # the journal's view, unless a lost worker could not be journaled (see JobStore.status_of)
     created, ended = f.get("createdAt"), ended_at(f)
     start, end = _when(created), _when(ended)
     return {
         "threadId": job.thread_id,
         "jobId": job.job_id,
         "jobNumber": job.job_number,
-        "state": job.state.value,
-        "outcome": describe_outcome(job.state.value, f),
+        "state": f["state"],
+        "outcome": describe_outcome(f["state"], f),
         "createdAt": created,
         "endedAt": ended,
         "durationMs": None if start is None or end is None else round((end - start).total_seconds() * 1000),
@@ -60,6 +73,7 @@ def collect_history(store: JobStore, thread: str | None = None, since: str | Non
     wanted = valid_thread(thread) if thread else None
     after = parse_since(since) if since else None
     rows, unreadable = [], []
+    store.reap_all()  # a dead worker is recorded before its job is listed
     for thread_id, job_id in store.all_jobs():
         if wanted and thread_id != wanted:
             continue
@@ -71,7 +85,10 @@ def collect_history(store: JobStore, thread: str | None = None, since: str | Non
             continue
         if after is not None and datetime.fromisoformat(job.created_at) < after:
             continue
-        rows.append(_row(job))
+        rows.append(_row(job, store.current_fields(job)))
+    for node in node_jobs(store.node_dirs, wanted):  # the Node version's jobs, read only and marked
+        if after is None or (node.get("createdAt") and datetime.fromisoformat(node["createdAt"]) >= after):
+            rows.append(_node_row(node))
     rows.sort(key=lambda r: (r["createdAt"], r["jobNumber"]), reverse=True)
     return rows + unreadable  # an unreadable job has no date to sort or filter by: listed, never dropped
 

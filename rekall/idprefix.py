@@ -49,7 +49,7 @@ def _one(prefix: str, field: str, noun: str, candidates: Iterable[str], store: J
 # Each resolver checks the text before it opens the store, so that bad input creates nothing.
 
 
-def resolve_thread(text: str, open_store: Callable[[], JobStore] = JobStore.open) -> str:
+def resolve_thread(text: str, open_store: Callable[[], JobStore] = JobStore.open_reader) -> str:
     """A full thread id as given, or the one thread of the store whose id starts with ``text``."""
     if is_uuid(text):
         return text.lower()
@@ -58,7 +58,7 @@ def resolve_thread(text: str, open_store: Callable[[], JobStore] = JobStore.open
     return _one(prefix, "threadId", "thread", (thread for thread, _ in store.all_jobs()), store)
 
 
-def resolve_job(text: str, open_store: Callable[[], JobStore] = JobStore.open) -> tuple[str | None, str]:
+def resolve_job(text: str, open_store: Callable[[], JobStore] = JobStore.open_reader) -> tuple[str | None, str]:
     """``(thread, job)`` of the job ``text`` names; a full job id the store does not hold comes back
     with thread ``None`` (the caller reports it)."""
     if is_uuid(text):
@@ -73,7 +73,7 @@ def resolve_job(text: str, open_store: Callable[[], JobStore] = JobStore.open) -
     return next((pair for pair in pairs if pair[1] == job), (None, job))
 
 
-def resolve_job_or_thread(text: str, open_store: Callable[[], JobStore] = JobStore.open) -> str:
+def resolve_job_or_thread(text: str, open_store: Callable[[], JobStore] = JobStore.open_reader) -> str:
     """For ``explain``: the full job or thread id that ``text`` (an id or a unique prefix) names."""
     if is_uuid(text):
         return text.lower()

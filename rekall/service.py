@@ -41,6 +41,12 @@ class Refused(RekallError):
     code = "refused"
 
 
+class SpawnFailed(RekallError):
+    """The job was created but its worker could not be started; the job is failed, the lock released."""
+
+    code = "spawn_failed"
+
+
 def _env(env: Mapping[str, str] | None) -> Mapping[str, str]:
     return os.environ if env is None else env
 
@@ -185,8 +191,15 @@ async def schedule(
         if handoff is not None:  # never dropped silently: the unfinished job keeps its own handoff
             result.update(handoffIgnored=True, message=HANDOFF_IGNORED_MESSAGE)
         return result
-    pid = (spawn or _spawn_default)(thread_id, created.job_id, log_path=store.log_path(thread_id, created.job_id),
-                                    env=env)
+    try:
+        pid = (spawn or _spawn_default)(thread_id, created.job_id,
+                                        log_path=store.log_path(thread_id, created.job_id), env=env)
+    except OSError as exc:  # e.g. no interpreter, a symlink at the log's name, no resources
+        cause = f"the worker could not be started: {exc.strerror or exc}"
+        store.fail_unstarted(thread_id, created.job_id, cause)
+        raise SpawnFailed(f"job {created.job_id} failed: {cause}; its lock was released",
+                          hint=f"fix the cause, then schedule again; `rekall explain {created.job_id}` "
+                               "shows the job") from None
     # False when the worker already finished and released the lock: nothing left to name.
     store.set_lock_owner(thread_id, created.job_id, pid, process_start_time(pid))
     result.update(pid=pid, alreadyScheduled=False, message=SCHEDULED_MESSAGE)
@@ -207,15 +220,24 @@ def _spawn_default(thread_id: str, job_id: str, **kwargs: Any) -> int:
 def status(thread_id: str, *, env: Mapping[str, str] | None = None) -> dict[str, Any]:
     """The thread's latest job; a job whose worker died is reported as ``worker_lost``."""
     thread_id = valid_thread_id(thread_id)
-    store = JobStore.open(_env(env))
+    store = JobStore.open_reader(_env(env))
     store.reap_if_dead(thread_id)
-    return store.read_status(thread_id)
+    return _or_node_job(store, store.read_status(thread_id))
+
+
+def _or_node_job(store: JobStore, status: dict[str, Any]) -> dict[str, Any]:
+    """Without a rekall job, the thread's job in the Node version's directory, if any (marked)."""
+    if status.get("state") != "not_scheduled":
+        return status
+    from rekall.store.node import node_status
+
+    return node_status(store.node_dirs, status["threadId"]) or status
 
 
 def status_with_trail(thread_id: str, *, env: Mapping[str, str] | None = None) -> tuple[dict[str, Any], list[str]]:
     """The status plus every state the job has passed through, from one read of its journal."""
     thread_id = valid_thread_id(thread_id)
-    store = JobStore.open(_env(env))
+    store = JobStore.open_reader(_env(env))
     store.reap_if_dead(thread_id)
     job = store.latest(thread_id)
     if job is None:
@@ -226,7 +248,7 @@ def status_with_trail(thread_id: str, *, env: Mapping[str, str] | None = None) -
 def cancel(thread_id: str, job_id: str, *, env: Mapping[str, str] | None = None) -> dict[str, Any]:
     """Ask the job's worker to stop before its next dispatch."""
     thread_id, job_id = valid_thread_id(thread_id), valid_job_id(job_id)
-    store = JobStore.open(_env(env))
+    store = JobStore.open_reader(_env(env))  # the marker goes next to an existing job, never into a new folder
     store.reap_if_dead(thread_id)
     current = store.read_status(thread_id)
     if current.get("jobId") != job_id:

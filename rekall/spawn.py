@@ -3,6 +3,7 @@
 The worker must outlive whoever scheduled it (an MCP server, a CLI call): on POSIX it gets
 a new session, on Windows ``DETACHED_PROCESS``. Its stdin and stdout are the null device and
 its stderr goes to the job's log file, so a crash before logging starts is still visible.
+The log is opened like every jobs-directory file: 0600, never through a symlink.
 """
 
 from __future__ import annotations
@@ -14,10 +15,15 @@ import threading
 from collections.abc import Mapping
 from pathlib import Path
 
+from rekall.config import user_home
+from rekall.store.fsio import open_private_append
+
 
 def spawn_worker(thread_id: str, job_id: str, *, log_path: Path, env: Mapping[str, str]) -> int:
     """Start ``rekall worker THREAD JOB`` detached and return its pid."""
-    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    fd = open_private_append(log_path)
+    # The worker must find the same lock directory (derived from HOME) as its scheduler.
+    child_env = {**env, "HOME": str(user_home(env))}
     try:
         kwargs: dict = {}
         if sys.platform == "win32":
@@ -31,7 +37,7 @@ def spawn_worker(thread_id: str, job_id: str, *, log_path: Path, env: Mapping[st
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=fd,
-            env=dict(env),
+            env=child_env,
             close_fds=True,
             **kwargs,
         )

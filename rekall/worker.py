@@ -487,7 +487,9 @@ def _stuck_in_system_error(mirror: Any) -> bool:
 
 
 def _configure_logging(path: os.PathLike[str] | str) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    from rekall.store.fsio import open_private_append
+
+    fd = open_private_append(path)  # never through a symlink planted at the log's name
     handler = logging.StreamHandler(os.fdopen(fd, "a", encoding="utf-8", buffering=1))
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     root = logging.getLogger("rekall")

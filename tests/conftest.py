@@ -57,7 +57,17 @@ def private_dir(tmp_path: Path) -> Path:
 
 
 @pytest.fixture(autouse=True)
-def isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+def user_home(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    """Point HOME at a private folder: the lock directory (``~/.rekall/locks``) is derived from
+    the user alone, so tests running at the same time would otherwise share one."""
+    home = tmp_path / "user-home"
+    home.mkdir(mode=0o700)
+    monkeypatch.setenv("HOME", str(home))
+    return home
+
+
+@pytest.fixture(autouse=True)
+def isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, user_home: Path) -> Path:
     """Point CODEX_HOME at an empty private folder and drop inherited rekall variables."""
     for name in _ISOLATED:
         monkeypatch.delenv(name, raising=False)

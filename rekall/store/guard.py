@@ -27,10 +27,16 @@ GUARD_TIMEOUT_S = 10.0
 _POLL_S = 0.005
 
 
-def _try_lock(fd: int) -> bool:
+def try_lock(fd: int, offset: int = 0) -> bool:
+    """Take an exclusive kernel lock on ``fd`` without waiting; the OS drops it when the holder dies.
+
+    POSIX: ``flock`` on the whole file. Windows: ``msvcrt.locking`` on one byte at
+    ``offset``, a mandatory lock, so callers lock a byte nobody reads.
+    """
     if sys.platform == "win32":  # pragma: no cover - exercised on Windows only
         import msvcrt
 
+        os.lseek(fd, offset, os.SEEK_SET)
         try:
             msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
         except OSError:
@@ -45,11 +51,11 @@ def _try_lock(fd: int) -> bool:
     return True
 
 
-def _unlock(fd: int) -> None:
+def unlock(fd: int, offset: int = 0) -> None:
     if sys.platform == "win32":  # pragma: no cover
         import msvcrt
 
-        os.lseek(fd, 0, os.SEEK_SET)
+        os.lseek(fd, offset, os.SEEK_SET)
         msvcrt.locking(fd, msvcrt.LK_UNLCK, 1)
         return
     import fcntl
@@ -63,7 +69,7 @@ def guarded(path: Path, timeout_s: float = GUARD_TIMEOUT_S) -> Iterator[None]:
     try:
         deadline = time.monotonic() + timeout_s
         delay = _POLL_S
-        while not _try_lock(fd):
+        while not try_lock(fd):
             if time.monotonic() >= deadline:
                 raise LockBusy(f"another rekall process has held {path} for over {timeout_s:g} s",
                                hint="check for a hung rekall process; nothing was changed")
@@ -72,6 +78,6 @@ def guarded(path: Path, timeout_s: float = GUARD_TIMEOUT_S) -> Iterator[None]:
         try:
             yield
         finally:
-            _unlock(fd)
+            unlock(fd)
     finally:
         os.close(fd)

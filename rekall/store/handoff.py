@@ -24,7 +24,7 @@ from typing import Any
 
 from rekall.errors import InvalidInput
 from rekall.store.errors import HandoffChanged
-from rekall.store.fsio import read_private
+from rekall.store.fsio import TooLarge, read_limited, read_private
 
 HANDOFF_KEYS = ("summary", "preserve", "discard", "nextStep", "resume")
 MAX_HANDOFF_BYTES = 32_000
@@ -138,7 +138,7 @@ def verify_record(path: Path, thread_id: str, job_id: str, expected_sha256: str 
         raise HandoffChanged(f"job {job_id} has no saved handoff to verify",
                              hint="a continuation needs a handoff; schedule again with one")
     try:
-        data = read_private(path)
+        data = read_private(path, limit=_MAX_FILE_BYTES)
     except OSError as exc:
         raise HandoffChanged(f"the saved handoff {path} cannot be read: {exc.strerror or exc}",
                              hint="the continuation is cancelled; schedule again") from None
@@ -163,7 +163,9 @@ def read_handoff_file(path: str | Path) -> Any:
     """The JSON value in ``path`` (for ``--handoff FILE``), with errors naming the problem."""
     field = "--handoff"
     try:
-        data = Path(path).read_bytes() if Path(path).stat().st_size <= _MAX_FILE_BYTES else None
+        data = read_limited(path, limit=_MAX_FILE_BYTES)
+    except TooLarge:
+        data = None
     except OSError as exc:
         raise InvalidInput(f"cannot read the handoff file {path}: {exc.strerror or exc}", field=field,
                            hint="pass the path of an existing JSON file") from None

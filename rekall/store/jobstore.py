@@ -3,6 +3,10 @@
 Scheduling and take-over follow one protocol, always under the store's guard (a kernel
 lock, see ``rekall.store.guard``), so that two processes never judge the same lock:
 
+The lock lives in the user's lock directory (``~/.rekall/locks``, see ``rekall.store.paths``),
+not in the jobs directory, so that two processes resolving different jobs directories still
+share one lock per thread; it names the jobs directory of its job.
+
 1. Read ``<thread>.lock``. If its job is still run by a live process, the thread is
    already scheduled: return that job. If the owner is provably dead (same host; PID gone
    or reused), the job becomes ``failed`` with ``errorCode`` ``worker_lost`` (its
@@ -15,6 +19,11 @@ lock, see ``rekall.store.guard``), so that two processes never judge the same lo
 
 The journal is the truth; the status file is rebuilt from it whenever it is missing,
 stale or unreadable.
+
+Readers (``JobStore.open_reader``: status, history, explain) never create or chmod a
+folder. Inside an existing jobs directory they record a provably dead worker first (the
+``worker_lost`` rule), so every reader tells the truth; when even that record cannot be
+written (a full disk), they report the job from what can be proven, without crashing.
 """
 
 from __future__ import annotations
@@ -33,15 +42,25 @@ import attrs
 from rekall.errors import InvalidInput, StoreError
 from rekall.ids import job_id as valid_job, thread_id as valid_thread
 from rekall.states import SCHEDULE, JobState
+from rekall.states.rules import outcome_may_be_unknown
 from rekall.store.clock import Clock, SystemClock
 from rekall.store.errors import JournalCorrupt, LockBusy, StatusCorrupt, UnknownJob
-from rekall.store.fsio import FileOps, read_private
+from rekall.store.fsio import LOCK_LIMIT, STATUS_LIMIT, FileOps, TooLarge, read_private
 from rekall.store.guard import guarded
 from rekall.store.handoff import record_bytes, sha256_hex, validate_handoff, verify_record
 from rekall.store.journal import JournalWriter, first_record, scan_journal
 from rekall.store.lifecycle import Lifecycle
+from rekall.store.node import refuse_if_node_job_runs
 from rekall.store.owner import Liveness, LockOwner, liveness, process_start_time, this_host
-from rekall.store.paths import Layout, ensure_private_dir, resolve_jobs_dir
+from rekall.store.paths import (
+    Layout,
+    LockLayout,
+    ensure_private_dir,
+    inspect_jobs_dir,
+    node_jobs_dirs,
+    resolve_jobs_dir,
+    resolve_lock_dir,
+)
 from rekall.store.replay import HISTORY_LIMIT, Replay, derive_status, history_before, replay_file, replay_scan
 from rekall.store.wire import TransitionRecord, decode_lock, encode_lock, encode_record
 
@@ -77,22 +96,47 @@ def _checked_extra(extra: Mapping[str, Any] | None) -> dict[str, Any]:
 
 
 class JobStore:
-    def __init__(self, root: Path, *, clock: Clock | None = None, fs: FileOps | None = None,
-                 permission_report: str | None = None) -> None:
+    def __init__(self, root: Path, *, lock_root: Path | None = None, clock: Clock | None = None,
+                 fs: FileOps | None = None, permission_report: str | None = None,
+                 node_dirs: tuple[Path, ...] = ()) -> None:
         self.root = root
         self.layout = Layout(root)
+        self.lock_root = lock_root if lock_root is not None else resolve_lock_dir(os.environ)
+        self.locks = LockLayout(self.lock_root)
         self.clock: Clock = clock or SystemClock()
         self.fs = fs or FileOps()
         self.host = this_host()
         #: Set when opening had to tighten the directory's permissions (see ``ensure_private_dir``).
         self.permission_report = permission_report
+        #: The Node version's jobs directories, read only (``rekall.store.node``).
+        self.node_dirs = node_dirs
+        #: Jobs whose dead worker could not be recorded (the journal refused the write): why.
+        self._unrecorded: dict[str, str] = {}
 
     @classmethod
     def open(cls, env: Mapping[str, str] | None = None, *, clock: Clock | None = None,
              fs: FileOps | None = None) -> JobStore:
-        """The store of this installation (see ``resolve_jobs_dir``), created 0700 if needed."""
-        root = resolve_jobs_dir(os.environ if env is None else env)
-        return cls(root, clock=clock, fs=fs, permission_report=ensure_private_dir(root))
+        """The store for scheduling and driving jobs: the jobs and lock directories, created 0700 if needed."""
+        env = os.environ if env is None else env
+        root, lock_root = resolve_jobs_dir(env), resolve_lock_dir(env)
+        reports = [r for r in (ensure_private_dir(root), ensure_private_dir(lock_root, "lock directory")) if r]
+        return cls(root, lock_root=lock_root, clock=clock, fs=fs, permission_report="; ".join(reports) or None,
+                   node_dirs=tuple(node_jobs_dirs(env, root)))
+
+    @classmethod
+    def open_reader(cls, env: Mapping[str, str] | None = None, *, clock: Clock | None = None,
+                    fs: FileOps | None = None) -> JobStore:
+        """The store for reading (status, history, explain): creates and chmods nothing.
+
+        A jobs directory that does not exist reads as empty; an existing one must pass the
+        same checks as for writing (not a symlink, yours).
+        """
+        env = os.environ if env is None else env
+        root, lock_root = resolve_jobs_dir(env), resolve_lock_dir(env)
+        for path, what in ((root, "jobs directory"), (lock_root, "lock directory")):
+            if os.path.lexists(path):
+                inspect_jobs_dir(path, what)
+        return cls(root, lock_root=lock_root, clock=clock, fs=fs, node_dirs=tuple(node_jobs_dirs(env, root)))
 
     # --- paths -------------------------------------------------------------------------
 
@@ -100,7 +144,7 @@ class JobStore:
         return self.layout.status(valid_thread(thread_id))
 
     def lock_path(self, thread_id: str) -> Path:
-        return self.layout.lock(valid_thread(thread_id))
+        return self.locks.lock(valid_thread(thread_id))
 
     def journal_path(self, thread_id: str, job_id: str) -> Path:
         return self.layout.journal(valid_thread(thread_id), valid_job(job_id))
@@ -180,8 +224,33 @@ class JobStore:
 
     def status_of(self, job: Replay) -> dict[str, Any]:
         """The derived status of ``job``, with the summaries of the thread's earlier jobs."""
-        return derive_status(job.view, job.transitions[-1], job.path, self.layout.log(job.thread_id, job.job_id),
-                             history_before(job, self._earlier(job)))
+        status = derive_status(job.view, job.transitions[-1], job.path, self.layout.log(job.thread_id, job.job_id),
+                               history_before(job, self._earlier(job)))
+        problem = self._unrecorded.get(job.job_id)
+        if problem is not None and not job.state.terminal:
+            status.update(self.unrecorded_loss(job, problem))
+        return status
+
+    def current_fields(self, job: Replay) -> dict[str, Any]:
+        """The job's fields and state, as :meth:`status_of` reports them, without the thread's history."""
+        fields = {**job.view.fields, "state": job.state.value}
+        problem = self._unrecorded.get(job.job_id)
+        if problem is not None and not job.state.terminal:
+            fields.update(self.unrecorded_loss(job, problem))
+        return fields
+
+    def unrecorded_loss(self, job: Replay, problem: str) -> dict[str, Any]:
+        """What can be proven of a job whose worker is gone when the journal cannot take the record:
+        it failed (``worker_lost``), and the outcome rule of its last journaled state."""
+        state = job.state.value
+        may_have = {"requesting": "the compaction request may have reached the extension",
+                    "accepted": "the compaction may still complete",
+                    "resuming": "a continuation may have started"}.get(state, "nothing was sent after it")
+        return {"status": "failed", "state": "failed", "errorCode": "worker_lost",
+                "error": f"the worker process is gone and the journal could not be written after `{state}` "
+                         f"({problem}); {may_have}",
+                "outcomeMayBeUnknown": outcome_may_be_unknown(job.state, {"delivery": "unknown"}),
+                "lastJournaledState": state, "journalUnwritable": problem}
 
     # --- status ------------------------------------------------------------------------
 
@@ -204,16 +273,18 @@ class JobStore:
             problem = "stale: it differs from the journal"
         if problem is not None:
             log.warning("status file of thread %s is %s; rebuilt from the journal", thread, problem)
-            if self.lock_liveness(thread) is not Liveness.ALIVE:
-                self._save_status(thread, status)
+            if self.lock_liveness(thread) is not Liveness.ALIVE and latest.job_id not in self._unrecorded:
+                self._save_status_quietly(thread, status)  # a reader never fails on a derived view
             status["statusFileProblem"] = f"{problem}; rebuilt from the journal"
         return status
 
     def _read_status_file(self, thread: str) -> tuple[dict[str, Any] | None, str | None]:
         try:
-            raw = read_private(self.layout.status(thread))
+            raw = read_private(self.layout.status(thread), limit=STATUS_LIMIT)
         except FileNotFoundError:
             return None, "missing"
+        except TooLarge as exc:
+            return None, f"too large ({exc.strerror}; not read)"
         except OSError as exc:
             return None, f"unreadable ({exc.strerror or exc})"
         try:
@@ -248,14 +319,29 @@ class JobStore:
 
     @contextmanager
     def _guarded(self) -> Iterator[None]:
-        with guarded(self.layout.guard()):
+        # The lock directory is ours to create (0700) as soon as something must be serialised:
+        # for a reader, only when it records a provably dead worker.
+        ensure_private_dir(self.lock_root, "lock directory")
+        with guarded(self.locks.guard()):
             yield
 
     def lock_owner(self, thread_id: str) -> LockOwner | None:
         """Who holds the thread's lock, or ``None`` when it is free."""
-        path = self.layout.lock(valid_thread(thread_id))
+        found = self._find_lock(valid_thread(thread_id))
+        return None if found is None else found[1]
+
+    def _find_lock(self, thread: str) -> tuple[Path, LockOwner] | None:
+        """The thread's lock and where it is: the lock directory, else (written by an earlier
+        rekall, whose worker may still run) the jobs directory."""
+        for path in (self.locks.lock(thread), self.layout.legacy_lock(thread)):
+            owner = self._read_lock(path)
+            if owner is not None:
+                return path, owner
+        return None
+
+    def _read_lock(self, path: Path) -> LockOwner | None:
         try:
-            raw = read_private(path)
+            raw = read_private(path, limit=LOCK_LIMIT)
         except FileNotFoundError:
             return None
         except OSError as exc:
@@ -312,11 +398,12 @@ class JobStore:
         if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
             raise InvalidInput(f"pid must be a positive integer; got {pid!r:.40}", field="pid", hint="fix the caller")
         with self._guarded():
-            owner = self.lock_owner(thread)
-            if owner is None or owner.job_id != job:
+            found = self._find_lock(thread)
+            if found is None or found[1].job_id != job:
                 return False
+            path, owner = found
             updated = attrs.evolve(owner, pid=pid, process_start_time=process_start_time, host=self.host)
-            self.fs.atomic_replace(self.layout.lock(thread), encode_lock(updated))
+            self.fs.atomic_replace(path, encode_lock(updated))
             return True
 
     def release_lock(self, thread_id: str, job_id: str) -> bool:
@@ -324,15 +411,18 @@ class JobStore:
         thread, job = valid_thread(thread_id), valid_job(job_id)
         with self._guarded():
             try:
-                owner = self.lock_owner(thread)
+                found = self._find_lock(thread)
             except LockBusy as exc:
                 log.warning("not releasing the lock of thread %s: %s", thread, exc.message)
                 return False
-            if owner is None or owner.job_id != job:
+            if found is None or found[1].job_id != job:
                 return False
-            self.layout.lock(thread).unlink(missing_ok=True)
-            self.fs.fsync_dir(self.root)
+            self._remove_lock(found[0])
             return True
+
+    def _remove_lock(self, path: Path) -> None:
+        path.unlink(missing_ok=True)
+        self.fs.fsync_dir(path.parent)
 
     # --- reaping -----------------------------------------------------------------------
 
@@ -340,32 +430,76 @@ class JobStore:
         """Apply the ``worker_lost`` rule to the thread if its job's process is provably gone.
 
         Returns what was done (``jobId``, ``reaped``, ``lockRemoved``, ``state``) or ``None``
-        when there was nothing to do. A lock whose owner cannot be judged is left alone.
+        when there was nothing to do. A lock whose owner cannot be judged is left alone. Never
+        raises for a write that fails: the job is then reported from what can be proven
+        (see :meth:`unrecorded_loss`).
         """
         thread = valid_thread(thread_id)
+        if not self._may_need_reaping(thread):
+            return None  # the common case takes no guard, so a reader creates nothing
         with self._guarded():
             try:
-                owner = self.lock_owner(thread)
+                found = self._find_lock(thread)
             except LockBusy as exc:
                 log.warning("cannot judge the lock of thread %s: %s", thread, exc.message)
                 return None
-            if owner is not None:
-                return self._reap_lock_if_dead(thread, owner)
+            if found is not None:
+                return self._reap_lock_if_dead(thread, *found)
             return self._reap_orphan_if_dead(thread)
 
-    def _reap_lock_if_dead(self, thread: str, owner: LockOwner) -> dict[str, Any] | None:
-        job = self._load_if_exists(thread, owner.job_id)
+    def reap_all(self) -> list[dict[str, Any]]:
+        """``reap_if_dead`` for every thread that has a job here or a lock naming this jobs directory."""
+        threads = {thread for thread, _ in self.layout.journals()}
+        done = []
+        for thread in sorted(threads):
+            try:
+                result = self.reap_if_dead(thread)
+            except StoreError as exc:  # one unreadable journal must not hide the others
+                log.warning("cannot judge thread %s: %s", thread, exc.message)
+                continue
+            if result is not None:
+                done.append(result)
+        return done
+
+    def _may_need_reaping(self, thread: str) -> bool:
+        if any(os.path.lexists(p) for p in (self.locks.lock(thread), self.layout.legacy_lock(thread))):
+            return True
+        try:
+            latest = self.latest(thread)
+        except StoreError:
+            return False  # an unreadable journal proves nothing; readers report it
+        return latest is not None and not latest.state.terminal and latest.job_id not in self._unrecorded
+
+    def _reap_lock_if_dead(self, thread: str, path: Path, owner: LockOwner) -> dict[str, Any] | None:
+        home = self._home_of(owner)
+        job = home._load_if_exists(thread, owner.job_id) if home is not None else None
         if self._job_liveness(owner, job) is not Liveness.DEAD:
             return None
         reaped = job is not None and not job.state.terminal
         if reaped:
-            assert job is not None
-            job = self._mark_worker_lost(job)
-        self.layout.lock(thread).unlink(missing_ok=True)
-        self.fs.fsync_dir(self.root)
+            assert job is not None and home is not None
+            job = home._mark_worker_lost(job)
+            self._unrecorded.update(home._unrecorded)
+        if job is not None and job.job_id in self._unrecorded:
+            return {"jobId": owner.job_id, "reaped": False, "lockRemoved": False, "state": job.state.value,
+                    "journalUnwritable": self._unrecorded[job.job_id]}
+        self._remove_lock(path)
         log.warning("removed the stale lock of thread %s (job %s, pid %s)", thread, owner.job_id, owner.pid)
         return {"jobId": owner.job_id, "reaped": reaped, "lockRemoved": True,
                 "state": None if job is None else job.state.value}
+
+    def _home_of(self, owner: LockOwner) -> JobStore | None:
+        """The store holding the lock's job: this one, or the jobs directory the lock names
+        (another ``CODEX_HOME``); ``None`` when that directory cannot be used."""
+        if owner.jobs_dir is None or Path(owner.jobs_dir) == self.root:
+            return self
+        other = Path(owner.jobs_dir)
+        try:
+            inspect_jobs_dir(other)
+        except StoreError as exc:
+            log.warning("the lock of job %s names the jobs directory %s: %s", owner.job_id, other, exc.message)
+            return None
+        return JobStore(other, lock_root=self.lock_root, clock=self.clock, fs=self.fs)
 
     def _reap_orphan_if_dead(self, thread: str) -> dict[str, Any] | None:
         """A job that is not over but has no lock: reap it if its worker is gone."""
@@ -373,14 +507,24 @@ class JobStore:
         if latest is None or latest.state.terminal or self._job_liveness(None, latest) is not Liveness.DEAD:
             return None
         job = self._mark_worker_lost(latest)
-        return {"jobId": job.job_id, "reaped": True, "lockRemoved": False, "state": job.state.value}
+        return {"jobId": job.job_id, "reaped": job.job_id not in self._unrecorded, "lockRemoved": False,
+                "state": job.state.value}
 
     def _mark_worker_lost(self, job: Replay) -> Replay:
-        with self.open_lifecycle(job.thread_id, job.job_id) as lifecycle:
-            before = lifecycle.state
-            lifecycle.fire("fail", errorCode="worker_lost",
-                           error=f"the worker process ended while the job was {before.value}; "
-                                 "nothing is retried automatically", delivery="unknown")
+        """Journal ``fail`` (``worker_lost``), saying what the dead worker had already done.
+
+        When the journal cannot be written (a full disk), nothing changes on disk, the job is
+        remembered in ``_unrecorded`` and returned as it was: readers report it without crashing.
+        """
+        before = job.state
+        try:
+            with self.open_lifecycle(job.thread_id, job.job_id) as lifecycle:
+                lifecycle.fire("fail", errorCode="worker_lost", error=_lost_words(before), delivery="unknown")
+        except (OSError, StoreError) as exc:
+            problem = exc.message if isinstance(exc, StoreError) else f"{exc.strerror or exc}"
+            log.error("job %s: its worker is gone, and this could not be journaled: %s", job.job_id, problem)
+            self._unrecorded[job.job_id] = problem
+            return job
         return self.load(job.thread_id, job.job_id)
 
     # --- scheduling --------------------------------------------------------------------
@@ -395,30 +539,40 @@ class JobStore:
                                hint="fix the caller")
         fields = _checked_extra(extra)
         with self._guarded():
-            owner = self.lock_owner(thread)
-            if owner is not None:
-                existing = self._settle_lock(thread, owner)
+            found = self._find_lock(thread)
+            if found is not None:
+                existing = self._settle_lock(thread, *found)
                 if existing is not None:
                     return existing
+            refuse_if_node_job_runs(self.node_dirs, thread)
             latest = self.latest(thread)
             if latest is not None and not latest.state.terminal:
                 self._settle_orphan(latest)
             return self._create(thread, str(uuid.uuid4()), clean, user_fingerprint, fields)
 
-    def _settle_lock(self, thread: str, owner: LockOwner) -> CreatedJob | None:
-        job = self._load_if_exists(thread, owner.job_id)
+    def _settle_lock(self, thread: str, path: Path, owner: LockOwner) -> CreatedJob | None:
+        home = self._home_of(owner)
+        job = home._load_if_exists(thread, owner.job_id) if home is not None else None
         alive = self._job_liveness(owner, job)
         if alive is Liveness.DEAD:
-            self._reap_lock_if_dead(thread, owner)
+            reaped = self._reap_lock_if_dead(thread, path, owner)
+            if reaped is not None and "journalUnwritable" in reaped:
+                raise StoreError(f"the worker of job {owner.job_id} is gone, but its journal cannot be written "
+                                 f"({reaped['journalUnwritable']}); nothing was scheduled",
+                                 code="journal_unusable", hint="free disk space, then schedule again")
             return None
         where = f"job {owner.job_id} (pid {owner.pid} on {owner.host or 'an unknown host'})"
         if alive is Liveness.UNKNOWN:
             raise LockBusy(f"thread {thread} is locked by {where}, and whether that process still runs cannot "
                            "be told from here", hint=f"if no rekall worker runs for this thread, inspect "
-                           f"`rekall explain {owner.job_id}` and move {self.layout.lock(thread)} aside; rekall "
+                           f"`rekall explain {owner.job_id}` and move {path} aside; rekall "
                            "never removes a lock it cannot prove stale")
         if job is not None and not job.state.terminal:
-            return CreatedJob(job.job_id, self.status_of(job), already_scheduled=True)
+            assert home is not None
+            status = home.status_of(job)
+            if home is not self:  # scheduled through another CODEX_HOME: still this thread's one job
+                status["jobsDir"] = str(home.root)
+            return CreatedJob(job.job_id, status, already_scheduled=True)
         state = "has no journal" if job is None else f"already ended ({job.state.value})"
         raise LockBusy(f"thread {thread} is locked by {where}, which {state} while its process still runs",
                        hint="its worker is finishing; schedule again in a moment")
@@ -428,14 +582,18 @@ class JobStore:
             raise LockBusy(f"job {job.job_id} is {job.state.value} without its lock and its worker may still run",
                            hint=f"inspect `rekall explain {job.job_id}`; schedule again once it has ended")
         self._mark_worker_lost(job)
+        if job.job_id in self._unrecorded:
+            raise StoreError(f"the worker of job {job.job_id} is gone, but its journal cannot be written "
+                             f"({self._unrecorded[job.job_id]}); nothing was scheduled",
+                             code="journal_unusable", hint="free disk space, then schedule again")
 
     def _create(self, thread: str, job: str, handoff: dict[str, Any] | None,
                 fingerprint: str | None, extra: dict[str, Any]) -> CreatedJob:
         now = self.clock.now()
         pid = os.getpid()
         me = LockOwner(job_id=job, thread_id=thread, pid=pid, process_start_time=process_start_time(pid),
-                       host=self.host, created_at=now.iso)
-        lock, journal = self.layout.lock(thread), self.layout.journal(thread, job)
+                       host=self.host, created_at=now.iso, jobs_dir=str(self.root))
+        lock, journal = self.locks.lock(thread), self.layout.journal(thread, job)
         handoff_path = self.layout.handoff(thread, job)
         fields: dict[str, Any] = {
             "jobId": job, "threadId": thread, "createdAt": now.iso,
@@ -450,7 +608,7 @@ class JobStore:
             raise LockBusy(f"the lock of thread {thread} appeared while it was being taken",
                            hint="another program writes the jobs directory; nothing was scheduled") from None
         except BaseException:  # the link may have happened before the failure: take back only ours
-            if lock.exists() and read_private(lock) == mine:
+            if lock.exists() and read_private(lock, limit=LOCK_LIMIT) == mine:
                 lock.unlink()
             raise
         try:
@@ -472,6 +630,19 @@ class JobStore:
         status = self.status_of(created)
         self._save_status_quietly(thread, status)
         return CreatedJob(job, status, already_scheduled=False)
+
+    def fail_unstarted(self, thread_id: str, job_id: str, error: str) -> dict[str, Any]:
+        """The worker could not be started: fail the job with the cause and release its lock.
+
+        Nothing was sent to the extension, so the outcome is known. The journal is kept.
+        """
+        thread, job = valid_thread(thread_id), valid_job(job_id)
+        with self.open_lifecycle(thread, job) as lifecycle:
+            if not lifecycle.state.terminal:
+                lifecycle.fire("fail", errorCode="spawn_failed", error=error, delivery="not_delivered")
+            status = lifecycle.status
+        self.release_lock(thread, job)
+        return status
 
     # --- driving and inspecting one job ------------------------------------------------
 
@@ -512,6 +683,19 @@ class JobStore:
         """The saved handoff record, if unchanged and bound to this thread and job."""
         thread, job = valid_thread(thread_id), valid_job(job_id)
         return verify_record(self.layout.handoff(thread, job), thread, job, expected_sha256)
+
+
+def _lost_words(state: JobState) -> str:
+    """What a dead worker had done, in the words its ``worker_lost`` record keeps."""
+    done = {
+        JobState.ACCEPTED: ", after the extension accepted the compaction request; the compaction may still "
+                           "complete",
+        JobState.WAITING_FOR_RESUME_IDLE: ", after the compaction completed: the thread was compacted, and the "
+                                          "continuation did not run",
+        JobState.RESUMING: ", after the compaction completed: the thread was compacted, and a continuation may "
+                           "have started",
+    }.get(state, "")
+    return f"the worker process ended while the job was {state.value}{done}; nothing is retried automatically"
 
 
 def _behind(on_disk: dict[str, Any] | None, status: dict[str, Any]) -> bool:

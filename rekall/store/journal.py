@@ -7,9 +7,11 @@ garbage and move the damage into the middle). A bad line *followed by good ones*
 corruption: it is reported with its line number, never skipped.
 
 The writer appends a whole line with one ``O_APPEND`` write, then fsyncs, and only then
-returns. It also checks that the file still has the length it last saw: the job lock makes
-the writer the only one, and this catches the case where that promise was broken (a
-worker judged dead that was not). After any failed write the handle refuses more writes:
+returns. The job lock makes the writer the only one; in case that promise is broken (a
+worker judged dead that was not), each append holds an exclusive kernel lock on the journal
+(``flock``; ``LockFileEx`` on Windows) from its length check to its fsync, so a second writer
+is refused instead of interleaving, and the check that the file still has the length it last
+saw catches one that appended in between. After any failed write the handle refuses more writes:
 a failed fsync is not retried, because the kernel may already have dropped the data.
 """
 
@@ -22,10 +24,14 @@ from pathlib import Path
 import attrs
 
 from rekall.store.errors import JournalCorrupt, JournalUnusable, UnknownRecordVersion
-from rekall.store.fsio import O_BINARY, O_CLOEXEC, O_NOFOLLOW, FileOps, read_private
+from rekall.store.fsio import JOURNAL_LIMIT, O_BINARY, O_CLOEXEC, O_NOFOLLOW, FileOps, read_private
+from rekall.store.guard import try_lock, unlock
 from rekall.store.wire import BadRecord, Garbled, NewerVersion, Record, decode_line, encode_record
 
 log = logging.getLogger("rekall.store")
+
+#: Windows locks are mandatory: lock a byte far past the end, which no reader reads.
+_LOCK_OFFSET = 1 << 40
 
 
 @attrs.frozen
@@ -39,7 +45,7 @@ class Scan:
 def scan_journal(path: Path) -> Scan:
     """Read and check every line of ``path`` without changing it."""
     try:
-        data = read_private(path)
+        data = read_private(path, limit=JOURNAL_LIMIT)
     except FileNotFoundError:
         raise
     except OSError as exc:
@@ -66,7 +72,7 @@ def scan_journal(path: Path) -> Scan:
 
 def first_record(path: Path) -> Record:
     """Only the first record (it creates the job), for ordering jobs without replaying them."""
-    data = read_private(path)
+    data = read_private(path, limit=JOURNAL_LIMIT)
     end = data.find(b"\n")
     try:
         return decode_line(data if end < 0 else data[: end + 1])
@@ -108,13 +114,19 @@ class JournalWriter:
         """Open for appending after ``scan``, cutting a torn tail first."""
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | O_NOFOLLOW | O_CLOEXEC | O_BINARY)
         try:
-            if scan.torn_bytes:
-                os.ftruncate(fd, scan.good_length)
-                fs.fsync(fd)
-                log.warning("cut a torn tail of %d bytes from %s", scan.torn_bytes, path)
-            if os.fstat(fd).st_size != scan.good_length:
-                raise JournalUnusable(f"{path} changed while it was being opened",
+            if not try_lock(fd, _LOCK_OFFSET):
+                raise JournalUnusable(f"{path} is being appended to by another process",
                                       hint="another process writes this job; stop one of them")
+            try:
+                if scan.torn_bytes:
+                    os.ftruncate(fd, scan.good_length)
+                    fs.fsync(fd)
+                    log.warning("cut a torn tail of %d bytes from %s", scan.torn_bytes, path)
+                if os.fstat(fd).st_size != scan.good_length:
+                    raise JournalUnusable(f"{path} changed while it was being opened",
+                                          hint="another process writes this job; stop one of them")
+            finally:
+                unlock(fd, _LOCK_OFFSET)
         except BaseException:
             os.close(fd)
             raise
@@ -125,6 +137,16 @@ class JournalWriter:
         if self._broken is not None:
             raise JournalUnusable(f"{self.path} refuses writes after an earlier failure ({self._broken})",
                                   hint="reopen the job; the journal on disk is the truth")
+        if not try_lock(self._fd, _LOCK_OFFSET):
+            self._broken = "another process was appending"
+            raise JournalUnusable(f"{self.path} is being appended to by another process; this job has two writers",
+                                  hint="only the lock's owner may write; inspect with `rekall explain`")
+        try:
+            self._append_locked(record)
+        finally:
+            unlock(self._fd, _LOCK_OFFSET)
+
+    def _append_locked(self, record: Record) -> None:
         if os.fstat(self._fd).st_size != self._length:
             self._broken = "the file was changed by another writer"
             raise JournalUnusable(f"{self.path} was appended to by someone else; this job has two writers",

@@ -1,20 +1,42 @@
 """Who holds a lock, and whether that process is provably gone.
 
-A PID alone cannot name a process: PIDs are reused. An owner is (host, pid, process start
-time). It is declared dead only on proof: same host, and the PID does not exist, is a
-zombie, or now belongs to a process that started at another time. A lock from another
-host, or one without a PID (the Node version wrote none), is "unknown" and treated as held.
+A PID alone cannot name a process: PIDs are reused. An owner is (machine, pid, process start
+time), read with ``psutil`` on every platform. It is declared dead only on proof: the same
+machine, and the PID does not exist, is a zombie, or now belongs to a process that started at
+another time. A lock from another machine, or one without a PID (the Node version wrote none),
+is "unknown" and treated as held.
+
+The start-time token:
+
+* Linux: ``linux:<boot id>:<clock ticks from boot to the process start>``. The boot id
+  (``/proc/sys/kernel/random/boot_id``) changes at every boot, and the tick count never moves
+  when the wall clock is set. The boot id also proves "same machine" when the host name
+  changed since the lock was written.
+* Elsewhere: ``psutil:<start time>:<boot time>``, both wall-clock seconds. Setting the clock
+  may move both (they are derived from the current clock minus an uptime) or neither, so two
+  readings name the same process when either the start times or the start-since-boot offsets
+  agree within ``START_TOLERANCE_S``.
+
+``ps -o lstart`` (the earlier macOS/BSD source) printed local time, so a reader with another
+``TZ`` judged a live worker dead; tokens written that way (``ps:``, ``win:``) can no longer be
+compared and make the verdict "unknown", never "dead".
 """
 
 from __future__ import annotations
 
 import os
 import socket
-import subprocess
 import sys
 from enum import Enum
 
 import attrs
+import psutil
+
+#: Readings of one process's start differ by rounding and by the boot time moving a second
+#: between two reads; a PID is never reused that fast.
+START_TOLERANCE_S = 2.0
+_LINUX = sys.platform.startswith("linux")
+_TICKS_PER_S = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") and _LINUX else 100
 
 
 class Liveness(str, Enum):
@@ -33,115 +55,99 @@ class LockOwner:
     process_start_time: str | None = None
     host: str | None = None
     created_at: str | None = None
+    #: The jobs directory holding the job's journal (the lock lives outside it; see ``paths``).
+    jobs_dir: str | None = None
 
 
 def this_host() -> str:
     return socket.gethostname()
 
 
+def boot_id() -> str | None:
+    """Linux's per-boot random id; ``None`` elsewhere or when unreadable."""
+    if not _LINUX:
+        return None
+    try:
+        with open("/proc/sys/kernel/random/boot_id", "rb") as handle:
+            value = handle.read(64).decode("ascii", "replace").strip()
+    except OSError:
+        return None
+    return value or None
+
+
 def process_start_time(pid: int) -> str | None:
     """A token that changes when ``pid`` is reused; ``None`` when it cannot be read here."""
-    if sys.platform.startswith("linux"):
-        return _linux_start(pid)
-    if sys.platform == "win32":
-        return _windows_start(pid)
-    return _ps_start(pid)
-
-
-def _linux_stat(pid: int) -> list[str] | None:
     try:
-        with open(f"/proc/{pid}/stat", "rb") as handle:
-            raw = handle.read().decode("ascii", "replace")
-    except OSError:
+        created = psutil.Process(pid).create_time()
+        booted = psutil.boot_time()
+    except (psutil.Error, OSError, ValueError):
         return None
-    # The command name (field 2) may hold spaces and parentheses; fields resume after the last ')'.
-    return raw[raw.rfind(")") + 2:].split()
+    boot = boot_id()
+    if boot is not None:
+        return f"linux:{boot}:{round((created - booted) * _TICKS_PER_S)}"
+    return f"psutil:{created:.3f}:{booted:.3f}"
 
 
-def _linux_start(pid: int) -> str | None:
-    fields = _linux_stat(pid)
-    if fields is None:
+def _parse(token: str) -> tuple[str, str, float] | None:
+    """``(kind, first, second)`` of a token this version writes; ``None`` for any other."""
+    kind, _, rest = token.partition(":")
+    first, _, second = rest.rpartition(":")
+    if kind not in ("linux", "psutil") or not first:
         return None
     try:
-        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as handle:
-            boot = handle.read().strip()
-    except OSError:
-        boot = "unknown-boot"
-    return f"linux:{boot}:{fields[19]}"  # field 22 of stat: start time in clock ticks since boot
-
-
-def _ps_start(pid: int) -> str | None:
-    try:
-        out = subprocess.run(["ps", "-o", "lstart=", "-p", str(pid)], capture_output=True, text=True,
-                             timeout=5, check=False)
-    except (OSError, subprocess.SubprocessError):
+        return kind, first, float(second)
+    except ValueError:
         return None
-    started = " ".join(out.stdout.split())
-    return f"ps:{started}" if out.returncode == 0 and started else None
 
 
-def _windows_start(pid: int) -> str | None:  # pragma: no cover - exercised on Windows only
-    import ctypes
-    from ctypes import wintypes
-
-    kernel32 = ctypes.WinDLL("kernel32", use_last_error=True)
-    handle = kernel32.OpenProcess(0x1000, False, pid)  # PROCESS_QUERY_LIMITED_INFORMATION
-    if not handle:
+def same_process(recorded: str, current: str) -> bool | None:
+    """Do two start-time tokens of one PID name the same process? ``None`` when they cannot be compared."""
+    a, b = _parse(recorded), _parse(current)
+    if a is None or b is None or a[0] != b[0]:
         return None
-    try:
-        times = [wintypes.FILETIME() for _ in range(4)]
-        if not kernel32.GetProcessTimes(handle, *(ctypes.byref(t) for t in times)):
-            return None
-        created = times[0]
-        return f"win:{(created.dwHighDateTime << 32) | created.dwLowDateTime}"
-    finally:
-        kernel32.CloseHandle(handle)
+    if a[0] == "linux":
+        if a[1] != b[1]:
+            return False  # another boot: the recorded process ended with it
+        return abs(a[2] - b[2]) <= START_TOLERANCE_S * _TICKS_PER_S
+    created_a, created_b = float(a[1]), float(b[1])
+    if abs(created_a - created_b) <= START_TOLERANCE_S:
+        return True
+    # The clock was set between the readings and moved both the start and the boot time.
+    return abs((created_a - a[2]) - (created_b - b[2])) <= START_TOLERANCE_S
 
 
-def _windows_alive(pid: int) -> bool | None:  # pragma: no cover - exercised on Windows only
-    import ctypes
-    from ctypes import wintypes
-
-    kernel32 = ctypes.WinDLL("kernel32", use_last_error=True)
-    handle = kernel32.OpenProcess(0x1000, False, pid)  # PROCESS_QUERY_LIMITED_INFORMATION
-    if not handle:
-        error = ctypes.get_last_error()
-        return False if error == 87 else (True if error == 5 else None)  # invalid pid / access denied
-    try:
-        code = wintypes.DWORD()
-        if not kernel32.GetExitCodeProcess(handle, ctypes.byref(code)):
-            return None
-        return code.value == 259  # STILL_ACTIVE
-    finally:
-        kernel32.CloseHandle(handle)
+def token_boot_id(token: str | None) -> str | None:
+    parsed = None if token is None else _parse(token)
+    return parsed[1] if parsed is not None and parsed[0] == "linux" else None
 
 
-def _pid_exists(pid: int) -> bool | None:
-    """True, False, or None when it cannot be told."""
+def pid_exists(pid: int) -> bool | None:
+    """True, False, or None when it cannot be told. A zombie has finished running."""
     if pid <= 0:
         return False
-    if sys.platform == "win32":  # pragma: no cover - os.kill(pid, 0) would send CTRL_C there
-        return _windows_alive(pid)
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        return psutil.Process(pid).status() not in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD)
+    except psutil.NoSuchProcess:
         return False
-    except PermissionError:
+    except psutil.AccessDenied:
         return True  # exists, owned by someone else
-    except OSError:
+    except (psutil.Error, OSError):
         return None
-    if sys.platform.startswith("linux"):
-        fields = _linux_stat(pid)
-        if fields is not None and fields[0] in ("Z", "X"):  # a zombie has finished running
-            return False
-    return True
+
+
+def same_machine(owner: LockOwner, host: str) -> bool:
+    """The lock was written on this machine: same host name, or (renamed host) this boot's id."""
+    boot = token_boot_id(owner.process_start_time)
+    if boot is not None and boot == boot_id():
+        return True
+    return owner.host is not None and owner.host == host
 
 
 def liveness(owner: LockOwner, *, host: str | None = None) -> Liveness:
-    """ALIVE, DEAD (proven), or UNKNOWN (another host, or no identity recorded)."""
-    if owner.pid is None or owner.host is None or owner.host != (host or this_host()):
+    """ALIVE, DEAD (proven), or UNKNOWN (another machine, or no identity recorded)."""
+    if owner.pid is None or not same_machine(owner, host or this_host()):
         return Liveness.UNKNOWN
-    exists = _pid_exists(owner.pid)
+    exists = pid_exists(owner.pid)
     if exists is None:
         return Liveness.UNKNOWN
     if not exists:
@@ -150,5 +156,8 @@ def liveness(owner: LockOwner, *, host: str | None = None) -> Liveness:
         return Liveness.ALIVE  # cannot prove reuse: treat as the owner
     current = process_start_time(owner.pid)
     if current is None:
-        return Liveness.DEAD if _pid_exists(owner.pid) is False else Liveness.UNKNOWN
-    return Liveness.ALIVE if current == owner.process_start_time else Liveness.DEAD
+        return Liveness.DEAD if pid_exists(owner.pid) is False else Liveness.UNKNOWN
+    same = same_process(owner.process_start_time, current)
+    if same is None:
+        return Liveness.UNKNOWN  # a token of an earlier rekall that cannot be compared
+    return Liveness.ALIVE if same else Liveness.DEAD

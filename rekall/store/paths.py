@@ -1,10 +1,17 @@
-"""Where the store keeps things: the jobs directory and the name of every file in it.
+"""Where the store keeps things: the jobs directory, the lock directory, and every file name.
 
-Per thread: ``<thread>.json`` (status, a derived view), ``<thread>.lock`` (the job lock).
-Per job: ``<thread>.<job>.journal.jsonl`` (the source of truth), ``.handoff.json`` (the
-immutable handoff record), ``.cancel`` (the cancel marker), ``.log`` (the worker's log).
-``.guard`` serialises short critical sections (lock inspection, take-over) between
-processes. Ids are validated UUIDs before they reach a file name.
+Jobs directory, per thread: ``<thread>.json`` (status, a derived view); per job:
+``<thread>.<job>.journal.jsonl`` (the source of truth), ``.handoff.json`` (the immutable
+handoff record), ``.cancel`` (the cancel marker), ``.log`` (the worker's log).
+
+Lock directory, per thread: ``<thread>.lock`` (one job per thread), and ``.guard``, which
+serialises short critical sections (lock inspection, take-over) between processes. The lock
+directory is derived from the user alone, ``~/.rekall/locks`` (``HOME``, else the account's
+home directory), never from ``CODEX_HOME``, ``TMPDIR`` or ``XDG_*``: Codex starts MCP
+servers with few variables, so the MCP server and a shell can resolve different jobs
+directories, and a lock kept there would let one thread get two jobs.
+
+Ids are validated UUIDs before they reach a file name.
 """
 
 from __future__ import annotations
@@ -16,7 +23,7 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from rekall.config import codex_home, env_value
+from rekall.config import absolute_codex_home, absolute_path, env_value, expand_home, user_home
 from rekall.errors import StoreError
 
 log = logging.getLogger("rekall.store")
@@ -26,19 +33,35 @@ GUARD_NAME = ".guard"
 
 
 def resolve_jobs_dir(env: Mapping[str, str]) -> Path:
-    """``REKALL_JOBS_DIR``, else ``CONTEXT_COMPACT_JOBS_DIR``, else an existing legacy
-    ``$CODEX_HOME/tools/context-compact/jobs``, else ``$CODEX_HOME/tools/rekall/jobs``.
+    """``REKALL_JOBS_DIR``, else ``$CODEX_HOME/tools/rekall/jobs`` (``CODEX_HOME`` defaults to ``~/.codex``).
 
-    ``CODEX_HOME`` defaults to ``~/.codex``; an empty variable counts as unset.
+    rekall writes only to its own directory: the Node version's (``CONTEXT_COMPACT_JOBS_DIR``,
+    ``$CODEX_HOME/tools/context-compact/jobs``) is only read, see :func:`node_jobs_dirs`. An
+    empty variable counts as unset; a relative path is refused.
     """
-    explicit = env_value(env, "REKALL_JOBS_DIR", "CONTEXT_COMPACT_JOBS_DIR")
+    explicit = env_value(env, "REKALL_JOBS_DIR")
     if explicit is not None:
-        return Path(explicit).expanduser().absolute()
-    home = codex_home(env).expanduser().absolute()
-    legacy = home / "tools" / "context-compact" / "jobs"
-    if legacy.is_dir():  # reuse the Node version's directory so its locks and history survive
-        return legacy
-    return home / "tools" / "rekall" / "jobs"
+        return absolute_path(env, "REKALL_JOBS_DIR", expand_home(explicit, env))
+    return absolute_codex_home(env) / "tools" / "rekall" / "jobs"
+
+
+def node_jobs_dirs(env: Mapping[str, str], own: Path) -> list[Path]:
+    """The Node version's jobs directories that exist (its variable, then its default), not ``own``."""
+    candidates = []
+    explicit = env_value(env, "CONTEXT_COMPACT_JOBS_DIR")
+    if explicit is not None and os.path.isabs(expand_home(explicit, env)):
+        candidates.append(expand_home(explicit, env))
+    candidates.append(absolute_codex_home(env) / "tools" / "context-compact" / "jobs")
+    found: list[Path] = []
+    for path in candidates:
+        if path != own and path not in found and path.is_dir() and not path.is_symlink():
+            found.append(path)
+    return found
+
+
+def resolve_lock_dir(env: Mapping[str, str]) -> Path:
+    """``<home>/.rekall/locks``: the same folder for every process of this user (see the module doc)."""
+    return absolute_path(env, "HOME", user_home(env)) / ".rekall" / "locks"
 
 
 def _make_private_dirs(path: Path) -> None:
@@ -56,29 +79,28 @@ def _make_private_dirs(path: Path) -> None:
         os.chmod(directory, 0o700)  # exactly 0700, whatever the umask
 
 
-def inspect_jobs_dir(path: Path) -> os.stat_result:
-    """Refuse an existing jobs directory that is a symlink, not a directory, or someone else's.
+def inspect_jobs_dir(path: Path, what: str = "jobs directory") -> os.stat_result:
+    """Refuse an existing directory that is a symlink, not a directory, or someone else's.
 
-    Changes nothing, so `rekall doctor` can apply the same rule. Group and other bits are
-    not refused here: :func:`ensure_private_dir` tightens them.
+    Changes nothing, so readers and `rekall doctor` apply the same rule. Group and other bits
+    are not refused here: :func:`ensure_private_dir` tightens them when a job is scheduled.
     """
+    fix = "set REKALL_JOBS_DIR to a private directory of your own" if what == "jobs directory" \
+        else f"move {path} aside; rekall recreates it 0700"
     try:
         st = os.lstat(path)
     except OSError as exc:
-        raise StoreError(f"cannot inspect the jobs directory {path}: {exc.strerror or exc}",
-                         hint="set REKALL_JOBS_DIR to a directory you can write") from None
+        raise StoreError(f"cannot inspect the {what} {path}: {exc.strerror or exc}", hint=fix) from None
     if stat.S_ISLNK(st.st_mode):
-        raise StoreError(f"the jobs directory {path} is a symbolic link; refusing to follow it",
-                         hint="point REKALL_JOBS_DIR at the real directory")
+        raise StoreError(f"the {what} {path} is a symbolic link; refusing to follow it", hint=fix)
     if not stat.S_ISDIR(st.st_mode):
-        raise StoreError(f"the jobs directory {path} is not a directory", hint="set REKALL_JOBS_DIR elsewhere")
+        raise StoreError(f"the {what} {path} is not a directory", hint=fix)
     if sys.platform != "win32" and st.st_uid != os.geteuid():
-        raise StoreError(f"the jobs directory {path} belongs to uid {st.st_uid}, not to you; refusing to use it",
-                         hint="set REKALL_JOBS_DIR to a private directory of your own")
+        raise StoreError(f"the {what} {path} belongs to uid {st.st_uid}, not to you; refusing to use it", hint=fix)
     return st
 
 
-def ensure_private_dir(path: Path) -> str | None:
+def ensure_private_dir(path: Path, what: str = "jobs directory") -> str | None:
     """Create ``path`` 0700, or check an existing one. Returns a report when it fixed something.
 
     A directory owned by someone else is refused. One of ours that group or others can
@@ -88,14 +110,15 @@ def ensure_private_dir(path: Path) -> str | None:
     try:
         _make_private_dirs(path)
     except OSError as exc:
-        raise StoreError(f"cannot create the jobs directory {path}: {exc.strerror or exc}",
-                         hint="set REKALL_JOBS_DIR to a directory you can write") from None
-    st = inspect_jobs_dir(path)
+        raise StoreError(f"cannot create the {what} {path}: {exc.strerror or exc}",
+                         hint="set REKALL_JOBS_DIR to a directory you can write" if what == "jobs directory"
+                         else f"make {path.parent} writable") from None
+    st = inspect_jobs_dir(path, what)
     if sys.platform == "win32":  # POSIX modes mean nothing there; the profile directory is private
         return None
     if st.st_mode & 0o077:
         os.chmod(path, 0o700)
-        report = f"tightened the jobs directory {path} from {stat.S_IMODE(st.st_mode):04o} to 0700"
+        report = f"tightened the {what} {path} from {stat.S_IMODE(st.st_mode):04o} to 0700"
         log.warning(report)
         return report
     return None
@@ -110,11 +133,9 @@ class Layout:
     def status(self, thread: str) -> Path:
         return self.root / f"{thread}.json"
 
-    def lock(self, thread: str) -> Path:
+    def legacy_lock(self, thread: str) -> Path:
+        """Where rekall before the lock directory kept the lock: still honoured, never created."""
         return self.root / f"{thread}.lock"
-
-    def guard(self) -> Path:
-        return self.root / GUARD_NAME
 
     def journal(self, thread: str, job: str) -> Path:
         return self.root / f"{thread}.{job}{JOURNAL_SUFFIX}"
@@ -133,7 +154,11 @@ class Layout:
         from rekall.ids import is_uuid
 
         found = []
-        for name in os.listdir(self.root):
+        try:
+            names = os.listdir(self.root)
+        except FileNotFoundError:
+            return []  # no jobs directory yet: a reader never creates it
+        for name in names:
             if not name.endswith(JOURNAL_SUFFIX):
                 continue
             t, _, j = name[: -len(JOURNAL_SUFFIX)].partition(".")
@@ -141,3 +166,16 @@ class Layout:
                 continue
             found.append((t, j))
         return found
+
+
+class LockLayout:
+    """File names in the lock directory."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def lock(self, thread: str) -> Path:
+        return self.root / f"{thread}.lock"
+
+    def guard(self) -> Path:
+        return self.root / GUARD_NAME

@@ -69,7 +69,7 @@ _register(NoteRecord, strict=True, mono_ms="monoMs")
 _register(GuardVerdict, strict=True)
 # The lock is read leniently: the Node version wrote only jobId and threadId.
 _register(LockOwner, strict=False, job_id="jobId", thread_id="threadId", process_start_time="processStartTime",
-          created_at="createdAt")
+          created_at="createdAt", jobs_dir="jobsDir")
 
 
 def dumps(value: Any) -> str:

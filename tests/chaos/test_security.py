@@ -210,7 +210,9 @@ def test_every_file_a_job_leaves_is_private_even_under_umask_0(tmp_path: Path):
         follows = job.sim.follow_count
         job.schedule()
         job.wait_followed(follows)
-        during = modes(job.jobs_dir)  # the lock, journal, handoff, status and log while it runs
+        locks = job.store.lock_root
+        # the lock (in the lock directory), journal, handoff, status and log while it runs
+        during = {**modes(job.jobs_dir), **{f"locks/{k}": v for k, v in modes(locks).items()}}
         assert any(name.endswith(".lock") for name in during)
         job.sim.complete_turn("completed")
         job.finish()
@@ -220,11 +222,11 @@ def test_every_file_a_job_leaves_is_private_even_under_umask_0(tmp_path: Path):
         job.wait_followed(follows)
         job.cancel()  # leaves a cancel marker
         job.finish()
-        after = modes(job.jobs_dir)
+        after = {**modes(job.jobs_dir), **{f"locks/{k}": v for k, v in modes(locks).items()}}
     for kind in (".json", ".journal.jsonl", ".handoff.json", ".log", ".cancel", ".guard"):
         assert any(name.endswith(kind) for name in after), f"no {kind} file to check"
     loose = {name: mode for name, mode in {**during, **after}.items()
-             if mode != ("0o700" if name == "." else "0o600")}
+             if mode != ("0o700" if name in (".", "locks/.") else "0o600")}
     assert not loose, loose
 
 

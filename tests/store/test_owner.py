@@ -7,6 +7,7 @@ import sys
 import pytest
 
 from rekall.store import Liveness, LockOwner, process_start_time
+from rekall.store import owner as owner_module
 from rekall.store.owner import liveness, this_host
 
 
@@ -47,6 +48,56 @@ def test_a_live_pid_with_another_start_time_is_a_reused_pid():
     assert liveness(_owner(process_start_time="linux:other-boot:1")) is Liveness.DEAD
 
 
-@pytest.mark.parametrize("changes", [{"host": "another.example"}, {"pid": None}, {"host": None}])
+@pytest.mark.parametrize("changes", [{"host": "another.example", "process_start_time": "linux:another-boot:5"},
+                                     {"pid": None}, {"host": None, "process_start_time": None}])
 def test_without_a_provable_identity_liveness_is_unknown(changes):
     assert liveness(_owner(**changes)) is Liveness.UNKNOWN
+
+
+def _dead_pid() -> int:
+    child = subprocess.Popen([sys.executable, "-c", ""])
+    child.wait(timeout=30)
+    return child.pid
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the boot id exists on Linux")
+def test_a_dead_workers_lock_of_this_boot_is_dead_after_the_host_was_renamed():
+    token = process_start_time(os.getpid())
+    assert liveness(_owner(pid=_dead_pid(), process_start_time=token, host="old-name.example")) is Liveness.DEAD
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="needs a ps that prints local time")
+def test_the_start_token_does_not_depend_on_the_readers_time_zone(monkeypatch, mocker):
+    # The macOS/BSD path, taken here: before psutil it parsed `ps -o lstart`, which prints local time.
+    mocker.patch.object(owner_module, "_LINUX", False, create=True)
+    monkeypatch.setattr(sys, "platform", "darwin")
+    tokens = set()
+    for zone in ("UTC", "Asia/Tokyo", "America/Los_Angeles"):
+        monkeypatch.setenv("TZ", zone)
+        tokens.add(process_start_time(os.getpid()))
+    assert len(tokens) == 1 and None not in tokens
+
+
+@pytest.mark.parametrize("linux", [True, False], ids=["linux", "other"])
+def test_a_live_worker_stays_alive_when_the_clock_is_set(mocker, linux):
+    if linux and not sys.platform.startswith("linux"):
+        pytest.skip("the boot id exists on Linux")
+    mocker.patch.object(owner_module, "_LINUX", linux)
+    recorded = process_start_time(os.getpid())
+    created, booted = owner_module.psutil.Process(os.getpid()).create_time(), owner_module.psutil.boot_time()
+    # Setting the clock an hour ahead moves psutil's wall-clock start and boot times together.
+    mocker.patch.object(owner_module.psutil.Process, "create_time", return_value=created + 3600)
+    mocker.patch.object(owner_module.psutil, "boot_time", return_value=booted + 3600)
+    assert liveness(_owner(process_start_time=recorded)) is Liveness.ALIVE
+
+
+def test_a_pid_reused_by_a_process_started_at_another_time_is_dead_on_every_platform(mocker):
+    mocker.patch.object(owner_module, "_LINUX", False)
+    current = process_start_time(os.getpid())
+    kind, created, booted = current.split(":")
+    older = f"psutil:{float(created) - 600:.3f}:{booted}"  # same boot, started ten minutes earlier
+    assert liveness(_owner(process_start_time=older)) is Liveness.DEAD
+
+
+def test_a_start_token_of_an_earlier_version_that_cannot_be_compared_is_unknown_not_dead():
+    assert liveness(_owner(process_start_time="ps:Mon Nov 30 17:00:00 2026")) is Liveness.UNKNOWN
