@@ -99,6 +99,15 @@ def cmd_history(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_prune(args: argparse.Namespace) -> int:
+    from rekall.store import JobStore
+    from rekall.store.prune import check_rules, prune
+
+    older_than, keep = check_rules(args.older_than, args.keep)
+    result = prune(JobStore.open_reader(), older_than=older_than, keep=keep, dry_run=args.dry_run)
+    return _emit(args, result, "rekall.history:print_prune")
+
+
 def cmd_probe(args: argparse.Namespace) -> int:
     import asyncio
 
@@ -223,6 +232,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--thread", help="only this thread (a unique prefix of at least 8 characters will do)")
     p.add_argument("--since", help="only jobs created on or after this ISO date or time")
     p.add_argument("--limit", type=int, default=20, metavar="N", help="show the newest N jobs (default 20; 0: all)")
+
+    p = _add(sub, "prune", cmd_prune, "remove the files of old, ended jobs (never an unfinished or locked one)")
+    p.add_argument("--older-than", metavar="DAYS", help="only jobs that ended at least DAYS days ago")
+    p.add_argument("--keep", metavar="N", help="keep the N newest jobs of each thread")
+    p.add_argument("--dry-run", action="store_true", help="list what would be removed, remove nothing")
 
     p = _add(sub, "sim", cmd_sim, "run the simulated extension owner for manual use")
     p.add_argument("--socket", help="Unix socket path to listen on (default: a private temp dir)")

@@ -11,8 +11,10 @@ Rows, in the order a problem in one makes the next meaningless:
 ``owner``          only when ``CODEX_THREAD_ID`` is set: owner discovery, follow, first snapshot
 ``codex_binary``   the extension-bundled ``codex`` (:func:`rekall.codex.discovery.discover_codex_binary`)
 ``public_schema``  the app-server schema checks, through the same cache as ``schedule``
-``jobs_dir``       the jobs directory: a directory, owned by you, no group or other access
-``locks``          every ``<thread>.lock``: held by a live worker, stale, or undecidable
+``jobs_dir``       the jobs directory: a directory, owned by you, writable (probed the way
+                   ``schedule`` writes), no group or other access, no symlinks in it
+``locks``          every ``<thread>.lock`` (in ``~/.rekall/locks``): held by a live worker,
+                   stale, or undecidable
 ``workers``        running ``rekall worker`` processes (Linux, from ``/proc``) of this jobs
                    directory whose job does not hold its thread's lock
 =================  =========================================================================
@@ -20,8 +22,8 @@ Rows, in the order a problem in one makes the next meaningless:
 Each row is GREEN, AMBER (works, but look) or RED (rekall cannot work, or must not), with a
 one-line hint whenever it is not GREEN. The verdict is the worst row; ``rekall doctor`` exits
 1 on RED. The doctor changes nothing: it does not create or tighten the jobs directory and does
-not reap stale locks (``rekall status`` does that); the only file it may write is the schema
-cache that ``probe`` and ``schedule`` also use.
+not reap stale locks (``rekall status`` does that); the only files it writes are the schema
+cache that ``probe`` and ``schedule`` also use, and a probe file it removes at once.
 """
 
 from __future__ import annotations
@@ -44,7 +46,8 @@ from rekall.config import codex_home, env_value
 from rekall.errors import RekallError
 from rekall.ids import is_uuid
 from rekall.store import JobStore, Liveness, LockBusy, resolve_jobs_dir
-from rekall.store.paths import inspect_jobs_dir
+from rekall.store.fsio import O_NOFOLLOW
+from rekall.store.paths import inspect_jobs_dir, resolve_lock_dir
 from rekall.transports import Endpoint, MessageChannel, resolve_endpoint, transport_for
 from rekall.transports.endpoint import override_endpoint
 
@@ -255,27 +258,71 @@ def check_jobs_dir(env: Mapping[str, str]) -> tuple[Row, Path | None]:
     """The jobs directory row, and the directory when its contents may be inspected.
 
     Read-only: :func:`rekall.store.paths.ensure_private_dir` creates and tightens it when a
-    job is scheduled; here we only say what it will find.
+    job is scheduled; here we only say what it will find. Writability is checked the way
+    ``schedule`` uses the directory: by creating (and removing) a private file in it, or, when
+    it does not exist yet, in the folder it would be created in.
     """
-    root = resolve_jobs_dir(env)
+    try:
+        root = resolve_jobs_dir(env)
+    except RekallError as exc:
+        return Row.failed("jobs_dir", exc), None
     if not os.path.lexists(root):
+        parent = _nearest_existing(root)
+        problem = _not_writable(parent)
+        if problem:
+            return Row("jobs_dir", "RED", f"{root} does not exist, and {parent} cannot be written ({problem})",
+                       "set REKALL_JOBS_DIR to a folder you can write"), None
         return Row.green("jobs_dir", f"{root} does not exist yet; it is created 0700 at the first schedule"), None
     try:
         st = inspect_jobs_dir(root)  # the store's own rule
     except RekallError as exc:
         return Row.failed("jobs_dir", exc), None
+    problem = _not_writable(root)
+    if problem:
+        return Row("jobs_dir", "RED", f"{root} cannot be written ({problem}): schedule would fail",
+                   "make it writable (or remount its filesystem read-write), or set REKALL_JOBS_DIR to a "
+                   "folder you can write"), None
     if sys.platform == "win32":
-        return Row.green("jobs_dir", f"{root} (POSIX modes do not apply on Windows)"), root
+        return Row.green("jobs_dir", f"{root} (writable; POSIX modes do not apply on Windows)"), root
     mode = stat.S_IMODE(st.st_mode)
-    exposed = [p.name for p in _entries(root) if _mode_bits(p) & 0o077]
+    entries = list(_entries(root))
+    links = sorted(p.name for p in entries if p.is_symlink())
+    exposed = sorted(p.name for p in entries if not p.is_symlink() and _mode_bits(p) & 0o077)
+    if links:  # chmod follows symlinks: never advise one on them
+        return Row("jobs_dir", "AMBER", f"{root} holds {len(links)} symbolic link(s), which rekall never writes: "
+                   f"{', '.join(links[:3])}{' …' if len(links) > 3 else ''}",
+                   f"move them out of {root}; do not chmod them (chmod would change what they point to)"), root
     if mode & 0o077:
         return Row("jobs_dir", "AMBER", f"{root} has mode {mode:04o}: group or others can list your jobs",
                    f"run: chmod 700 {root}  (rekall also tightens it the next time it schedules)"), root
     if exposed:
+        named = " ".join(str(root / name) for name in exposed[:20])
         return Row("jobs_dir", "AMBER", f"{root} is 0700 but {len(exposed)} file(s) are readable by group or "
-                   f"others: {', '.join(sorted(exposed)[:3])}{' …' if len(exposed) > 3 else ''}",
-                   f"run: chmod 600 {root}/*"), root
-    return Row.green("jobs_dir", f"{root}: mode {mode:04o}, owned by you, files private"), root
+                   f"others: {', '.join(exposed[:3])}{' …' if len(exposed) > 3 else ''}",
+                   f"run: chmod 600 -- {named}{' …' if len(exposed) > 20 else ''}"), root
+    return Row.green("jobs_dir", f"{root}: mode {mode:04o}, owned by you, writable, files private"), root
+
+
+def _nearest_existing(path: Path) -> Path:
+    for candidate in path.parents:
+        if os.path.lexists(candidate):
+            return candidate
+    return Path(path.anchor)
+
+
+def _not_writable(directory: Path) -> str | None:
+    """Why a private file cannot be created in ``directory`` (as the store creates one), or ``None``.
+
+    The probe file is created with ``O_EXCL`` under a random name and removed at once.
+    """
+    probe = directory / f".rekall-doctor-{uuid.uuid4().hex}.tmp"
+    try:
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | O_NOFOLLOW, 0o600)
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    os.close(fd)
+    os.unlink(probe)
+    return None
 
 
 def _mode_bits(path: Path) -> int:
@@ -292,12 +339,19 @@ def _entries(root: Path) -> Iterator[Path]:
         return
 
 
-def check_locks(root: Path | None) -> Row:
-    if root is None:
-        return Row.green("locks", "no jobs directory yet, so no locks")
-    store = JobStore(root)  # not JobStore.open: that would create or tighten the directory
-    threads = sorted(p.name[: -len(".lock")] for p in _entries(root)
-                     if p.name.endswith(".lock") and is_uuid(p.name[: -len(".lock")]))
+def check_locks(root: Path | None, lock_root: Path) -> Row:
+    if not os.path.lexists(lock_root) and root is None:
+        return Row.green("locks", "no lock directory and no jobs directory yet, so no locks")
+    if os.path.lexists(lock_root):
+        try:
+            inspect_jobs_dir(lock_root, "lock directory")
+        except RekallError as exc:
+            return Row.failed("locks", exc)
+    # not JobStore.open: that would create or tighten the directories
+    store = JobStore(root or lock_root, lock_root=lock_root)
+    places = [lock_root, *([root] if root is not None else [])]  # the jobs directory: locks of an earlier rekall
+    threads = sorted({p.name[: -len(".lock")] for place in places for p in _entries(place)
+                      if p.name.endswith(".lock") and is_uuid(p.name[: -len(".lock")])})
     live, stale, unknown, unreadable = [], [], [], []
     for thread in threads:
         try:
@@ -368,13 +422,13 @@ def _is_zombie(entry: Path) -> bool:
     return stat_line[stat_line.rfind(")") + 2:][:1] in ("Z", "X")
 
 
-def check_workers(root: Path | None, proc: Path = Path("/proc")) -> Row:
+def check_workers(root: Path | None, lock_root: Path, proc: Path = Path("/proc")) -> Row:
     if not proc.is_dir():
         return Row("workers", "AMBER", f"not checked: no {proc} on {sys.platform}",
                    "look for `rekall worker` processes with ps; each should hold its thread's lock")
     if root is None:
         return Row.green("workers", "no jobs directory yet, so no workers")
-    store = JobStore(root)
+    store = JobStore(root, lock_root=lock_root)
     ours = [w for w in worker_processes(proc) if w.jobs_dir == root]
     orphans = []
     for worker in ours:
@@ -417,7 +471,8 @@ async def diagnose(env: Mapping[str, str] | None = None) -> Report:
         rows += [jobs_row, *(Row.not_checked(name, "the jobs directory is unusable", "fix the jobs_dir row first")
                              for name in ("locks", "workers"))]
     else:
-        rows += [jobs_row, check_locks(root), check_workers(root)]
+        lock_root = resolve_lock_dir(env)
+        rows += [jobs_row, check_locks(root, lock_root), check_workers(root, lock_root)]
     return Report(tuple(rows))
 
 

@@ -123,3 +123,13 @@ def print_history(rows: list[dict[str, Any]], console: Console, *, left_out: int
         console.print()
         console.print(Text(f"{left_out} older job{'s' if left_out != 1 else ''} left out; "
                            f"`rekall history --limit N` shows more.", style="dim"))
+
+
+def print_prune(result: dict[str, Any], console: Console) -> None:
+    verb = "Would remove" if result["dryRun"] else "Removed"
+    console.print(f"{verb} {result['prunedJobs']} job(s), {result['freedBytes']:,} bytes, from {result['jobsDir']}; "
+                  f"{result['keptJobs']} kept.")
+    for row in result["pruned"]:
+        console.print(f"  {row['threadId'][:8]} {row['jobId'][:8]} {row['state']:<10} ended {row['endedAt']}")
+    for row in result["skipped"]:
+        console.print(f"  skipped {row['threadId'][:8]}: {row['reason']}")

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from rekall.codex.pinned import cached_codex_launcher
 from rekall.store import JobStore
 from rekall.testing import FakeClock
 
@@ -60,6 +61,8 @@ def private_dir(tmp_path: Path) -> Path:
 def user_home(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     """Point HOME at a private folder: the lock directory (``~/.rekall/locks``) is derived from
     the user alone, so tests running at the same time would otherwise share one."""
+    if not os.environ.get("REKALL_CACHE_DIR"):  # the pinned Codex stays where scripts/install-codex put it
+        monkeypatch.setenv("REKALL_CACHE_DIR", str(cached_codex_launcher().parents[3]))
     home = tmp_path / "user-home"
     home.mkdir(mode=0o700)
     monkeypatch.setenv("HOME", str(home))

@@ -179,7 +179,10 @@ class JobStore:
         """``(job number, created at, job id)`` of the thread's jobs, oldest first, from first records only."""
         order = []
         for _, job in self.layout.journals(thread=thread):
-            first = first_record(self.layout.journal(thread, job))
+            try:
+                first = first_record(self.layout.journal(thread, job))
+            except FileNotFoundError:
+                continue  # pruned meanwhile
             number = first.fields.get("jobNumber") if isinstance(first, TransitionRecord) else None
             if not isinstance(number, int):
                 raise JournalCorrupt(f"{self.layout.journal(thread, job)} does not start by scheduling a job",
@@ -316,6 +319,12 @@ class JobStore:
             log.warning("status file of thread %s not written (%s); the journal holds the job", thread, exc)
 
     # --- the lock ----------------------------------------------------------------------
+
+    @contextmanager
+    def guarded(self) -> Iterator[None]:
+        """Serialise with every process that inspects or takes locks (see ``rekall.store.guard``)."""
+        with self._guarded():
+            yield
 
     @contextmanager
     def _guarded(self) -> Iterator[None]:
