@@ -102,3 +102,33 @@ def scheduled_run(store: JobStore, clock: FakeClock, thread: str, outcome: str) 
 def snapshot(directory: Path) -> dict[str, bytes]:
     """Every file's bytes (the guard file aside), to prove an operation changed nothing on disk."""
     return {p.name: p.read_bytes() for p in sorted(directory.iterdir()) if p.is_file() and p.name != ".guard"}
+
+
+def dead_process() -> tuple[int, str | None]:
+    """The pid and start-time token of a process that has exited."""
+    import subprocess
+    import sys
+
+    child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    started = process_start_time(child.pid)
+    child.communicate(b"", timeout=30)
+    return child.pid, started
+
+
+#: The triggers that bring a resuming job to each state it can be in while its worker runs.
+_UP_TO = ["worker_started", "idle_stable", "compaction_accepted", "compaction_completed", "idle_stable"]
+_STATE_AFTER = {"waiting_for_idle": 1, "requesting": 2, "accepted": 3, "waiting_for_resume_idle": 4, "resuming": 5}
+
+
+def job_with_dead_worker(store: JobStore, clock: FakeClock, thread: str, state: str) -> str:
+    """A resuming job brought to ``state`` by a worker that has since died (its lock names it)."""
+    created = schedule(store, thread, resume=True)
+    job = created.job_id
+    pid, started = dead_process()
+    dead = {"jobId": job, "pid": pid, "host": socket.gethostname(), "processStartTime": started}
+    steps = script(job, "resumed")[: _STATE_AFTER[state]]
+    steps[0] = ("worker_started", dead)
+    with store.open_lifecycle(thread, job) as lifecycle:
+        assert run_lifecycle(lifecycle, clock, steps).value == state
+    store.set_lock_owner(thread, job, pid, started)
+    return job
