@@ -119,3 +119,34 @@ def test_a_second_writer_is_detected_before_it_can_interleave(tmp_path: Path):
         second.append(_note(1))
     first.close(), second.close()
     assert [r.seq for r in scan_journal(path).records] == [0, 1]
+
+
+def test_a_second_writer_forced_between_the_length_check_and_the_append_is_refused(tmp_path: Path):
+    path = _journal(tmp_path, count=1)
+    second = JournalWriter.open(path, scan_journal(path), FileOps())
+    refused: list[JournalUnusable] = []
+
+    def write_after_the_other_writer(fd: int, data: bytes) -> int:
+        # The first writer has checked the file's length; the second tries to append now.
+        try:
+            second.append(_note(1))
+        except JournalUnusable as exc:
+            refused.append(exc)
+        return FileOps().write(fd, data)
+
+    first = JournalWriter.open(path, scan_journal(path), attrs.evolve(FileOps(), write=write_after_the_other_writer))
+    first.append(_note(1))
+    assert refused and "another process" in refused[0].message
+    assert [r.seq for r in scan_journal(path).records] == [0, 1]  # one record 1, whole: nothing interleaved
+    first.close()
+    second.close()
+
+
+def test_a_journal_larger_than_rekall_reads_is_reported_not_loaded(tmp_path: Path):
+    from rekall.store.fsio import JOURNAL_LIMIT
+
+    path = _journal(tmp_path, count=1)
+    with path.open("r+b") as handle:
+        handle.truncate(JOURNAL_LIMIT + 1)  # sparse: costs no disk
+    with pytest.raises(JournalCorrupt, match="over the limit"):
+        scan_journal(path)
