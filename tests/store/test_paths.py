@@ -17,15 +17,11 @@ def test_rekall_jobs_dir_wins_over_everything(tmp_path: Path):
     assert resolve_jobs_dir(env) == tmp_path / "a"
 
 
-def test_the_legacy_variable_comes_second(tmp_path: Path):
+def test_the_node_versions_variable_and_directory_are_never_rekalls_own(tmp_path: Path):
+    node = tmp_path / "tools" / "context-compact" / "jobs"
+    node.mkdir(parents=True)
     env = {"REKALL_JOBS_DIR": "", "CONTEXT_COMPACT_JOBS_DIR": str(tmp_path / "b"), "CODEX_HOME": str(tmp_path)}
-    assert resolve_jobs_dir(env) == tmp_path / "b"
-
-
-def test_an_existing_context_compact_directory_is_reused(tmp_path: Path):
-    legacy = tmp_path / "tools" / "context-compact" / "jobs"
-    legacy.mkdir(parents=True)
-    assert resolve_jobs_dir({"CODEX_HOME": str(tmp_path), "CONTEXT_COMPACT_JOBS_DIR": ""}) == legacy
+    assert resolve_jobs_dir(env) == tmp_path / "tools" / "rekall" / "jobs"
 
 
 def test_otherwise_the_rekall_directory_under_codex_home(tmp_path: Path):
