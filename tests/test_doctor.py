@@ -274,6 +274,71 @@ async def test_a_readable_file_in_a_private_jobs_directory_is_amber(tmp_path: Pa
     assert row.level == "AMBER" and "notes.json" in row.detail
 
 
+@pytest.fixture
+def read_only_mount(tmp_path: Path):
+    """A read-only tmpfs holding an existing private ``jobs`` folder (mounting needs root)."""
+    mount = tmp_path / "ro"
+    mount.mkdir()
+    if os.geteuid() != 0:
+        pytest.skip("mounting a read-only tmpfs needs root; the mode 0500 test covers a normal user")
+    steps = [["mount", "-t", "tmpfs", "-o", "size=1m,mode=0700", "tmpfs", str(mount)],
+             ["mkdir", "-m", "0700", str(mount / "jobs")], ["mount", "-o", "remount,ro", str(mount)]]
+    for step in steps:
+        done = subprocess.run(step, capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            subprocess.run(["umount", "-l", str(mount)], check=False)
+            pytest.skip(f"cannot prepare a read-only tmpfs here: {done.stderr.strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+@pytest.mark.parametrize("where", ["jobs", "jobs/not-yet"])
+async def test_a_jobs_directory_on_a_read_only_filesystem_is_red(tmp_path: Path, read_only_mount: Path,
+                                                                where: str) -> None:
+    env = base_env(tmp_path, REKALL_JOBS_DIR=str(read_only_mount / where))
+    row = by_name(await diagnose(env))["jobs_dir"]
+    assert row.level == "RED" and "Read-only file system" in row.detail, row
+    assert os.listdir(read_only_mount / "jobs") == []
+
+
+@pytest.mark.skipif(os.name != "posix" or os.geteuid() == 0, reason="root writes through mode 0500")
+async def test_a_jobs_directory_mode_0500_is_red_for_a_normal_user(tmp_path: Path) -> None:
+    jobs = tmp_path / "jobs"
+    jobs.mkdir(mode=0o500)
+    jobs.chmod(0o500)
+    try:
+        row = by_name(await diagnose(base_env(tmp_path)))["jobs_dir"]
+    finally:
+        jobs.chmod(0o700)
+    assert row.level == "RED" and "Permission denied" in row.detail
+
+
+async def test_the_doctor_never_advises_a_chmod_that_would_follow_a_symlink(tmp_path: Path) -> None:
+    jobs = tmp_path / "jobs"
+    jobs.mkdir(mode=0o700)
+    outside = tmp_path / "outside.txt"
+    outside.write_text("someone else's file")
+    outside.chmod(0o644)
+    (jobs / "0199a5c2-1111-7000-8000-000000000009.json").symlink_to(outside)
+    (jobs / "notes.json").write_text("{}")
+    (jobs / "notes.json").chmod(0o644)
+    row = by_name(await diagnose(base_env(tmp_path)))["jobs_dir"]
+    assert row.level == "AMBER" and "symbolic link" in row.detail
+    assert "*" not in row.hint and "chmod 600" not in row.hint
+    assert outside.stat().st_mode & 0o777 == 0o644
+
+
+async def test_the_chmod_the_doctor_advises_names_regular_files_only(tmp_path: Path) -> None:
+    jobs = tmp_path / "jobs"
+    jobs.mkdir(mode=0o700)
+    (jobs / "notes.json").write_text("{}")
+    (jobs / "notes.json").chmod(0o644)
+    row = by_name(await diagnose(base_env(tmp_path)))["jobs_dir"]
+    assert row.hint == f"run: chmod 600 -- {jobs / 'notes.json'}"
+
+
 async def test_a_jobs_path_that_is_a_file_is_red_and_its_locks_are_not_checked(tmp_path: Path) -> None:
     (tmp_path / "jobs").write_text("not a directory")
     report = await diagnose(base_env(tmp_path))
