@@ -1,0 +1,75 @@
+"""Starting the detached worker: its log is opened like every jobs-directory file, and a spawn
+that fails fails the job with its cause and frees the thread."""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from rekall import service
+from rekall.errors import RekallError
+from rekall.sim import SimulatedOwner
+from rekall.spawn import spawn_worker
+from rekall.store import JobStore
+from rekall.worker import _configure_logging
+from tests.jobkit import new_thread
+from tests.mcpkit import HANDOFF
+
+
+def test_the_worker_log_is_never_opened_through_a_symlink(tmp_path: Path):
+    target = tmp_path / "elsewhere" / "authorized_keys"
+    target.parent.mkdir()
+    log = tmp_path / "jobs" / "t.j.log"
+    log.parent.mkdir()
+    log.symlink_to(target)
+    with pytest.raises(OSError) as caught:
+        spawn_worker(new_thread(), new_thread(), log_path=log, env=dict(os.environ))
+    assert caught.value.errno == errno.ELOOP and not target.exists()
+    with pytest.raises(OSError):
+        _configure_logging(log)  # the worker's own logging, the same rule
+    assert not target.exists()
+
+
+def test_the_worker_log_is_private(tmp_path: Path):
+    log = tmp_path / "w.log"
+    root = logging.getLogger("rekall")
+    handlers, level, old = list(root.handlers), root.level, os.umask(0)
+    try:
+        _configure_logging(log)
+    finally:
+        os.umask(old)
+        for handler in set(root.handlers) - set(handlers):
+            root.removeHandler(handler)
+            handler.close()
+        root.setLevel(level)
+    assert stat.S_IMODE(log.stat().st_mode) == 0o600
+
+
+@pytest.mark.anyio
+async def test_a_worker_that_cannot_be_started_fails_its_job_and_frees_the_thread(tmp_path: Path, mocker):
+    async with SimulatedOwner() as sim:
+        env = {**sim.env, "REKALL_JOBS_DIR": str(tmp_path / "jobs")}
+        mocker.patch("rekall.spawn.subprocess.Popen", side_effect=OSError(errno.EAGAIN, "Resource temporarily "
+                                                                                         "unavailable"))
+        with pytest.raises(RekallError, match="Resource temporarily unavailable") as caught:
+            await service.schedule(sim.thread_id, HANDOFF, env=env)
+        assert caught.value.code == "spawn_failed"
+        mocker.stopall()
+
+        status = service.status(sim.thread_id, env=env)
+        assert (status["state"], status["errorCode"], status["outcomeMayBeUnknown"]) == ("failed", "spawn_failed",
+                                                                                        False)
+        assert "could not be started" in status["error"]
+        store = JobStore.open_reader(env)
+        assert not store.lock_path(sim.thread_id).exists()
+        assert store.journal_path(sim.thread_id, status["jobId"]).exists()  # the journal is kept
+        cancelled = service.cancel(sim.thread_id, status["jobId"], env=env)
+        assert cancelled["cancellationRequested"] is False
+
+        again = await service.schedule(sim.thread_id, HANDOFF, env=env, spawn=lambda *a, **k: os.getpid())
+        assert again["alreadyScheduled"] is False and again["jobNumber"] == 2
