@@ -34,6 +34,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from rekall import service  # noqa: E402
+from rekall.store.paths import resolve_lock_dir  # noqa: E402
 from rekall.sim import start_sim_in_thread  # noqa: E402
 
 HANDOFF = {"summary": "bench", "preserve": [], "discard": [], "nextStep": "stop", "resume": True}
@@ -92,7 +93,7 @@ def run_jobs(count: int, debounce_ms: int) -> dict[str, Any]:
                                    f"{service.status(sim.thread_id, env=env)}") from None
             idle_at = sim.call(lambda owner: (owner.backend.complete_turn("completed"), time.monotonic())[1])
             sim.wait_until(lambda owner: len(owner.start_turn_requests) >= n, timeout=30)
-            _wait_unlocked(Path(env["REKALL_JOBS_DIR"]) / f"{sim.thread_id}.lock")
+            _wait_unlocked(resolve_lock_dir(env) / f"{sim.thread_id}.lock")
             final = service.status(sim.thread_id, env=env)
             if final["state"] != "resumed":
                 raise RuntimeError(f"bench job ended {final['state']}: {final}")

@@ -8,12 +8,14 @@ start-turn requests the owner received: never more than one of each.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import anyio
 import pytest
 
 from rekall.sim import SimulatedOwner
+from rekall.store.paths import resolve_lock_dir
 from tests.mcpkit import HANDOFF, job_env, rekall_mcp, wait_for_worker_exit
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
@@ -46,7 +48,7 @@ async def test_compact_only_completes_then_a_second_job_keeps_history_and_can_be
         assert done["tokensReclaimed"] == 80000
         assert done["outcomeMayBeUnknown"] is False
         await finish(rekall, done)
-        assert not (jobs_dir / f"{sim.thread_id}.lock").exists()
+        assert not (resolve_lock_dir(os.environ) / f"{sim.thread_id}.lock").exists()
 
         sim.backend.set_runtime("active")  # the agent is mid-turn: the second job must wait
         second = await rekall.schedule()
@@ -138,7 +140,7 @@ async def test_cancel_before_idle_cancels_cleanly_and_removes_the_lock(jobs_dir)
         done = await rekall.wait_terminal()
         assert done["state"] == "cancelled" and done["outcomeMayBeUnknown"] is False
         await finish(rekall, done)
-        assert not (jobs_dir / f"{sim.thread_id}.lock").exists()
+        assert not (resolve_lock_dir(os.environ) / f"{sim.thread_id}.lock").exists()
         assert counts(sim) == (0, 0)
 
 

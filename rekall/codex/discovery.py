@@ -141,7 +141,9 @@ def locate_codex_binary(env: Mapping[str, str], *, platform: str = sys.platform,
 
 
 def _read_file(path: str) -> str:
-    return Path(path).read_text(encoding="utf-8")
+    from rekall.store.fsio import read_limited
+
+    return read_limited(path, limit=4 * 1024 * 1024).decode("utf-8")  # an extension's package.json
 
 
 def extension_root(binary: str, platform: str) -> str:

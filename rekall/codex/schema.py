@@ -37,6 +37,11 @@ import cattrs
 
 from rekall.codex.schema_checks import SchemaCheck, Status, overall_status, run_checks
 from rekall.config import codex_home
+from rekall.store.fsio import read_limited
+
+#: Size limits on what the schema check reads (every file rekall reads has one).
+SCHEMA_FILE_LIMIT = 64 * 1024 * 1024
+CACHE_RECORD_LIMIT = 4 * 1024 * 1024
 from rekall.errors import CodexError
 from rekall.store.fsio import FileOps
 
@@ -187,7 +192,7 @@ class _SchemaFiles(Mapping[str, Any]):
             if self._directory.resolve() not in path.parents or not path.is_file():
                 raise KeyError(name)
             try:
-                self._loaded[name] = json.loads(path.read_text(encoding="utf-8"))
+                self._loaded[name] = json.loads(read_limited(path, limit=SCHEMA_FILE_LIMIT).decode("utf-8"))
             except (OSError, ValueError) as exc:
                 raise SchemaGenerationFailed(f"generated schema file {name} is unreadable: {exc}",
                                              hint="the Codex binary may be damaged; reinstall it") from exc
@@ -233,7 +238,8 @@ def _private_dir(directory: Path) -> Path:
 
 def _read_cache(path: Path, identity: BinaryIdentity) -> SchemaReport | None:
     try:
-        record = _converter.structure(json.loads(path.read_text(encoding="utf-8")), _CacheRecord)
+        record = _converter.structure(json.loads(read_limited(path, limit=CACHE_RECORD_LIMIT, follow=False)
+                                                 .decode("utf-8")), _CacheRecord)
     except FileNotFoundError:
         return None
     except (OSError, ValueError, cattrs.BaseValidationError):
