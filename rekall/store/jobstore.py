@@ -376,7 +376,10 @@ class JobStore:
             owner = self.lock_owner(thread)
         except LockBusy:
             return Liveness.UNKNOWN
-        return None if owner is None else self._job_liveness(owner, self._load_if_exists(thread, owner.job_id))
+        if owner is None:
+            return None
+        home = self._home_of(owner)
+        return self._job_liveness(owner, None if home is None else home._load_if_exists(thread, owner.job_id))
 
     def _job_liveness(self, owner: LockOwner | None, job: Replay | None) -> Liveness:
         """Alive if any known process of the job is; dead only if every one is provably dead.
