@@ -402,9 +402,12 @@ def worker_processes(proc: Path = Path("/proc")) -> list[WorkerProcess]:
                 continue
             environ = dict(v.split("=", 1) for v in (entry / "environ").read_bytes().decode(errors="replace")
                            .split("\0") if "=" in v)
+            jobs_dir = resolve_jobs_dir(environ)
         except OSError:
             continue  # gone meanwhile, or not ours to read
-        found.append(WorkerProcess(int(entry.name), *ids, resolve_jobs_dir(environ)))
+        except RekallError:
+            continue  # its environment names no usable jobs directory (e.g. a relative CODEX_HOME)
+        found.append(WorkerProcess(int(entry.name), *ids, jobs_dir))
     return found
 
 
