@@ -9,7 +9,9 @@ one at all is the concrete client's decision.
 
 A concrete client supplies :meth:`RpcClient._send_message` (how one message goes out), feeds
 every message it reads to :meth:`RpcClient._dispatch`, and calls :meth:`RpcClient._close_with`
-when its input ends. Unknown fields (``emittedAtMs``) and unknown methods pass through.
+when its input ends. The caller may close the client while its reader still runs: a message read
+after :meth:`RpcClient._close_with` is dropped, and its reader is told to stop. Unknown fields
+(``emittedAtMs``) and unknown methods pass through.
 """
 
 from __future__ import annotations
@@ -189,6 +191,10 @@ class RpcClient:
 
     def _dispatch(self, message: Any) -> str | None:
         """Route one decoded message. Returns why the connection cannot go on, or ``None``."""
+        if self._closed_reason is not None:
+            # Closed while the reader held this message (the caller left, e.g. just as the server
+            # notified): the stream is closed and nobody waits for it, so the reader stops here.
+            return self._closed_reason
         if not isinstance(message, dict):
             return f"codex app-server sent a message that is not an object: {str(message)[:80]!r}"
         method = message.get("method")

@@ -10,15 +10,19 @@ import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
+from pytest_mock import MockerFixture
 from websockets.asyncio.server import ServerConnection, unix_serve
 
 from rekall.codex.rpc import AppServerClosed
 from rekall.codex.shared import open_shared_app_server
 from rekall.transports import EndpointMissing, PeerMismatch
+from rekall.transports.base import ByteStream
 from rekall.transports.control_socket import START_HINT
+from rekall.transports.websocket import WebSocketChannel, open_websocket
 
 pytestmark = pytest.mark.anyio
 
@@ -132,3 +136,65 @@ async def test_a_server_that_goes_away_fails_pending_requests_with_its_close_cod
     assert caught.value.message == ("the app-server closed the WebSocket (code 1001: daemon stopping) "
                                     "before answering thread/read")
     assert caught.value.hint.startswith("the outcome is unknown")
+
+
+class HeldReads(ByteStream):
+    """rekall's socket, except that what arrives after :meth:`hold` reaches rekall's reader only
+    once rekall sends its close frame: the reader has a message in hand while the client closes."""
+
+    def __init__(self, stream: ByteStream) -> None:
+        self.stream = stream
+        self.peer_check = stream.peer_check
+        self.holding = False
+        self.in_hand = anyio.Event()
+        self.closing = anyio.Event()
+
+    def hold(self) -> None:
+        self.holding = True
+
+    async def receive(self, max_bytes: int = 65536) -> bytes:
+        data = await self.stream.receive(max_bytes)
+        if self.holding and data:
+            self.in_hand.set()
+            await self.closing.wait()
+        return data
+
+    async def send(self, data: bytes) -> None:
+        if data[:1] == b"\x88":  # FIN + opcode 8: rekall's close frame
+            self.closing.set()
+            await anyio.lowlevel.checkpoint()  # the reader goes on with what it holds
+        await self.stream.send(data)
+
+    async def aclose(self) -> None:
+        await self.stream.aclose()
+
+
+async def test_a_notification_in_the_readers_hands_as_rekall_closes_is_dropped_not_raised(
+        folder: Path, mocker: MockerFixture) -> None:
+    # The flake against the real daemon (0.171.0 notifies each client right after `initialized`):
+    # a notification read as the caller left the `async with` was delivered into the closed
+    # message stream, and anyio.ClosedResourceError escaped the close.
+    async def serve(ws: ServerConnection) -> None:
+        async for raw in ws:
+            message = json.loads(raw)
+            if message.get("method") == "initialize":
+                await ws.send(json.dumps({"id": message["id"], "result": {"userAgent": "fake/9.9.9 (test)"}}))
+            elif message.get("method") == "initialized":
+                await ws.send(json.dumps({"method": "configWarning", "params": {"summary": "like the daemon"}}))
+
+    streams: list[HeldReads] = []
+
+    async def open_held(stream: ByteStream, **kwargs: Any) -> WebSocketChannel:
+        streams.append(HeldReads(stream))
+        return await open_websocket(streams[-1], **kwargs)
+
+    mocker.patch("rekall.codex.shared.open_websocket", open_held)
+    async with unix_serve(serve, str(folder / "app.sock")):
+        os.chmod(folder / "app.sock", 0o600)
+        with anyio.fail_after(10):
+            async with open_shared_app_server(env_for(folder / "app.sock")) as server:
+                streams[0].hold()  # before any await: the notification cannot have been read yet
+                await streams[0].in_hand.wait()
+            with pytest.raises(AppServerClosed) as caught:
+                await server.next_message()
+    assert caught.value.message == "rekall closed its connection to the shared app-server"
