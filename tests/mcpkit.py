@@ -90,6 +90,24 @@ async def rekall_mcp(env: Mapping[str, str], thread_id: str) -> AsyncIterator[Re
         yield Rekall(client, thread_id)
 
 
+async def wait_for_note(jobs_dir: Path, job_id: str, kind: str, timeout: float = WAIT_S) -> list[str]:
+    """Wait until the worker journaled a note of ``kind`` (e.g. ``connected``: it holds its first
+    snapshot); returns the kinds journaled so far."""
+    from rekall.explain import build_explanation
+    from rekall.store import JobStore
+
+    store = JobStore.open({"REKALL_JOBS_DIR": str(jobs_dir)})
+    with anyio.fail_after(timeout):
+        while True:
+            explanation = build_explanation(store, job_id)
+            kinds = [note["kind"] for note in explanation["notes"]]
+            if kind in kinds:
+                return kinds
+            if explanation["terminal"]:
+                raise AssertionError(f"ended {explanation['state']} before the note {kind!r}: {explanation['outcome']}")
+            await anyio.sleep(POLL_S)
+
+
 async def wait_for_worker_exit(pid: int, timeout: float = 10.0) -> None:
     with anyio.fail_after(timeout):
         while True:
