@@ -23,8 +23,15 @@ DEFAULT_REQUEST_TIMEOUT_S = 10.0
 #: A thread whose runtime status stays ``systemError`` this long after the user's turn ended
 #: ends the job (``failed``, ``thread_system_error``) instead of waiting for the deadline.
 DEFAULT_SYSTEM_ERROR_WINDOW_S = 60.0
-#: Reconnect delays after a lost connection; their count bounds the attempts per loss.
+#: Reconnect delays after a lost connection (the backoff); the last one repeats until the
+#: reconnect window is spent.
 RECONNECT_DELAYS_S = (0.05, 0.1, 0.2, 0.4, 0.8, 1.6, 3.2)
+#: How long the worker keeps reconnecting to a vanished owner (a VS Code window reload) before
+#: the job fails ``connection_lost``.
+DEFAULT_RECONNECT_WINDOW_S = 60.0
+#: When a request's outcome is unknown, how long the owner must show the thread idle with no
+#: compaction in progress before the job settles as ``failed`` (outcome unknown).
+DEFAULT_SETTLE_S = 60.0
 
 
 def env_value(env: Mapping[str, str], *names: str) -> str | None:
@@ -122,6 +129,8 @@ class WorkerSettings:
     request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S
     reconnect_delays_s: tuple[float, ...] = RECONNECT_DELAYS_S
     system_error_window_s: float = DEFAULT_SYSTEM_ERROR_WINDOW_S
+    reconnect_window_s: float = DEFAULT_RECONNECT_WINDOW_S
+    settle_s: float = DEFAULT_SETTLE_S
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> WorkerSettings:
@@ -132,4 +141,6 @@ class WorkerSettings:
             request_timeout_s=_positive_number(env, "REKALL_REQUEST_TIMEOUT_S", DEFAULT_REQUEST_TIMEOUT_S),
             system_error_window_s=_positive_number(env, "REKALL_SYSTEM_ERROR_WINDOW_S",
                                                    DEFAULT_SYSTEM_ERROR_WINDOW_S),
+            reconnect_window_s=_positive_number(env, "REKALL_RECONNECT_WINDOW_S", DEFAULT_RECONNECT_WINDOW_S),
+            settle_s=_positive_number(env, "REKALL_SETTLE_S", DEFAULT_SETTLE_S),
         )

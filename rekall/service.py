@@ -106,6 +106,7 @@ async def probe(thread_id: str, *, env: Mapping[str, str] | None = None) -> dict
             "busyReason": mirror.busy_reason,
             "latestUserTurnStopped": mirror.interrupted,
             "completedCompactions": len(mirror.completed_compaction_ids),
+            "compactionsInProgress": len(mirror.running_compaction_ids),
             "contextTokens": mirror.tokens,
             "modelContextWindow": mirror.window,
             "headroom": headroom_now(mirror.tokens, mirror.window),
@@ -174,6 +175,10 @@ async def schedule(
         if mirror.interrupted:
             raise Refused("the latest user turn was stopped or failed; no compaction scheduled",
                           hint="ask the user how to continue before scheduling")
+        if mirror.running_compaction_ids:
+            running = ", ".join(sorted(mirror.running_compaction_ids))
+            raise Refused(f"the thread shows a compaction in progress ({running}); another now would compact it "
+                          "twice", hint="wait until probe_compaction shows none in progress, then schedule again")
         fingerprint = mirror.boundary_fingerprint
         anchor = {"contextTokensAtSchedule": mirror.tokens, "modelContextWindowAtSchedule": mirror.window,
                   "ownerIdAtSchedule": session.owner_id}

@@ -108,6 +108,11 @@ class Worker:
         self.connected = False
         self._idle_generation = 0
         self._idle_timer: asyncio.TimerHandle | None = None
+        #: The state the running idle timer was started in (its length depends on it).
+        self._idle_timer_state: JobState | None = None
+        #: A request's answer or its connection was lost: once the owner is reachable again,
+        #: the settle rule may end the job (see ``outcome_settled`` in the table).
+        self._outcome_unknown = False
         self._idle_since: float | None = None
         self._system_error_generation = 0
         self._system_error_timer: asyncio.TimerHandle | None = None
@@ -167,7 +172,10 @@ class Worker:
             raise RekallError(f"job {self.job_id} is {self.state.value}, not scheduled; only its own worker runs it",
                               code="job_already_started", hint="inspect it with `rekall explain`")
         if self.store.cancel_path(self.thread_id, self.job_id).exists():
-            self._fire("cancel", reason="explicit_cancellation")  # cancelled before we started
+            try:
+                self._fire("cancel", reason="explicit_cancellation")  # cancelled before we started
+            finally:
+                self.store.release_lock(self.thread_id, self.job_id)
             return self.state
         # Handlers first: `rekall cancel` signals only jobs that are past `scheduled`.
         self._install_cancel_watch()
@@ -303,11 +311,15 @@ class Worker:
         state = self.state
         if state is not JobState.RESUMING and self._user_moved_on(mirror):
             return
-        if state in (JobState.WAITING_FOR_IDLE, JobState.WAITING_FOR_RESUME_IDLE):
+        if state is JobState.WAITING_FOR_IDLE and mirror.running_compaction_ids:
+            self._refuse_second_compaction(mirror)
+        elif state in (JobState.WAITING_FOR_IDLE, JobState.WAITING_FOR_RESUME_IDLE):
             self._track_idle(mirror.idle)
             self._track_system_error(_stuck_in_system_error(mirror))
         elif state in (JobState.REQUESTING, JobState.ACCEPTED):
             self._look_for_completion(mirror)
+            if self.state is state and self._outcome_unknown:
+                self._track_idle(mirror.idle and not mirror.running_compaction_ids)
 
     def _user_moved_on(self, mirror: Any) -> bool:
         """New input, steering or a stopped turn cancels the job (before the resume is sent)."""
@@ -319,9 +331,20 @@ class Worker:
             return True
         return False
 
+    def _refuse_second_compaction(self, mirror: Any) -> None:
+        """A compaction this job did not ask for is running (say, a lost worker's): asking for
+        another would compact the thread twice."""
+        running = ", ".join(sorted(mirror.running_compaction_ids))
+        self._fail("compaction_in_progress", f"the thread shows a compaction in progress ({running}) that this "
+                                             "job did not request; no second compaction was requested")
+
     # --- stable idle -------------------------------------------------------------------
 
     def _track_idle(self, idle: bool) -> None:
+        """Debounce idle: it must hold for the stable interval (the settle window while an
+        outcome is unknown, where "idle" also means no compaction in progress)."""
+        if self._idle_timer is not None and self._idle_timer_state is not self.state:
+            self._track_idle(False)  # a timer started in another state has another length
         if not idle:
             if self._idle_timer is not None:
                 self._idle_timer.cancel()
@@ -334,14 +357,25 @@ class Worker:
         if self._idle_timer is None:
             self._idle_generation += 1
             self._idle_since = self._item_at
-            remaining = self.settings.idle_stable_s - (time.monotonic() - self._item_at)
+            self._idle_timer_state = self.state
+            hold = self.settings.settle_s if self._settling() else self.settings.idle_stable_s
+            remaining = hold - (time.monotonic() - self._item_at)
             self._idle_timer = self._later(max(0.0, remaining), _IdleHeld(self._idle_generation))
+
+    def _settling(self) -> bool:
+        return self._outcome_unknown and self.state in (JobState.REQUESTING, JobState.ACCEPTED)
 
     def _on_idle_held(self) -> None:
         mirror = self.session.mirror
         if not mirror.idle:
             return
         idle_ms = round((time.monotonic() - (self._idle_since or time.monotonic())) * 1000)
+        if self._settling():
+            # What was seen goes to the table's settle rule; it decides.
+            self._fire("outcome_settled", idle=mirror.idle, compactionsInProgress=len(mirror.running_compaction_ids),
+                       quietMs=idle_ms, settleWindowS=self.settings.settle_s, runtimeStatus=mirror.runtime_status,
+                       ownerId=self.session.owner_id, revision=mirror.revision)
+            return
         common = dict(idleMs=idle_ms, tokens=mirror.tokens, window=mirror.window, revision=mirror.revision,
                       boundaryFingerprint=mirror.boundary_fingerprint)
         if self.state is JobState.WAITING_FOR_IDLE:
@@ -412,9 +446,13 @@ class Worker:
         if done.kind == "compact" and self.state is JobState.REQUESTING:
             if done.error is None:
                 self._fire("compaction_accepted", ownerId=self.session.owner_id)
+            elif done.error.code == "connection_lost" and getattr(done.error, "delivery", None) == "not_delivered":
+                # The link was already gone: provably nothing was sent.
+                self._fail(done.error.code, done.error.message, "not_delivered")
             elif done.error.code == "connection_lost":
                 # The request may have arrived. Keep watching after reconnecting: a new
-                # completed compaction is proof of acceptance; otherwise the deadline decides.
+                # completed compaction is proof of acceptance; a quiet owner settles it.
+                self._outcome_unknown = True
                 self.lifecycle.note("compact_ack_lost", error=done.error.message)
             else:
                 self._fail(done.error.code, done.error.message, getattr(done.error, "delivery", "unknown"))
@@ -462,13 +500,23 @@ class Worker:
         self.connected = False
         self._track_idle(False)
         self._track_system_error(False)
+        if self.state is JobState.ACCEPTED:
+            self._outcome_unknown = True  # the compaction may be lost with the owner (a reload)
         self.lifecycle.note("connection_lost", detail=lost.detail)
         self._spawn(self._reconnect())
 
     async def _reconnect(self) -> None:
-        """Bounded backoff; each attempt rediscovers the owner and resyncs the mirror."""
+        """Backoff for the reconnect window; each attempt rediscovers the owner and resyncs
+        the mirror. Only the connection is retried: no request is ever sent again."""
+        delays = self.settings.reconnect_delays_s
+        give_up_at = time.monotonic() + self.settings.reconnect_window_s
         error: RekallError | None = None
-        for delay in self.settings.reconnect_delays_s:
+        attempt = 0
+        while True:
+            delay = delays[min(attempt, len(delays) - 1)]
+            attempt += 1
+            if time.monotonic() + delay > give_up_at:
+                break
             await asyncio.sleep(delay)
             try:
                 await self.session.reconnect()
@@ -477,7 +525,9 @@ class Worker:
                 continue
             self.queue.put_nowait(_ReconnectDone())
             return
-        self.queue.put_nowait(_ReconnectDone(error=error or IpcError("reconnect attempts exhausted")))
+        detail = error.message if error is not None else "no attempt fitted in the window"
+        self.queue.put_nowait(_ReconnectDone(error=IpcError(
+            f"{attempt - 1} attempts in {self.settings.reconnect_window_s:g} s, last: {detail}")))
 
 
 def _stuck_in_system_error(mirror: Any) -> bool:

@@ -58,3 +58,18 @@ def test_a_bad_system_error_window_is_rejected_naming_the_variable(raw):
     with pytest.raises(InvalidInput) as caught:
         WorkerSettings.from_env({"REKALL_SYSTEM_ERROR_WINDOW_S": raw})
     assert caught.value.field == "REKALL_SYSTEM_ERROR_WINDOW_S" and repr(raw) in caught.value.message
+
+
+def test_the_settle_and_reconnect_windows_default_to_a_minute_and_are_read_from_the_environment():
+    defaults = WorkerSettings.from_env({})
+    assert defaults.settle_s == 60 and defaults.reconnect_window_s == 60
+    assert defaults.reconnect_window_s > sum(defaults.reconnect_delays_s)  # longer than one backoff round
+    settings = WorkerSettings.from_env({"REKALL_SETTLE_S": "0.5", "REKALL_RECONNECT_WINDOW_S": "90"})
+    assert settings.settle_s == 0.5 and settings.reconnect_window_s == 90
+
+
+@pytest.mark.parametrize("name", ["REKALL_SETTLE_S", "REKALL_RECONNECT_WINDOW_S"])
+def test_a_bad_window_is_rejected_naming_the_variable(name):
+    with pytest.raises(InvalidInput) as caught:
+        WorkerSettings.from_env({name: "-1"})
+    assert caught.value.field == name and "(60)" in caught.value.hint

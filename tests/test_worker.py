@@ -121,3 +121,163 @@ async def test_idle_must_hold_for_the_whole_debounce(tmp_path):
         idle = next(r for r in build_explanation(store, job)["timeline"] if r["trigger"] == "idle_stable")
         # The request followed the idle period that lasted, not the one cut short (no wall-clock threshold here).
         assert idle["evidence"]["revision"] >= lasting_idle[0]
+
+
+# --- under faults ------------------------------------------------------------------------
+
+
+def _cut_the_link_before_the_compact_request(worker: Worker, sim: SimulatedOwner) -> None:
+    """The owner's connection dies after idle held but before the request goes out."""
+    connect = worker._connect
+
+    async def connect_then_arm() -> None:
+        await connect()
+        session = worker.session
+        compact = session.compact
+
+        async def compact_on_a_dead_link() -> None:
+            link = session._link
+            await sim.disconnect_all()
+            with anyio.fail_after(5):
+                await link.reader  # the reader ends once it has seen the connection die
+            await compact()
+
+        session.compact = compact_on_a_dead_link
+
+    worker._connect = connect_then_arm
+
+
+async def test_a_compact_request_that_never_left_fails_at_once_with_a_known_outcome(tmp_path):
+    async with SimulatedOwner() as sim:
+        store, job = await schedule(sim, tmp_path / "jobs")
+        worker = Worker(store, sim.thread_id, job, settings=WorkerSettings(idle_stable_s=0.05, deadline_s=5),
+                        env=sim.env)
+        _cut_the_link_before_the_compact_request(worker, sim)
+        with anyio.fail_after(30):
+            assert await worker.run() is JobState.FAILED
+        status = store.read_status(sim.thread_id)
+        assert status["errorCode"] == "connection_lost" and status["outcomeMayBeUnknown"] is False
+        assert "not sent" in status["error"]
+        assert not sim.compact_requests
+
+
+async def test_an_unknown_outcome_settles_once_the_owner_shows_the_thread_quiet(tmp_path):
+    async with SimulatedOwner() as sim:
+        sim.drop_connection_on(COMPACT, deliver=False)  # the request arrived; the answer never comes
+        store, job = await schedule(sim, tmp_path / "jobs")
+        settings = WorkerSettings(idle_stable_s=0.05, deadline_s=10, settle_s=0.3)
+        assert await run(store, sim, job, settings) is JobState.FAILED
+        status = store.read_status(sim.thread_id)
+        assert status["errorCode"] == "outcome_unknown" and status["outcomeMayBeUnknown"] is True
+        assert "idle" in status["error"] and "no compaction in progress" in status["error"]
+        settled = build_explanation(store, job)["timeline"][-1]
+        assert settled["trigger"] == "outcome_settled" and settled["evidence"]["settleWindowS"] == 0.3
+        assert len(sim.compact_requests) == 1
+
+
+async def test_a_compaction_in_progress_holds_off_the_settle_window(tmp_path):
+    # The answer is lost but the owner compacts, slower than the settle window: the running
+    # compaction is not "quiet", and its completion then proves acceptance.
+    async with SimulatedOwner(compaction_delay_s=1.0) as sim:
+        sim.drop_connection_on(COMPACT, deliver=True)
+        store, job = await schedule(sim, tmp_path / "jobs")
+        settings = WorkerSettings(idle_stable_s=0.05, deadline_s=20, settle_s=0.2)
+        assert await run(store, sim, job, settings) is JobState.RESUMED
+        assert len(sim.compact_requests) == 1 and len(sim.start_turn_requests) == 1
+
+
+async def _until_connected(worker: Worker) -> None:
+    """The worker holds its first snapshot (a fault before that fails the connect itself)."""
+    with anyio.fail_after(10):
+        while not worker.connected:
+            await anyio.sleep(0.01)  # no event marks it; the bounded loop does
+
+
+async def test_an_owner_gone_longer_than_the_backoff_is_followed_again_within_the_reconnect_window(tmp_path):
+    delays = (0.02, 0.05)
+    async with SimulatedOwner(runtime="active") as sim:
+        store, job = await schedule(sim, tmp_path / "jobs")
+        settings = WorkerSettings(idle_stable_s=0.05, deadline_s=20, reconnect_delays_s=delays,
+                                  reconnect_window_s=10)
+
+        worker = Worker(store, sim.thread_id, job, settings=settings, env=sim.env)
+
+        async def window_reload() -> None:
+            await _until_connected(worker)
+            gone_at = sim.discovery_count
+            sim.no_owner = True
+            await sim.disconnect_all()
+            # Back only after more failed attempts than the delays alone allow.
+            await sim.wait_until(lambda s: s.discovery_count >= gone_at + len(delays) + 3, timeout=10)
+            sim.no_owner = False
+            await sim.wait_until(lambda s: s.followers >= 1, timeout=10)
+            sim.backend.complete_turn("completed")
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(window_reload)
+            with anyio.fail_after(30):
+                final = await worker.run()
+        assert final is JobState.RESUMED
+        assert len(sim.compact_requests) == 1 and len(sim.start_turn_requests) == 1
+
+
+async def test_an_owner_gone_for_the_whole_reconnect_window_fails_the_job(tmp_path):
+    async with SimulatedOwner(runtime="active") as sim:
+        store, job = await schedule(sim, tmp_path / "jobs")
+        settings = WorkerSettings(idle_stable_s=0.05, deadline_s=20, reconnect_delays_s=(0.02, 0.05),
+                                  reconnect_window_s=0.5)
+
+        worker = Worker(store, sim.thread_id, job, settings=settings, env=sim.env)
+
+        async def gone() -> None:
+            await _until_connected(worker)
+            sim.no_owner = True
+            await sim.disconnect_all()
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(gone)
+            with anyio.fail_after(30):
+                final = await worker.run()
+        assert final is JobState.FAILED
+        status = store.read_status(sim.thread_id)
+        assert status["errorCode"] == "connection_lost" and "0.5 s" in status["error"]
+        assert not sim.compact_requests
+
+
+async def _start_a_compaction_elsewhere(sim: SimulatedOwner) -> None:
+    """What a lost worker leaves behind: the owner compacting on a request rekall no longer follows."""
+    from rekall.adapters import connect_thread
+
+    session = await connect_thread(sim.thread_id, env=sim.env)
+    try:
+        await session.compact()
+    finally:
+        await session.aclose()
+
+
+async def test_schedule_refuses_while_the_thread_shows_a_compaction_in_progress(tmp_path):
+    async with SimulatedOwner(compaction_delay_s=30) as sim:
+        await _start_a_compaction_elsewhere(sim)
+        with pytest.raises(service.Refused) as caught:
+            await schedule(sim, tmp_path / "jobs")
+        assert "compaction in progress" in caught.value.message
+        assert len(sim.compact_requests) == 1
+
+
+async def test_the_worker_refuses_to_request_while_another_compaction_runs(tmp_path):
+    async with SimulatedOwner(compaction_delay_s=1.0) as sim:
+        store, job = await schedule(sim, tmp_path / "jobs")
+        await _start_a_compaction_elsewhere(sim)  # after scheduling, before the worker looks
+        assert await run(store, sim, job) is JobState.FAILED
+        status = store.read_status(sim.thread_id)
+        assert status["errorCode"] == "compaction_in_progress" and status["outcomeMayBeUnknown"] is False
+        assert len(sim.compact_requests) == 1  # only the other one
+
+
+async def test_a_worker_that_finds_a_cancel_marker_at_start_releases_the_lock(tmp_path):
+    async with SimulatedOwner() as sim:
+        store, job = await schedule(sim, tmp_path / "jobs")
+        store.request_cancel(sim.thread_id, job)
+        assert store.lock_path(sim.thread_id).exists()
+        assert await run(store, sim, job) is JobState.CANCELLED
+        assert not store.lock_path(sim.thread_id).exists()

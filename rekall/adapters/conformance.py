@@ -56,6 +56,10 @@ def event_json(event: Any) -> dict[str, Any]:
 def facts_json(facts: ThreadFacts) -> dict[str, Any]:
     out = attrs.asdict(facts)
     out["completed_compaction_ids"] = sorted(facts.completed_compaction_ids)
+    # Added after the first transcripts were recorded: written (and checked) once there are some.
+    running = out.pop("running_compaction_ids")
+    if running:
+        out["running_compaction_ids"] = sorted(running)
     return out
 
 

@@ -26,6 +26,9 @@ Completed compactions
     The ids of ``contextCompaction`` items with ``completed is True``, live or history.
     History items may lack ``completed`` (reloaded public history): tolerated, never counted.
 
+Compactions in progress
+    The ids of ``contextCompaction`` items with ``completed is False``, live or history.
+
 User boundary
     The latest user-bearing turn (non-empty ``params.input`` or a ``userMessage`` item) in
     order: history turns, then live turns. Compaction turns (empty input, no user message)
@@ -102,6 +105,7 @@ class ThreadFacts:
     pending_requests: int = 0
     unconfirmed_submissions: int = 0
     completed_compaction_ids: frozenset[str] = frozenset()
+    running_compaction_ids: frozenset[str] = frozenset()
     boundary_fingerprint: str = NO_USER_INPUT
     interrupted: bool = False
     user_turn_running: bool = False
@@ -200,6 +204,7 @@ class ItemFacts:
     """What one item contributes to the facts."""
 
     completed_id: str | None = None
+    running_id: str | None = None
     problem: str | None = None
     is_user_message: bool = False
 
@@ -224,7 +229,7 @@ def item_facts(item: Any, *, in_history: bool) -> ItemFacts:
     completed = item["completed"]
     if not isinstance(completed, bool):
         return ItemFacts(problem=HISTORY_COMPACTION_BAD_FLAG if in_history else LIVE_COMPACTION_WITHOUT_FLAG)
-    return ItemFacts(completed_id=item_id if completed else None)
+    return ItemFacts(completed_id=item_id) if completed else ItemFacts(running_id=item_id)
 
 
 def turn_items(turn: Any) -> list[Any] | None:
@@ -358,6 +363,7 @@ def derive_facts(state: Any) -> ThreadFacts:
         return attrs.evolve(EMPTY, layout_problem=join_problems(runtime.problems))
     problems = list(runtime.problems)
     completed: set[str] = set()
+    running: set[str] = set()
     ordered_turns: list[Any] = []
 
     def visit(turn: Any, in_history: bool) -> None:
@@ -369,6 +375,8 @@ def derive_facts(state: Any) -> ThreadFacts:
                 problems.append(facts.problem)
             if facts.completed_id:
                 completed.add(facts.completed_id)
+            if facts.running_id:
+                running.add(facts.running_id)
 
     inner, history_problems = history_container(state)
     problems += history_problems
@@ -409,6 +417,7 @@ def derive_facts(state: Any) -> ThreadFacts:
         pending_requests=runtime.pending_requests,
         unconfirmed_submissions=runtime.unconfirmed_submissions,
         completed_compaction_ids=frozenset(completed),
+        running_compaction_ids=frozenset(running),
         boundary_fingerprint=fingerprint,
         interrupted=interrupted,
         user_turn_running=turn_running,

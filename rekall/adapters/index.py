@@ -12,7 +12,7 @@
   callers must not reuse them either. An
   entry knows the turn's relevant items (user messages, compaction items; most items are
   irrelevant and are not stored), its layout problem and, lazily, its boundary fingerprint.
-* Aggregates are counters: completed compaction id → number of items, layout problem →
+* Aggregates are counters: completed (and running) compaction id → number of items, layout problem →
   number of places. Adding or removing a subtree adds or subtracts its entries, so work is
   proportional to the value the patch carries, not to the thread.
 * The latest user-bearing turn is found by scanning from the end (live turns, then the
@@ -54,6 +54,7 @@ class FactIndex:
         self._turns: dict[int, _TurnEntry] = {}
         self._history_scalars = 0  # history entities that are not objects (each one a problem)
         self._completed: Counter[str] = Counter()
+        self._running: Counter[str] = Counter()
         self._problems: Counter[str] = Counter()
         self._static_problems: dict[str, tuple[str, ...]] = {}
         self._runtime = f.runtime_facts(MISSING)
@@ -62,6 +63,7 @@ class FactIndex:
         self._facts = f.EMPTY
         self._dirty_runtime = self._dirty_telemetry = self._dirty_latest = self._dirty_sets = False
         self._completed_ids: frozenset[str] = frozenset()
+        self._running_ids: frozenset[str] = frozenset()
         self._problem_text: str | None = None
 
     # -- the mirror's interface --------------------------------------------------------
@@ -71,6 +73,7 @@ class FactIndex:
         self._root = root
         self._turns.clear()
         self._completed.clear()
+        self._running.clear()
         self._problems.clear()
         self._static_problems.clear()
         self._history_scalars = 0
@@ -112,6 +115,7 @@ class FactIndex:
             self._dirty_latest = False
         if self._dirty_sets:
             self._completed_ids = frozenset(k for k, n in self._completed.items() if n > 0)
+            self._running_ids = frozenset(k for k, n in self._running.items() if n > 0)
             problems = [k for k, n in self._problems.items() if n > 0]
             for group in self._static_problems.values():
                 problems += group
@@ -145,6 +149,7 @@ class FactIndex:
             pending_requests=runtime.pending_requests,
             unconfirmed_submissions=runtime.unconfirmed_submissions,
             completed_compaction_ids=self._completed_ids,
+            running_compaction_ids=self._running_ids,
             boundary_fingerprint=fingerprint,
             interrupted=interrupted,
             user_turn_running=turn_running,
@@ -203,6 +208,7 @@ class FactIndex:
             return
         entry.items[id(item)] = (item, facts)
         self._count(self._completed, facts.completed_id, 1)
+        self._count(self._running, facts.running_id, 1)
         self._count(self._problems, facts.problem, 1)
         if facts.is_user_message:
             entry.user_messages += 1
@@ -218,6 +224,7 @@ class FactIndex:
             return
         facts = found[1]
         self._count(self._completed, facts.completed_id, -1)
+        self._count(self._running, facts.running_id, -1)
         self._count(self._problems, facts.problem, -1)
         if facts.is_user_message:
             entry.user_messages -= 1

@@ -81,6 +81,7 @@ class ThreadMirror:
     pending_requests = property(lambda self: self._facts.pending_requests)
     unconfirmed_submissions = property(lambda self: self._facts.unconfirmed_submissions)
     completed_compaction_ids = property(lambda self: self._facts.completed_compaction_ids)
+    running_compaction_ids = property(lambda self: self._facts.running_compaction_ids)
     boundary_fingerprint = property(lambda self: self._facts.boundary_fingerprint)
     interrupted = property(lambda self: self._facts.interrupted)
     user_turn_running = property(lambda self: self._facts.user_turn_running)

@@ -119,6 +119,12 @@ TRIGGERS: Mapping[str, TriggerSpec] = {
         TriggerSpec("turn_started", "The owner returned the started continuation turn.", (
             Key("turnId", "str"), Key("turnStatus", "str|null", required=False),
         )),
+        TriggerSpec("outcome_settled", "A request's outcome was unknown; the owner, reachable again, showed "
+                    "the thread idle with no compaction in progress for the settle window.", (
+            Key("idle", "bool"), Key("compactionsInProgress", "int"), Key("quietMs", "number"),
+            Key("settleWindowS", "number"), Key("runtimeStatus", "str|null"), Key("ownerId", "str|null"),
+            Key("revision", "int|null"),
+        )),
         TriggerSpec("cancel", "An explicit cancel marker, new user input, or a stopped user turn.", (
             Key("reason", "str", choices=CANCEL_REASONS), Key("delivery", "str", required=False, choices=DELIVERY),
         )),

@@ -100,7 +100,7 @@ def markdown() -> str:
         "- **outcomeMayBeUnknown** (on `cancel`, `deadline`, `fail`, and `worker_lost`): false from "
         "`scheduled`, `waiting_for_idle` and `waiting_for_resume_idle`; true from `requesting` and "
         "`resuming` unless the evidence says `delivery: not_delivered`; true from `accepted`, because "
-        "the compaction may still complete.",
+        "the compaction may still complete; always true on `outcome_settled`.",
         "",
     ]
     return "\n".join(parts)

@@ -77,6 +77,13 @@ def headroom_lost(job: JobView, ev: Evidence) -> bool:
     return _resume_authorised(job, ev) and not _headroom(job, ev).safe
 
 
+def quiet_for_the_settle_window(job: JobView, ev: Evidence) -> bool:
+    """The owner, reachable again, showed the thread idle with no compaction in progress
+    for the whole settle window."""
+    window_ms = ev.get("settleWindowS", float("inf")) * 1000
+    return ev.get("idle") is True and ev.get("compactionsInProgress") == 0 and ev.get("quietMs", 0) >= window_ms
+
+
 # --- effects -------------------------------------------------------------------------------
 
 
@@ -151,6 +158,15 @@ def _cancelled(job: JobView, ev: Evidence, now: Instant) -> dict[str, Any]:
             "outcomeMayBeUnknown": outcome_may_be_unknown(job.state, ev)}
 
 
+def _settled(job: JobView, ev: Evidence, now: Instant) -> dict[str, Any]:
+    seen = (f"the owner {ev['ownerId']} showed the thread idle (runtime {ev['runtimeStatus']}) with no compaction "
+            f"in progress and no new completed compaction for {ev['quietMs'] / 1000:.1f} s (revision "
+            f"{ev['revision']})")
+    return {"errorCode": "outcome_unknown", "failedAt": now.iso, "outcomeMayBeUnknown": True,
+            "error": f"the answer to the request sent in {job.state.value} was lost; after reconnecting, {seen}. "
+                     "The request may or may not have reached the extension; nothing was retried"}
+
+
 def _timed_out(job: JobView, ev: Evidence, now: Instant) -> dict[str, Any]:
     return {"timedOutAt": now.iso, "errorCode": "deadline_exceeded",
             "error": f"deadline of {ev['deadlineS']:g} s exceeded in {job.state.value}; no automatic retry",
@@ -210,6 +226,9 @@ TRANSITIONS: tuple[Transition, ...] = (
                "the second headroom check fails (the design's headroom_lost, folded into idle_stable)"),
     Transition("turn_started", (S.RESUMING,), S.RESUMED, None, _resumed,
                "the owner returned a started turn id"),
+    Transition("outcome_settled", (S.REQUESTING, S.ACCEPTED), S.FAILED, quiet_for_the_settle_window, _settled,
+               "outcome unknown (an answer or the connection was lost); the owner, reachable again, shows "
+               "nothing happening for the settle window; outcomeMayBeUnknown true"),
     Transition("cancel", _ANY, S.CANCELLED, None, _cancelled,
                f"explicit marker, new user input, or a stopped turn; {_UNKNOWN_NOTE}"),
     Transition("deadline", _ANY, S.TIMED_OUT, None, _timed_out, f"the worker deadline; {_UNKNOWN_NOTE}"),

@@ -15,7 +15,7 @@ from rekall.states import TERMINAL_STATES, JobState
 S = JobState
 ILLEGAL, REFUSED = "illegal", "refused"
 TRIGGERS = ("worker_started", "idle_stable", "compaction_accepted", "compaction_completed", "turn_started",
-            "system_error_held", "cancel", "deadline", "fail")
+            "system_error_held", "outcome_settled", "cancel", "deadline", "fail")
 #: The trigger that moves each non-terminal state forward (the stateful tests favour it).
 PROGRESS = {S.SCHEDULED: "worker_started", S.WAITING_FOR_IDLE: "idle_stable", S.REQUESTING: "compaction_accepted",
             S.ACCEPTED: "compaction_completed", S.WAITING_FOR_RESUME_IDLE: "idle_stable",
@@ -61,6 +61,9 @@ def expected(state: JobState, trigger: str, ev: dict[str, Any], *, job_id: str, 
             return S.RESUMED
         case (S.WAITING_FOR_IDLE | S.WAITING_FOR_RESUME_IDLE, "system_error_held"):
             return S.FAILED
+        case (S.REQUESTING | S.ACCEPTED, "outcome_settled"):
+            quiet = ev["idle"] and ev["compactionsInProgress"] == 0 and ev["quietMs"] >= 1000 * ev["settleWindowS"]
+            return S.FAILED if quiet else REFUSED
     return ILLEGAL
 
 
@@ -87,6 +90,11 @@ def evidence_for(trigger: str, job_id: str) -> st.SearchStrategy[dict[str, Any]]
         "compaction_completed": ({"compactionId": st.just("c1"), "tokens": _tokens, "window": _window,
                                   "revision": st.none()}, {}),
         "turn_started": ({"turnId": st.just("turn-1")}, {}),
+        "outcome_settled": ({"idle": st.sampled_from([True, True, False]),
+                             "compactionsInProgress": st.sampled_from([0, 0, 1]),
+                             "quietMs": st.sampled_from([0, 59_999, 60_000, 90_000]), "settleWindowS": st.just(60),
+                             "runtimeStatus": st.sampled_from(["idle", None]), "ownerId": st.just("o1"),
+                             "revision": st.none()}, {}),
         "cancel": ({"reason": st.sampled_from(["explicit_cancellation", "new_user_input", "user_turn_stopped"])},
                    delivery),
         "system_error_held": ({"runtimeStatus": st.just("systemError"), "heldMs": st.integers(0, 90_000),
