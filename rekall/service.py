@@ -260,6 +260,7 @@ def cancel(thread_id: str, job_id: str, *, env: Mapping[str, str] | None = None)
         raise RekallError(f"job {job_id} is not the current job of thread {thread_id}",
                           code="job_identity_mismatch", hint="inspect the thread with compaction_status")
     from rekall.states import TERMINAL_STATES, JobState
+    from rekall.states.rules import outcome_may_be_unknown
 
     if JobState(current["state"]) in TERMINAL_STATES:
         return {**current, "cancellationRequested": False,
@@ -269,8 +270,10 @@ def cancel(thread_id: str, job_id: str, *, env: Mapping[str, str] | None = None)
         # Past `scheduled` the worker has its handler installed; before that it finds the
         # marker itself when it starts.
         _signal_worker(store, thread_id, job_id)
+    # A request sent before the worker stops cannot be retracted: the outcome rule says whether one may be out.
+    unknown = outcome_may_be_unknown(JobState(current["state"]), {})
     return {"threadId": thread_id, "jobId": job_id, "state": current["state"], "cancellationRequested": True,
-            "message": CANCEL_MESSAGE}
+            "outcomeMayBeUnknown": unknown, "message": CANCEL_MESSAGE}
 
 
 def _signal_worker(store: JobStore, thread_id: str, job_id: str) -> None:

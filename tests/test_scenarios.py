@@ -304,7 +304,8 @@ async def test_cancel_after_acceptance_records_an_unknown_outcome(jobs_dir):
     async with SimulatedOwner(compaction_delay_s=60) as sim, rekall_mcp(job_env(sim.env, jobs_dir), sim.thread_id) as rekall:
         scheduled = await rekall.schedule(HANDOFF)
         await rekall.wait_for({"accepted"})
-        await rekall.call("cancel_compaction", jobId=scheduled["jobId"])
+        asked = await rekall.call("cancel_compaction", jobId=scheduled["jobId"])
+        assert asked["cancellationRequested"] is True and asked["outcomeMayBeUnknown"] is True  # as described
         done = await rekall.wait_terminal()
         assert done["state"] == "cancelled" and done["outcomeMayBeUnknown"] is True
         assert counts(sim) == (1, 0)
@@ -315,7 +316,8 @@ async def test_cancel_while_waiting_to_resume_records_a_known_outcome(jobs_dir):
     async with SimulatedOwner() as sim, rekall_mcp({**env, **sim.env}, sim.thread_id) as rekall:
         scheduled = await rekall.schedule(HANDOFF)
         await rekall.wait_for({"waiting_for_resume_idle"})
-        await rekall.call("cancel_compaction", jobId=scheduled["jobId"])
+        asked = await rekall.call("cancel_compaction", jobId=scheduled["jobId"])
+        assert asked["cancellationRequested"] is True and asked["outcomeMayBeUnknown"] is False
         done = await rekall.wait_terminal()
         assert done["state"] == "cancelled" and done["outcomeMayBeUnknown"] is False
         assert counts(sim) == (1, 0)
