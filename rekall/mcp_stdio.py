@@ -8,6 +8,10 @@ message, with the request's id whenever one can be read). Overlong lines are ref
 without being held in memory. Replies and the SDK's own output share one writer, so lines
 never interleave.
 
+When stdin closes, calls still in flight are answered before the server exits: their
+answers are awaited for at most :data:`DRAIN_S` seconds, then each still-open call gets a
+JSON-RPC error saying it was stopped, so a client never waits for an answer that cannot come.
+
 As the SDK does, the real stdin and stdout are moved to private descriptors while serving:
 fd 0 reads the null device and fd 1 writes to stderr, so a stray ``print`` cannot corrupt
 the wire.
@@ -28,7 +32,10 @@ from mcp.server.stdio import stdio_server
 
 #: Far above any valid call (a handoff is at most 32,000 bytes), far below harm.
 MAX_LINE_BYTES = 4 * 1024 * 1024
-PARSE_ERROR, INVALID_REQUEST = -32700, -32600
+PARSE_ERROR, INVALID_REQUEST, INTERNAL_ERROR = -32700, -32600, -32603
+#: How long calls in flight when stdin closes may take to finish (a schedule waits at most
+#: about 25 s: the store's guard, then the owner's snapshot).
+DRAIN_S = 30.0
 
 
 class LineWriter:
@@ -37,11 +44,36 @@ class LineWriter:
     def __init__(self, raw: BinaryIO) -> None:
         self._raw = raw
         self._lock = anyio.Lock()
+        #: Ids of requests read from stdin and not answered yet.
+        self.open_ids: set[Any] = set()
+        self._answered = anyio.Event()
 
     async def write(self, text: str) -> None:
         data = text.encode("utf-8")
         async with self._lock:
             await anyio.to_thread.run_sync(self._write, data)
+        self._note_answer(text)
+
+    def _note_answer(self, text: str) -> None:
+        if not self.open_ids:
+            return
+        try:
+            message = json.loads(text)
+        except ValueError:
+            return
+        if isinstance(message, dict) and "method" not in message and ("result" in message or "error" in message):
+            self.open_ids.discard(message.get("id"))
+            self._answered.set()
+            self._answered = anyio.Event()
+
+    async def drain(self, timeout_s: float) -> None:
+        """Wait (bounded) until every open request is answered; answer the rest with an error."""
+        with anyio.move_on_after(timeout_s):
+            while self.open_ids:
+                await self._answered.wait()
+        for request_id in sorted(self.open_ids, key=repr):
+            await self.error(request_id, INTERNAL_ERROR, f"stdin closed and the call did not finish within "
+                                                         f"{timeout_s:g} s; it was stopped (check compaction_status)")
 
     def _write(self, data: bytes) -> None:
         self._raw.write(data)
@@ -101,15 +133,18 @@ def check_line(line: bytes) -> tuple[str | None, tuple[Any, int, str] | None]:
 class CheckedLines:
     """The wire's stdin as the SDK reads it: only valid messages get through."""
 
-    def __init__(self, raw: BinaryIO, writer: LineWriter, max_line_bytes: int = MAX_LINE_BYTES) -> None:
+    def __init__(self, raw: BinaryIO, writer: LineWriter, max_line_bytes: int = MAX_LINE_BYTES,
+                 drain_s: float = DRAIN_S) -> None:
         self._raw = raw
         self._writer = writer
         self._max = max_line_bytes
+        self._drain_s = drain_s
 
     async def __aiter__(self) -> AsyncIterator[str]:
         while True:
             line = await anyio.to_thread.run_sync(self._raw.readline, self._max + 1)
             if not line:
+                await self._writer.drain(self._drain_s)  # the SDK stops its handlers once we return
                 return
             if len(line) > self._max and not line.endswith(b"\n"):
                 await anyio.to_thread.run_sync(self._skip_rest_of_line)
@@ -122,6 +157,9 @@ class CheckedLines:
             if problem is not None:
                 await self._writer.error(*problem)
             elif text is not None:
+                message = json.loads(text)
+                if "method" in message and (request_id := _readable_id(message)) is not None:
+                    self._writer.open_ids.add(request_id)  # a request: it must be answered
                 yield text
 
     def _skip_rest_of_line(self) -> None:

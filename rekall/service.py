@@ -8,6 +8,7 @@ the same shape.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import sys
@@ -122,7 +123,7 @@ async def probe(thread_id: str, *, env: Mapping[str, str] | None = None) -> dict
     finally:
         await session.aclose()
     try:
-        schema = public_schema_report(env)
+        schema = await asyncio.to_thread(public_schema_report, env)  # a subprocess: off the event loop
     except RekallError as exc:
         schema = {"status": "error", **exc.to_dict()}
     result["compatibility"] = {"runtime": runtime, "publicSchema": schema}
@@ -164,7 +165,7 @@ async def schedule(
     thread_id = valid_thread_id(thread_id)
     if handoff is not None:
         handoff = validate_handoff(handoff)
-    store = JobStore.open(env)
+    store = await asyncio.to_thread(JobStore.open, env)
 
     session = await connect_thread(thread_id, env=env)
     try:
@@ -184,12 +185,15 @@ async def schedule(
                   "ownerIdAtSchedule": session.owner_id}
     finally:
         await session.aclose()
-    schema = public_schema_report(env)
+    # The schema check runs a subprocess and the store's guard may wait for another process:
+    # both run on worker threads, so that an MCP server answers other calls meanwhile.
+    schema = await asyncio.to_thread(public_schema_report, env)
     if schema.get("status") not in ("compatible", "not_checked"):
         raise Refused("the installed Codex app-server schema is not compatible with rekall",
                       hint="run `rekall doctor` for the failing checks")
 
-    created = store.create_job(thread_id, handoff=handoff, user_fingerprint=fingerprint, extra=anchor)
+    created = await asyncio.to_thread(store.create_job, thread_id, handoff=handoff, user_fingerprint=fingerprint,
+                                      extra=anchor)
     result = dict(created.status)
     if created.already_scheduled:
         result["alreadyScheduled"] = True
@@ -206,7 +210,7 @@ async def schedule(
                           hint=f"fix the cause, then schedule again; `rekall explain {created.job_id}` "
                                "shows the job") from None
     # False when the worker already finished and released the lock: nothing left to name.
-    store.set_lock_owner(thread_id, created.job_id, pid, process_start_time(pid))
+    await asyncio.to_thread(store.set_lock_owner, thread_id, created.job_id, pid, process_start_time(pid))
     result.update(pid=pid, alreadyScheduled=False, message=SCHEDULED_MESSAGE)
     if handoff is not None:
         result["handoff"] = handoff

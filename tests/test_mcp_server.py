@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -12,8 +14,11 @@ import anyio
 import pytest
 from mcp import Client
 
+from rekall import service
 from rekall.mcp_server import TOOL_NAMES, build_server
-from rekall.sim import SimulatedOwner
+from rekall.sim import SimulatedOwner, start_sim_in_thread
+from rekall.store import JobStore
+from rekall.store.guard import guarded
 from tests.mcpkit import HANDOFF
 
 pytestmark = pytest.mark.anyio
@@ -128,6 +133,34 @@ async def test_a_slow_probe_does_not_block_compaction_status(jobs_env, monkeypat
         assert result["connected"] is True and result["ownerId"] == sim.owner_id
 
 
+async def test_a_schedule_waiting_for_the_store_guard_does_not_block_other_calls(jobs_env, monkeypatch):
+    monkeypatch.setattr(service, "_spawn_default", lambda *args, **kwargs: os.getpid())  # no worker needed here
+    async with SimulatedOwner() as sim:
+        for name, value in sim.env.items():
+            monkeypatch.setenv(name, value)
+        store = JobStore.open()
+        with contextlib.ExitStack() as held:
+            held.enter_context(guarded(store.layout.guard()))  # another rekall process is in the store
+            async with Client(build_server()) as client:
+                done = anyio.Event()
+                result = {}
+
+                async def schedule() -> None:
+                    result["r"] = await client.call_tool("schedule_compaction", {"threadId": sim.thread_id})
+                    done.set()
+
+                async with anyio.create_task_group() as group:
+                    group.start_soon(schedule)
+                    # The schedule has read the thread and closed its connection: next is the store.
+                    await sim.wait_until(lambda s: s.follow_count >= 1 and s.clients == 0, timeout=10)
+                    with anyio.fail_after(5):
+                        tools = await client.list_tools()
+                    assert not done.is_set(), result  # still waiting for the guard
+                    assert len(tools.tools) == len(TOOL_NAMES)
+                    held.close()
+        assert result["r"].structured_content["state"] == "scheduled"
+
+
 def _frame(message: dict) -> bytes:
     return (json.dumps(message) + "\n").encode()
 
@@ -178,3 +211,38 @@ def test_malformed_json_rpc_never_kills_the_stdio_server(tmp_path):
     # stayed up for everything after it.
     nulls = [m for m in replies_without_id if m["error"]["code"] in (-32700, -32600)]
     assert len(nulls) == 6
+
+
+def test_a_call_in_flight_when_stdin_closes_is_answered_before_the_server_exits(tmp_path):
+    init = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+            "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                       "clientInfo": {"name": "raw", "version": "0"}}}
+    with start_sim_in_thread() as sim:
+        sim.ignore_follows(1)  # the schedule waits for the thread's snapshot
+        call = {"jsonrpc": "2.0", "id": 9, "method": "tools/call",
+                "params": {"name": "schedule_compaction", "arguments": {"threadId": sim.thread_id}}}
+        env = {"PATH": "/usr/bin:/bin", "REKALL_JOBS_DIR": str(tmp_path / "jobs"), "HOME": str(tmp_path), **sim.env}
+        server = subprocess.Popen([sys.executable, "-m", "rekall", "mcp"], stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+        watchdog = threading.Timer(60, server.kill)  # bounds every read below
+        watchdog.start()
+        try:
+            server.stdin.write(_frame(init) + _frame({"jsonrpc": "2.0", "method": "notifications/initialized"})
+                               + _frame(call))
+            server.stdin.close()  # the client leaves while the schedule is in flight
+            sim.wait_until(lambda owner: owner.follow_count >= 1, timeout=20)
+            # The thread's latest turn was stopped: once the snapshot arrives, schedule refuses.
+            sim.user_turn("a new request")
+            sim.stop_turn("interrupted")
+            sim.call(lambda owner: owner.publish_snapshot())
+            replies = {}
+            for line in server.stdout:
+                message = json.loads(line)
+                replies[message.get("id")] = message
+            assert server.wait(timeout=30) == 0
+        finally:
+            watchdog.cancel()
+            server.kill()
+            server.wait()
+    assert 9 in replies, f"the in-flight call was never answered: {replies}"
+    assert replies[9]["result"]["isError"] is True and "stopped or failed" in replies[9]["result"]["content"][0]["text"]

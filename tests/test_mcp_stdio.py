@@ -39,9 +39,11 @@ async def test_an_overlong_line_is_refused_and_the_next_line_still_served():
     wire_out = io.BytesIO()
     writer = LineWriter(wire_out)
     good = b'{"jsonrpc":"2.0","id":2,"method":"ping"}\n'
-    lines = CheckedLines(io.BytesIO(b"x" * 300 + b"\n" + b"\n" + good), writer, max_line_bytes=100)
+    lines = CheckedLines(io.BytesIO(b"x" * 300 + b"\n" + b"\n" + good), writer, max_line_bytes=100, drain_s=0)
     passed = [line async for line in lines]
     assert passed == [good.decode()]
-    reply = json.loads(wire_out.getvalue())
+    reply, unanswered = map(json.loads, wire_out.getvalue().splitlines())
     assert reply["id"] is None and reply["error"]["code"] == INVALID_REQUEST
     assert "longer than 100 bytes" in reply["error"]["message"]
+    # Nothing answered the ping before stdin closed: it gets an error rather than silence.
+    assert unanswered["id"] == 2 and "stdin closed" in unanswered["error"]["message"]
