@@ -100,7 +100,7 @@ class Worker:
         self.job_id = job_id
         self.settings = settings
         self.env = os.environ if env is None else env
-        self.lifecycle = store.open_lifecycle(thread_id, job_id)
+        self.lifecycle: Any = None  # opened by the claim in ``run``
         self.session: Any = None
         self.queue: asyncio.Queue[Any] = asyncio.Queue()
         self.baseline: frozenset[str] = frozenset()
@@ -135,7 +135,7 @@ class Worker:
 
     @property
     def done(self) -> bool:
-        return self.state in TERMINAL_STATES
+        return self.lifecycle is not None and self.state in TERMINAL_STATES
 
     def _fire(self, trigger: str, **evidence: Any) -> JobState:
         before = self.state
@@ -163,26 +163,41 @@ class Worker:
 
     # --- run -------------------------------------------------------------------------
 
-    async def run(self) -> JobState:
-        if self.status.get("jobId") != self.job_id:
-            raise RekallError("job identity mismatch: the status names another job",
-                              code="job_identity_mismatch",
-                              hint="inspect the thread with `rekall status`; this worker does nothing")
-        if self.state is not JobState.SCHEDULED:
-            raise RekallError(f"job {self.job_id} is {self.state.value}, not scheduled; only its own worker runs it",
-                              code="job_already_started", hint="inspect it with `rekall explain`")
-        if self.store.cancel_path(self.thread_id, self.job_id).exists():
-            try:
+    def _claim(self, me: int, started: str | None) -> None:
+        """Take the job, once. Under the store's guard and from a fresh read of the journal,
+        so that a second worker started for the same job (or a worker restarted for it)
+        refuses instead of running it too; only the winner opens the journal for writing."""
+        with self.store.exclusive():
+            job = self.store.load(self.thread_id, self.job_id)  # read-only: another worker may be writing
+            if job.view.fields.get("jobId") != self.job_id:
+                raise RekallError("job identity mismatch: the journal names another job",
+                                  code="job_identity_mismatch",
+                                  hint="inspect the thread with `rekall status`; this worker does nothing")
+            if job.state is not JobState.SCHEDULED:
+                raise RekallError(f"job {self.job_id} is {job.state.value}, not scheduled; only its own worker "
+                                  "runs it, once", code="job_already_started", hint="inspect it with `rekall explain`")
+            self.lifecycle = self.store.open_lifecycle(self.thread_id, self.job_id)
+            if self.store.cancel_path(self.thread_id, self.job_id).exists():
                 self._fire("cancel", reason="explicit_cancellation")  # cancelled before we started
-            finally:
-                self.store.release_lock(self.thread_id, self.job_id)
-            return self.state
-        # Handlers first: `rekall cancel` signals only jobs that are past `scheduled`.
-        self._install_cancel_watch()
+                return
+            self._fire("worker_started", jobId=self.job_id, pid=me, host=socket.gethostname(),
+                       processStartTime=started)
+
+    async def run(self) -> JobState:
         me, started = os.getpid(), process_start_time(os.getpid())
+        # Handlers first: `rekall cancel` signals a job once it is past `scheduled`.
+        self._install_cancel_watch()
+        try:
+            self._claim(me, started)
+        except BaseException:  # refused: the job and its lock belong to another worker
+            await self._stop_watching()
+            raise
+        if self.done:  # cancelled before it started: the lock goes with the job
+            self.store.release_lock(self.thread_id, self.job_id)
+            await self._stop_watching()
+            return self.state
         # The scheduler names us in the lock too, but it may die before it gets there.
         self.store.set_lock_owner(self.thread_id, self.job_id, me, started)
-        self._fire("worker_started", jobId=self.job_id, pid=me, host=socket.gethostname(), processStartTime=started)
         self._later(self.settings.deadline_s, _DeadlinePassed())
         try:
             await self._connect()
@@ -218,17 +233,22 @@ class Worker:
     async def _shutdown(self) -> None:
         # The lock goes first: once the outcome is journaled, a new job may be scheduled.
         self.store.release_lock(self.thread_id, self.job_id)
+        await self._stop_watching()
+        if self.session is not None:
+            try:
+                await self.session.aclose()
+            except Exception:  # closing is best effort; the job's outcome is already recorded
+                log.exception("closing the session failed")
+
+    async def _stop_watching(self) -> None:
+        if hasattr(signal, "SIGUSR1"):
+            asyncio.get_running_loop().remove_signal_handler(signal.SIGUSR1)
         for handle in self._handles:
             handle.cancel()
         for task in list(self._tasks):
             task.cancel()
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
-        if self.session is not None:
-            try:
-                await self.session.aclose()
-            except Exception:  # closing is best effort; the job's outcome is already recorded
-                log.exception("closing the session failed")
 
     # --- cancellation ------------------------------------------------------------------
 

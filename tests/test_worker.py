@@ -281,3 +281,26 @@ async def test_a_worker_that_finds_a_cancel_marker_at_start_releases_the_lock(tm
         assert store.lock_path(sim.thread_id).exists()
         assert await run(store, sim, job) is JobState.CANCELLED
         assert not store.lock_path(sim.thread_id).exists()
+
+
+async def test_a_second_worker_started_for_the_same_job_refuses_and_sends_nothing(tmp_path):
+    async with SimulatedOwner(runtime="active") as sim:
+        store, job = await schedule(sim, tmp_path / "jobs")
+        # Both exist before either runs: a scheduler that spawned twice, or a restart racing the first.
+        first = Worker(store, sim.thread_id, job, settings=FAST, env=sim.env)
+        second = Worker(store, sim.thread_id, job, settings=FAST, env=sim.env)
+
+        async def then_finish_the_turn() -> None:
+            await _until_connected(first)
+            with pytest.raises(RekallError) as caught:
+                await second.run()
+            assert caught.value.code == "job_already_started"
+            assert store.lock_owner(sim.thread_id).job_id == job  # the refusal left the lock alone
+            sim.backend.complete_turn("completed")
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(then_finish_the_turn)
+            with anyio.fail_after(30):
+                assert await first.run() is JobState.RESUMED
+        assert len(sim.compact_requests) == 1 and len(sim.start_turn_requests) == 1
+        assert [row["trigger"] for row in build_explanation(store, job)["timeline"]].count("worker_started") == 1
