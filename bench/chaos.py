@@ -1,12 +1,14 @@
 """The full-size exactly-once run: seeded random faults at random moments, one full job each.
 
-    python bench/chaos.py --runs 1000 --seed 20261130 --parallel 4 --json
+    python bench/chaos.py --runs 1000 --seed 20261130 --json
 
 Each run is a real job (``service.schedule``, a detached worker process, the simulated owner
 on a real Unix socket) with faults planned from ``(seed, run index)`` alone; see
 ``tests/chaos/randomized.py``. Every run is audited: at most one compact and one start-turn
-request, a terminal state reached through rows of the transition table, an intact journal
-and handoff, a status the owner does not contradict. ``--only I`` replays run I of the seed.
+request reaching the router (refused ones count), a terminal state reached through rows of
+the transition table, an intact journal and handoff, no lock left by a worker, a status the
+owner does not contradict. The tally counts the faults injected and, apart, those that
+landed on a live job. ``--only I`` replays run I of the seed.
 
 Exit status 1 when any run broke a rule (duplicates, data lost, or another problem).
 """

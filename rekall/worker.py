@@ -338,8 +338,9 @@ class Worker:
             self._track_system_error(_stuck_in_system_error(mirror))
         elif state in (JobState.REQUESTING, JobState.ACCEPTED):
             self._look_for_completion(mirror)
-            if self.state is state and self._outcome_unknown:
-                self._track_idle(mirror.idle and not mirror.running_compaction_ids)
+            if self.state is state and self._outcome_unknown:  # quiet: idle, nothing compacting or compacted
+                new = set(mirror.completed_compaction_ids) - self.baseline
+                self._track_idle(mirror.idle and not mirror.running_compaction_ids and not new)
 
     def _user_moved_on(self, mirror: Any) -> bool:
         """New input, steering or a stopped turn cancels the job (before the resume is sent)."""

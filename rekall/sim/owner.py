@@ -126,6 +126,9 @@ class SimulatedOwner:
         self._changed = asyncio.Event()
 
         self.requests: list[RecordedRequest] = []
+        #: Every request that reached the router, refused ones included (``requests`` holds
+        #: those routed to the owner).
+        self.routed: list[RecordedRequest] = []
         self.follow_count = 0
         self.discovery_count = 0
         self.connections = 0
@@ -282,6 +285,7 @@ class SimulatedOwner:
 
     async def _on_request(self, client: _Client, message: dict[str, Any]) -> None:
         request_id, method, params = message.get("requestId"), message.get("method"), message.get("params")
+        self.routed.append(RecordedRequest(str(method), params, message, client.id))
         if method == p.INITIALIZE:
             client.id = f"client-{uuid.uuid4()}"
             self._send(client, p.success(request_id, method, {"clientId": client.id}, "router"))
@@ -441,6 +445,14 @@ class SimulatedOwner:
         return len(self._clients)
 
     # -- faults ----------------------------------------------------------------------------
+
+    def routed_for(self, method: str) -> list[RecordedRequest]:
+        """Requests of ``method`` that reached the router, whether or not it routed them."""
+        return [r for r in self.routed if r.method == method]
+
+    def armed_faults(self, method: str) -> int:
+        """Faults scripted for ``method`` that have not fired yet."""
+        return len(self._faults.get(method, []))
 
     def _next_fault(self, method: str) -> _Fault:
         queue = self._faults.get(method)

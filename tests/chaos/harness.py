@@ -11,6 +11,7 @@ the worker to end uses a pidfd where the OS has one.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import select
 import signal
@@ -26,6 +27,7 @@ import attrs
 
 from rekall import service
 from rekall.errors import RekallError
+from rekall.spawn import spawn_worker
 from rekall.explain import build_explanation
 from rekall.sim import start_sim_in_thread
 from rekall.sim.threaded import SimHandle
@@ -46,9 +48,10 @@ NOT_DELIVERED = frozenset(ROUTER_ERRORS[:3])
 #: cancel) has outcomeMayBeUnknown, unless non-delivery was proven.
 UNKNOWN_AFTER = frozenset({"requesting", "accepted", "resuming"})
 
-#: Short timers so that a stuck job ends quickly: the debounce, the worker's deadline and its
-#: request timeout.
-FAST = {"REKALL_IDLE_STABLE_MS": "60", "REKALL_DEADLINE_S": "8", "REKALL_REQUEST_TIMEOUT_S": "1"}
+#: Short timers so that a stuck job ends quickly: the debounce, the worker's deadline, its
+#: request timeout, the settle window for unknown outcomes and the reconnect window.
+FAST = {"REKALL_IDLE_STABLE_MS": "60", "REKALL_DEADLINE_S": "8", "REKALL_REQUEST_TIMEOUT_S": "1",
+        "REKALL_SETTLE_S": "1", "REKALL_RECONNECT_WINDOW_S": "2"}
 POLL_S = 0.02
 
 
@@ -107,6 +110,11 @@ def spawn_driver(code: str, *args: str) -> Callable[..., int]:
     return spawn
 
 
+def spawn_two_workers(thread_id: str, job_id: str, **kwargs: Any) -> tuple[int, int]:
+    """Start two workers for one job at once (a scheduler that spawned twice); both pids."""
+    return spawn_worker(thread_id, job_id, **kwargs), spawn_worker(thread_id, job_id, **kwargs)
+
+
 def _reap_in_background(child: subprocess.Popen[Any]) -> None:
     threading.Thread(target=child.wait, daemon=True).start()
 
@@ -124,6 +132,12 @@ class ChaosJob:
         self.store = JobStore.open(self.env)
         self.job_id: str | None = None
         self.pid: int | None = None
+        #: Every worker process started for the current job (the first is ``pid``).
+        self.pids: list[int] = []
+        #: The test killed a worker on purpose: its lock is then the reaper's to remove.
+        self.killed = False
+        #: Whether the thread's lock was still there once every worker had exited (before any reaping).
+        self.lock_left: bool | None = None
         self.handoff: dict[str, Any] | None = None
         #: The owner's request counts and compactions when the current job was scheduled.
         self.baseline: tuple[int, int, frozenset[str]] = (0, 0, frozenset())
@@ -135,18 +149,26 @@ class ChaosJob:
         self.close()
 
     def close(self) -> None:
-        if self.pid is not None and not wait_for_exit(self.pid, 0):
-            os.kill(self.pid, signal.SIGKILL)  # never leave a worker behind a failed test
+        for pid in self.pids:
+            if not wait_for_exit(pid, 0):
+                os.kill(pid, signal.SIGKILL)  # never leave a worker behind a failed test
         self.sim.stop()
 
     # --- driving -------------------------------------------------------------------------
 
     def schedule(self, handoff: Mapping[str, Any] | None = HANDOFF, *,
-                 spawn: Callable[..., int] | None = None) -> dict[str, Any]:
+                 spawn: Callable[..., int] | None = None, two_workers: bool = False) -> dict[str, Any]:
         before = self.owner_baseline()
+        second: list[int] = []
+        if two_workers:
+            def spawn(thread_id: str, job_id: str, **kwargs: Any) -> int:
+                first, other = spawn_two_workers(thread_id, job_id, **kwargs)
+                second.append(other)
+                return first
         result = asyncio.run(service.schedule(self.thread_id, handoff, env=self.env, spawn=spawn))
         if not result.get("alreadyScheduled"):
             self.track(result, handoff, before)
+            self.pids += second
         return result
 
     def owner_baseline(self) -> tuple[int, int, frozenset[str]]:
@@ -156,6 +178,7 @@ class ChaosJob:
               baseline: tuple[int, int, frozenset[str]]) -> None:
         """Follow the job ``scheduled`` describes (a schedule answer made elsewhere, say by a CLI)."""
         self.job_id, self.pid, self.baseline = scheduled["jobId"], scheduled["pid"], baseline
+        self.pids, self.killed, self.lock_left = [scheduled["pid"]], False, None
         self.handoff = None if handoff is None else dict(handoff)
 
     def status(self) -> dict[str, Any]:
@@ -189,22 +212,49 @@ class ChaosJob:
 
     def kill_worker(self) -> None:
         assert self.pid is not None
+        self.killed = True
+        for pid in self.pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            assert wait_for_exit(pid, 10), f"worker {pid} survived SIGKILL"
+
+    def restart_worker(self) -> int:
+        """Kill the job's worker and start another for the same job, as a person might."""
+        assert self.job_id is not None
+        self.kill_worker()
+        pid = spawn_worker(self.thread_id, self.job_id, log_path=self.store.log_path(self.thread_id, self.job_id),
+                           env=self.env)
+        self.pids.append(pid)
+        return pid
+
+    def live(self) -> bool:
+        """A worker of the current job runs and the job has not ended: a fault now meets a live job."""
+        if self.job_id is None or all(wait_for_exit(pid, 0) for pid in self.pids):
+            return False
         try:
-            os.kill(self.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        assert wait_for_exit(self.pid, 10), f"worker {self.pid} survived SIGKILL"
+            return not self.store.load(self.thread_id, self.job_id).state.terminal
+        except RekallError:
+            return False
 
     def finish(self, timeout: float = 30.0) -> dict[str, Any]:
-        """Wait for the worker to exit, then read the status (which reaps a dead worker's job)."""
+        """Wait for every worker to exit, note whether the lock outlived them, then read the
+        status (which reaps a dead worker's job)."""
         assert self.pid is not None
-        if not wait_for_exit(self.pid, timeout):
-            os.kill(self.pid, signal.SIGKILL)
-            raise AssertionError(f"the worker of job {self.job_id} still ran after {timeout:g} s: {self.status()}")
+        end = time.monotonic() + timeout
+        for pid in self.pids:
+            if not wait_for_exit(pid, max(0.0, end - time.monotonic())):
+                for other in self.pids:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(other, signal.SIGKILL)
+                raise AssertionError(f"a worker of job {self.job_id} still ran after {timeout:g} s: {self.status()}")
+        self.lock_left = self.store.lock_path(self.thread_id).exists()
         return self.status()
 
     def counts(self) -> tuple[int, int]:
-        return self.sim.call(lambda owner: (len(owner.compact_requests), len(owner.start_turn_requests)))
+        """Compact and start-turn requests that reached the router, refused ones included."""
+        return self.sim.call(lambda owner: (len(owner.routed_for(COMPACT)), len(owner.routed_for(START_TURN))))
 
     def job_counts(self) -> tuple[int, int]:
         """Compact and start-turn requests since the current job was scheduled."""
@@ -265,6 +315,8 @@ def audit(job: ChaosJob) -> Audit:
     assert job.job_id is not None
     problems: list[str] = []
     lost: list[str] = []
+    if job.lock_left is None and not job.live():  # before the status call below reaps anything
+        job.lock_left = job.store.lock_path(job.thread_id).exists()
     status = job.status()
     try:
         explanation = build_explanation(job.store, job.job_id)
@@ -284,8 +336,10 @@ def audit(job: ChaosJob) -> Audit:
             lost.append(f"handoff does not verify: [{exc.code}] {exc.message}")
     if status.get("state") not in TERMINAL:
         problems.append(f"not terminal: {status.get('state')}")
+    if job.lock_left and not job.killed:
+        problems.append("the worker ended and left the thread's lock behind")
     if job.store.lock_path(job.thread_id).exists():
-        problems.append("the thread's lock is still there after the worker ended")
+        problems.append("the thread's lock is still there after the worker ended and the status reaped")
     compacts, turns = job.job_counts()
     if compacts > 1 or turns > 1:
         problems.append(f"duplicate requests: {compacts} compact, {turns} start-turn")

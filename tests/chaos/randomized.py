@@ -6,7 +6,13 @@ patches or snapshots, telemetry after compaction, how long compaction takes), th
 faults armed on the owner's next compact or start-turn request (router errors, slow, missing
 or bad replies, dropped connections), and a timeline of faults at random moments
 (disconnects, broken frames, revision gaps, inapplicable patches, the owner moving or going
-away, a protocol bump, new user input, a cancel, a SIGKILL of the worker).
+away, a protocol bump, new user input, a cancel, a SIGKILL of the worker, the worker killed
+and started again for the same job); some runs start two workers for the job at once.
+
+A planned fault may miss: a timed fault can come after the job ended, an armed one may
+never fire (its request is never sent). The tally counts the faults that *landed* (a timed
+fault while a worker of the job ran and the job had not ended; an armed fault that fired)
+apart from those planned.
 
 Every run is then audited (``tests.chaos.harness.audit``): at most one compact and one
 start-turn request, a terminal state reached through rows of the transition table, an intact
@@ -39,6 +45,8 @@ GARBAGE = ("zero_length", "oversize", "invalid_utf8", "invalid_json")
 class Fault:
     kind: str
     action: Action
+    #: For a fault armed on the owner's next request: that request's method.
+    method: str | None = None
 
 
 @attrs.frozen
@@ -49,13 +57,20 @@ class Plan:
     handoff: dict[str, Any] | None
     armed: tuple[Fault, ...]
     timeline: tuple[tuple[float, Fault], ...]  # (seconds after scheduling, fault)
+    two_workers: bool = False  # the job is started with two workers at once
 
     @property
     def fault_kinds(self) -> list[str]:
-        return [f.kind for f in self.armed] + [f.kind for _, f in self.timeline if not f.kind.startswith("(")]
+        return ([f.kind for f in self.armed] + [f.kind for _, f in self.timeline if not f.kind.startswith("(")]
+                + (["two workers for one job"] if self.two_workers else []))
 
 
 def _armed_fault(rng: random.Random, method: str) -> Fault:
+    fault = _armed_action(rng, method)
+    return attrs.evolve(fault, method=method)
+
+
+def _armed_action(rng: random.Random, method: str) -> Fault:
     name = "compact" if method == COMPACT else "start-turn"
     choice = rng.randrange(6)
     if choice == 0:
@@ -77,6 +92,10 @@ def _armed_fault(rng: random.Random, method: str) -> Fault:
 
 def _kill(job: ChaosJob) -> None:
     job.kill_worker()
+
+
+def _restart(job: ChaosJob) -> None:
+    job.restart_worker()
 
 
 def _cancel(job: ChaosJob) -> None:
@@ -149,24 +168,46 @@ def plan_run(seed: int, index: int) -> Plan:
     lasts = 0.3 + busy_for + 2 * int(env["REKALL_IDLE_STABLE_MS"]) / 1000 + sim["compaction_delay_s"]
     timeline += [(round(rng.uniform(0.0, 1.2 * lasts), 3), _timed_fault(rng))
                  for _ in range(rng.choice([0, 1, 1, 2, 2, 3, 4]))]
-    return Plan(tag, sim, env, handoff, armed, tuple(sorted(timeline, key=lambda entry: entry[0])))
+    # Drawn after everything above, so that earlier draws keep their meaning for a seed.
+    two_workers = rng.random() < 0.05
+    if rng.random() < 0.05:
+        timeline.append((round(rng.uniform(0.0, lasts), 3), Fault("worker restarted", _restart)))
+    return Plan(tag, sim, env, handoff, armed, tuple(sorted(timeline, key=lambda entry: entry[0])), two_workers)
 
 
-def run_plan(plan: Plan, workdir: Path) -> Audit:
+@attrs.frozen
+class RunResult:
+    audit: Audit
+    #: The planned faults that landed (see the module's docstring), by kind.
+    landed: tuple[str, ...]
+
+
+def run_plan(plan: Plan, workdir: Path) -> RunResult:
+    landed: list[str] = []
     with ChaosJob(workdir, env=plan.env, **plan.sim) as job:
         for fault in plan.armed:
             fault.action(job)
-        job.schedule(plan.handoff)
+        job.schedule(plan.handoff, two_workers=plan.two_workers)
+        if plan.two_workers:
+            landed.append("two workers for one job")
         start = time.monotonic()
         for at, fault in plan.timeline:
             time.sleep(max(0.0, start + at - time.monotonic()))  # the random moment is the point here
+            live = job.live()
             fault.action(job)
+            if live and not fault.kind.startswith("("):
+                landed.append(fault.kind)
         job.finish(timeout=60)
-        return audit(job)
+        for fault in plan.armed:
+            method = fault.method
+            assert method is not None
+            if job.sim.call(lambda owner: owner.armed_faults(method)) == 0:  # it fired
+                landed.append(fault.kind)
+        return RunResult(audit(job), tuple(landed))
 
 
 def run_many(seed: int, runs: int, *, parallel: int = 4, only: int | None = None,
-             on_run: Callable[[int, Plan, Audit], None] | None = None) -> Ledger:
+             on_run: Callable[[int, Plan, RunResult], None] | None = None) -> Ledger:
     """Run ``runs`` planned runs (or just run ``only``), ``parallel`` at a time; tally them."""
     ledger = Ledger()
     indices = [only] if only is not None else list(range(runs))
@@ -181,7 +222,9 @@ def run_many(seed: int, runs: int, *, parallel: int = 4, only: int | None = None
                 return
         for kind in plan.fault_kinds:
             ledger.fault(kind)
-        ledger.job(result, f"run {plan.seed}")
+        for kind in result.landed:
+            ledger.landed_fault(kind)
+        ledger.job(result.audit, f"run {plan.seed}")
         if on_run is not None:
             on_run(index, plan, result)
 

@@ -15,6 +15,7 @@ import attrs
 import pytest
 
 from rekall.explain import build_explanation
+from rekall.service import Refused
 from tests.chaos.harness import (COMPACT, START_TURN, UNKNOWN_AFTER, ChaosJob, audit, spawn_driver,
                                  spawn_placeholder)
 from tests.chaos.ledger import LEDGER
@@ -63,8 +64,20 @@ def assert_worker_lost(job: ChaosJob, held: str) -> None:
     LEDGER.job(result, f"worker killed in {held}")
 
 
-def assert_a_new_job_runs_and_nothing_was_retried(job: ChaosJob) -> None:
+def compacting(owner: Any) -> bool:
+    return any(item.get("type") == "contextCompaction" and item.get("completed") is False
+               for turn in owner.backend.state["turns"] for item in turn.get("items", []))
+
+
+def assert_a_new_job_runs_and_nothing_was_retried(job: ChaosJob, held: str) -> None:
     before, first = job.counts(), job.job_id
+    if held == "accepted":  # the owner still compacts for the lost job: a second compaction is refused
+        with pytest.raises(Refused) as caught:
+            job.schedule()
+        assert "compaction in progress" in caught.value.message
+        assert job.counts() == before and job.job_id == first
+        return
+    job.sim.wait_until(lambda owner: not compacting(owner))  # a short compaction may still be finishing
     job.sim.set_runtime("active")  # hold the new job before any request, then cancel it
     follows = job.sim.follow_count
     again = job.schedule()
@@ -90,10 +103,10 @@ def test_a_worker_killed_in_each_state_is_reported_lost_and_the_thread_can_be_sc
         hold.reach(job, follows)
         assert job.status()["state"] == hold.state
         job.kill_worker()
-        LEDGER.fault("worker SIGKILL")
+        LEDGER.fault("worker SIGKILL", on_live_job=True)
         assert_worker_lost(job, hold.state)
         assert not job.store.lock_path(job.thread_id).exists()
-        assert_a_new_job_runs_and_nothing_was_retried(job)
+        assert_a_new_job_runs_and_nothing_was_retried(job, hold.state)
 
 
 # --- a crash inside an append ------------------------------------------------------------
@@ -159,8 +172,9 @@ def test_a_crash_inside_any_journal_append_leaves_a_truthful_intact_job(tmp_path
     held = state_after(survived)
     with ChaosJob(tmp_path) as job:
         job.schedule(spawn=spawn_driver(CRASHING_WORKER, mode, str(append)))
+        job.killed = True  # the driver kills itself: its lock is the reaper's to remove
         end = job.finish()
-        LEDGER.fault(f"crash in journal append ({mode})")
+        LEDGER.fault(f"crash in journal append ({mode})", on_live_job=True)
         if held == "resumed":  # the terminal record was already written: the job stands, the lock goes
             assert (end["state"], end["outcomeMayBeUnknown"]) == ("resumed", False)
             result = audit(job)
@@ -171,4 +185,4 @@ def test_a_crash_inside_any_journal_append_leaves_a_truthful_intact_job(tmp_path
         compacts, turns = job.counts()
         # Journal first: a request is sent only after its record is durable.
         assert (compacts, turns) == (int(append > 3), int(append > 6))
-        assert_a_new_job_runs_and_nothing_was_retried(job)
+        assert_a_new_job_runs_and_nothing_was_retried(job, held="")
