@@ -400,6 +400,9 @@ class Worker:
         common = dict(idleMs=idle_ms, tokens=mirror.tokens, window=mirror.window, revision=mirror.revision,
                       boundaryFingerprint=mirror.boundary_fingerprint)
         if self.state is JobState.WAITING_FOR_IDLE:
+            if mirror.running_compaction_ids:  # the request step looks again, whatever event came last
+                self._refuse_second_compaction(mirror)
+                return
             # The baseline is retaken at the moment of the request: any completed compaction
             # that exists now is not ours.
             self.baseline = frozenset(mirror.completed_compaction_ids)
