@@ -363,7 +363,7 @@ def derive_facts(state: Any) -> ThreadFacts:
         return attrs.evolve(EMPTY, layout_problem=join_problems(runtime.problems))
     problems = list(runtime.problems)
     completed: set[str] = set()
-    running: set[str] = set()
+    compacting: set[str] = set()
     ordered_turns: list[Any] = []
 
     def visit(turn: Any, in_history: bool) -> None:
@@ -376,7 +376,7 @@ def derive_facts(state: Any) -> ThreadFacts:
             if facts.completed_id:
                 completed.add(facts.completed_id)
             if facts.running_id:
-                running.add(facts.running_id)
+                compacting.add(facts.running_id)
 
     inner, history_problems = history_container(state)
     problems += history_problems
@@ -417,7 +417,7 @@ def derive_facts(state: Any) -> ThreadFacts:
         pending_requests=runtime.pending_requests,
         unconfirmed_submissions=runtime.unconfirmed_submissions,
         completed_compaction_ids=frozenset(completed),
-        running_compaction_ids=frozenset(running),
+        running_compaction_ids=frozenset(compacting),
         boundary_fingerprint=fingerprint,
         interrupted=interrupted,
         user_turn_running=turn_running,
