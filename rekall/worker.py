@@ -167,7 +167,7 @@ class Worker:
         """Take the job, once. Under the store's guard and from a fresh read of the journal,
         so that a second worker started for the same job (or a worker restarted for it)
         refuses instead of running it too; only the winner opens the journal for writing."""
-        with self.store.exclusive():
+        with self.store.guarded():  # not reentrant: no guarded store call inside
             job = self.store.load(self.thread_id, self.job_id)  # read-only: another worker may be writing
             if job.view.fields.get("jobId") != self.job_id:
                 raise RekallError("job identity mismatch: the journal names another job",

@@ -18,7 +18,6 @@ from rekall import service
 from rekall.mcp_server import TOOL_NAMES, build_server
 from rekall.sim import SimulatedOwner, start_sim_in_thread
 from rekall.store import JobStore
-from rekall.store.guard import guarded
 from tests.mcpkit import HANDOFF
 
 pytestmark = pytest.mark.anyio
@@ -140,7 +139,7 @@ async def test_a_schedule_waiting_for_the_store_guard_does_not_block_other_calls
             monkeypatch.setenv(name, value)
         store = JobStore.open()
         with contextlib.ExitStack() as held:
-            held.enter_context(guarded(store.layout.guard()))  # another rekall process is in the store
+            held.enter_context(store.guarded())  # another rekall process is in the store
             async with Client(build_server()) as client:
                 done = anyio.Event()
                 result = {}

@@ -33,7 +33,7 @@ import logging
 import os
 import uuid
 from collections.abc import Iterator, Mapping
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -333,11 +333,6 @@ class JobStore:
         ensure_private_dir(self.lock_root, "lock directory")
         with guarded(self.locks.guard()):
             yield
-
-    def exclusive(self) -> AbstractContextManager[None]:
-        """The store's guard, for a check-then-act that must not interleave with another
-        process's (a worker claiming its job). Not reentrant: call no guarded method inside."""
-        return self._guarded()
 
     def lock_owner(self, thread_id: str) -> LockOwner | None:
         """Who holds the thread's lock, or ``None`` when it is free."""
