@@ -1,6 +1,6 @@
 """Measure compaction and continuation on the real Codex engine, through rekall.
 
-Each run starts the codex-backed simulated owner (``rekall.sim.codex_backend``: a real
+Each run starts the codex-backed simulated owner (``tests.support.codex_backend``: a real
 ``codex app-server`` with a fresh isolated ``CODEX_HOME`` and the loopback mock model) and
 fills the thread's context with one user turn (the mock answers with a long message). Then
 one of two paths:
@@ -54,12 +54,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from rekall import events as ev, service  # noqa: E402
 from rekall.adapters import connect_thread  # noqa: E402
 from rekall.adapters.facts import derive_facts  # noqa: E402
-from rekall.codex.pinned import find_real_codex  # noqa: E402
 from rekall.codex.schema import binary_identity  # noqa: E402
 from rekall.config import DEFAULT_IDLE_STABLE_MS  # noqa: E402
 from rekall.sim import SimulatedOwner  # noqa: E402
-from rekall.sim.codex_backend import CodexBackend  # noqa: E402
 from rekall.states import TERMINAL_STATES  # noqa: E402
+from tests.support.codex_backend import CodexBackend  # noqa: E402
+from tests.support.pinned import find_real_codex  # noqa: E402
 
 FILLER = "context filler " * 8000
 TIMEOUT_S = 120
@@ -206,7 +206,7 @@ async def verify(binary: Path, runs: int, path: str = "both", idle_stable_ms: in
                  ) -> dict[str, Any]:
     result: dict[str, Any] = {
         "engine": {"codexVersion": binary_identity(binary).version, "binary": str(binary)},
-        "model": "local loopback mock of the Responses API (rekall.sim.mock_model); tokens = request bytes / 4",
+        "model": "local loopback mock of the Responses API (tests.support.mock_model); tokens = request bytes / 4",
         "machine": {"python": platform.python_version(), "platform": platform.platform()},
     }
     ok = True

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from rekall.codex.pinned import find_real_codex, running_in_ci
+from tests.support.pinned import find_real_codex, running_in_ci
 
 
 def real_codex() -> Path:

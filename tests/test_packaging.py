@@ -138,6 +138,27 @@ def test_the_sdist_holds_only_sources_tests_docs_fixtures_and_the_plugin(dists):
     assert not [f for f in files if not allowed(f, SDIST_ALLOWED)]
 
 
+#: Test and benchmark tooling: in tests/support/ (a checkout and the sdist), never in the wheel.
+DEVELOPMENT_MODULES = ("mock_model", "codex_home", "pinned", "codex_backend", "record", "conformance")
+
+
+def test_the_wheel_carries_no_development_tooling_and_the_sdist_does(dists):
+    wheel = wheel_files(dists["wheel"])
+    shipped_modules = {Path(f).stem for f in wheel if f.endswith(".py")}
+    assert not shipped_modules & set(DEVELOPMENT_MODULES), sorted(shipped_modules & set(DEVELOPMENT_MODULES))
+    assert not [f for f in wheel if not f.startswith(("rekall/", f"rekall-{__version__}.dist-info/"))]
+    assert {f"tests/support/{m}.py" for m in DEVELOPMENT_MODULES} <= set(sdist_files(dists["sdist"]))
+
+
+def test_no_shipped_module_needs_development_tooling_except_the_guarded_codex_backend(dists):
+    # rekall/sim/cli.py imports the codex backend inside a try that turns its absence into a
+    # usage error; any other reference would break the installed package.
+    with zipfile.ZipFile(dists["wheel"]) as wheel:
+        users = [name for name in wheel_files(dists["wheel"]) if name.endswith(".py")
+                 and b"tests.support" in wheel.read(name)]
+    assert users == ["rekall/sim/cli.py"]
+
+
 def test_no_shipped_file_mentions_this_machines_checkout_or_codex_home(dists):
     # A status file, log or handoff that slipped in would carry these absolute paths.
     local = [str(REPO_ROOT), str(Path.home() / ".codex"), os.environ["CODEX_HOME"]]

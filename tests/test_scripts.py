@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from rekall.codex.pinned import running_in_ci
 from tests.codexkit import real_codex
+from tests.support.pinned import running_in_ci
 
 ROOT = Path(__file__).resolve().parents[1]
 

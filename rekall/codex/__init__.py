@@ -7,9 +7,12 @@
 - :mod:`rekall.codex.appserver`: an async stdio client for a ``codex app-server`` rekall starts.
 - :mod:`rekall.codex.shared`: a client of the shared app-server (the daemon's control socket).
 - :mod:`rekall.codex.conversation`: an app-server thread projected onto the extension's
-  ``conversationState`` (snapshot + patches), the core of the codex-backed simulated owner.
-- :mod:`rekall.codex.home`: an isolated ``CODEX_HOME`` pointing at the loopback mock model.
-- :mod:`rekall.codex.pinned`: where the pinned real CLI is installed for tests and benches.
+  ``conversationState`` (snapshot + patches), the core of the codex-backed simulated owner
+  (kept here, sans-I/O, because a platform following an app-server thread needs it too).
+
+The development tooling around the real engine (the loopback mock model, its isolated
+``CODEX_HOME``, the pinned-binary finder, the codex-backed owner) lives in ``tests/support/``:
+it is in the sdist and a checkout, not in the wheel.
 
 Submodules are imported on use, so ``import rekall.codex`` costs nothing.
 """

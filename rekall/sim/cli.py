@@ -16,11 +16,15 @@ from rekall.sim.owner import SimulatedOwner
 def _backend(name: str) -> Any:
     if name == "scripted":
         return None  # SimulatedOwner's default
+    # The codex backend drives the pinned real Codex against a loopback mock model: development
+    # tooling that lives in tests/support/ (a checkout and the sdist have it, the wheel does not).
     try:
-        from rekall.sim.codex_backend import create_backend  # type: ignore[import-not-found]
+        from tests.support.codex_backend import create_backend  # type: ignore[import-not-found]
     except ImportError:
-        raise UsageError("the codex backend is not available in this build",
-                         hint="use --backend scripted") from None
+        raise UsageError("the codex backend is a development tool; it runs from a rekall checkout, "
+                         "not from the installed package",
+                         hint="use --backend scripted, or in a checkout run scripts/install-codex, then "
+                              "python -m rekall sim --backend codex") from None
     return create_backend()
 
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from rekall.adapters import registry
-from rekall.adapters.conformance import ConformanceError, load, replay_transcript, transcript_paths
-from rekall.sim.record import SCENARIOS, record
+from tests.support.conformance import ConformanceError, load, replay_transcript, transcript_paths
+from tests.support.record import SCENARIOS, record
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "ipc"
 TRANSCRIPTS = transcript_paths(FIXTURES)

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from rekall.codex.home import make_isolated_home
 from rekall.codex.schema import generated_schema_dir
-from rekall.sim.mock_model import MockModel
 from tests.codex.daemonkit import Daemon, start_daemon, stop_daemon
 from tests.codexkit import real_codex
+from tests.support.codex_home import make_isolated_home
+from tests.support.mock_model import MockModel
 
 
 @pytest.fixture(scope="session")

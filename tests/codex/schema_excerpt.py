@@ -12,8 +12,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from rekall.codex.pinned import PINNED_VERSION
 from rekall.codex.schema_checks import NOTIFICATIONS_FILE, REQUESTS_FILE
+from tests.support.pinned import PINNED_VERSION
 
 EXCERPT_DIR = Path(__file__).resolve().parents[2] / "fixtures" / "schema" / f"codex-{PINNED_VERSION}"
 KEPT_METHODS = {

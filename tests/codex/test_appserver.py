@@ -9,7 +9,7 @@ import pytest
 
 from rekall.codex.appserver import AppServerError, Message, Notification, ServerRequest, open_app_server
 from rekall.errors import CodexError
-from rekall.sim.mock_model import MockModel, escalated_command
+from tests.support.mock_model import MockModel, escalated_command
 
 pytestmark = [pytest.mark.codex, pytest.mark.anyio]
 
@@ -145,7 +145,7 @@ async def test_the_mock_can_make_codex_call_an_mcp_tool(codex_binary: Path, mock
                                                          private_dir: Path) -> None:
     import sys
 
-    from rekall.codex.home import make_isolated_home
+    from tests.support.codex_home import make_isolated_home
     from tests.codex.rekallkit import ready_server_status
 
     script = private_dir / "probe_mcp.py"

@@ -15,8 +15,8 @@ from rekall.codex.appserver import AppServerError
 from rekall.errors import CodexError
 from rekall.sim import SimulatedOwner
 from rekall.sim.backend import RouterError
-from rekall.sim.codex_backend import CodexBackend, create_backend, start_codex_sim_in_thread
-from rekall.sim.mock_model import escalated_command
+from tests.support.codex_backend import CodexBackend, create_backend, start_codex_sim_in_thread
+from tests.support.mock_model import escalated_command
 
 
 FILLER = "context filler " * 8000

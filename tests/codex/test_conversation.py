@@ -13,7 +13,7 @@ from rekall.adapters.facts import derive_facts
 from rekall.adapters.patches import apply_patches
 from rekall.codex.appserver import Message, Notification, ServerRequest, open_app_server
 from rekall.codex.conversation import ConversationProjection
-from rekall.sim.mock_model import MockModel, escalated_command
+from tests.support.mock_model import MockModel, escalated_command
 
 THREAD = {"id": "thr-1", "status": {"type": "idle"}, "cwd": "/w", "name": None}
 

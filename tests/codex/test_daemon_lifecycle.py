@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from rekall.codex.home import make_isolated_home
-from rekall.sim.mock_model import MockModel
 from rekall.transports import EndpointMissing
 from rekall.transports.control_socket import resolve_control_socket
 from tests.codex.daemonkit import daemon_processes, start_daemon, stop_daemon
+from tests.support.codex_home import make_isolated_home
+from tests.support.mock_model import MockModel
 
 pytestmark = pytest.mark.codex
 

@@ -23,9 +23,9 @@ import anyio
 import pytest
 
 from rekall.adapters.facts import derive_facts
-from rekall.sim.codex_backend import CodexSimHandle, start_codex_sim_in_thread
-from rekall.sim.mock_model import escalated_command
 from tests.mcpkit import HANDOFF, job_env, rekall_mcp, wait_for_worker_exit
+from tests.support.codex_backend import CodexSimHandle, start_codex_sim_in_thread
+from tests.support.mock_model import escalated_command
 
 pytestmark = [pytest.mark.codex, pytest.mark.slow, pytest.mark.anyio]
 

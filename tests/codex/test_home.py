@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from rekall.codex.home import make_isolated_home
+from tests.support.codex_home import make_isolated_home
 
 URL = "http://127.0.0.1:4321/v1"
 

@@ -20,10 +20,10 @@ import pytest
 
 from rekall import __version__
 from rekall.codex.appserver import Message, open_app_server
-from rekall.codex.home import MOCK_MODEL, make_isolated_home
-from rekall.sim.mock_model import MockModel, RecordedRequest
 from tests.codex.rekallkit import SERVER, ready_server_status, rekall_server_toml
 from tests.pluginkit import listed_tools
+from tests.support.codex_home import MOCK_MODEL, make_isolated_home
+from tests.support.mock_model import MockModel, RecordedRequest
 
 pytestmark = [pytest.mark.codex, pytest.mark.anyio]
 

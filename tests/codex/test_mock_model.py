@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from rekall.sim.mock_model import COMPACTION_PROMPT_MARKER, MockModel, derived_input_tokens
+from tests.support.mock_model import COMPACTION_PROMPT_MARKER, MockModel, derived_input_tokens
 
 
 def post(model: MockModel, body: dict[str, Any], path: str = "/v1/responses") -> tuple[int, str, list[dict[str, Any]]]:

@@ -20,11 +20,11 @@ import pytest
 
 from rekall import __version__
 from rekall.codex.appserver import open_app_server
-from rekall.codex.home import make_isolated_home
-from rekall.sim.mock_model import MockModel
 from tests.codex.rekallkit import SERVER, codex_cli, ready_server_status
 from tests.jobkit import new_thread, open_store, schedule
 from tests.pluginkit import REPO_ROOT, front_matter, listed_tools, manifest, marketplace, plugin_root, skill_file
+from tests.support.codex_home import make_isolated_home
+from tests.support.mock_model import MockModel
 
 pytestmark = pytest.mark.codex
 

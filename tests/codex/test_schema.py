@@ -11,7 +11,7 @@ import pytest
 from drift import DRIFT
 from schema_excerpt import EXCERPT_DIR, build_excerpt
 
-from rekall.codex.pinned import PINNED_VERSION
+from tests.support.pinned import PINNED_VERSION
 from rekall.codex.schema import (
     SchemaGenerationFailed,
     SchemaIncompatible,

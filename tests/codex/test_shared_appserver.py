@@ -15,12 +15,12 @@ from typing import Any
 import anyio
 import pytest
 
-from rekall.codex.pinned import PINNED_VERSION
 from rekall.codex.rpc import AppServerError, Message, ServerRequest
 from rekall.codex.shared import SharedAppServer, open_shared_app_server
-from rekall.sim.mock_model import MockModel, escalated_command
 from rekall.transports.control_socket import resolve_control_socket
 from tests.codex.daemonkit import Daemon, PeerClient, peer_client
+from tests.support.mock_model import MockModel, escalated_command
+from tests.support.pinned import PINNED_VERSION
 
 pytestmark = [pytest.mark.codex, pytest.mark.anyio]
 

@@ -154,9 +154,10 @@ def test_run_sim_refuses_an_unavailable_backend_with_a_usage_error(monkeypatch):
     from rekall.errors import UsageError
     from rekall.sim import cli
 
-    monkeypatch.setitem(sys.modules, "rekall.sim.codex_backend", None)  # as if it were not installed
-    with pytest.raises(UsageError, match="codex backend"):
+    monkeypatch.setitem(sys.modules, "tests.support.codex_backend", None)  # as if it were not installed
+    with pytest.raises(UsageError, match="codex backend is a development tool") as raised:
         cli.run_sim(argparse.Namespace(socket=None, backend="codex", json=False))
+    assert "--backend scripted" in raised.value.hint and "checkout" in str(raised.value)
 
 
 def test_a_scripted_backend_starts_like_the_node_fake():

@@ -3,10 +3,10 @@
 Each scenario drives a real :class:`~rekall.adapters.session.ThreadSession` against a
 :class:`~rekall.sim.owner.SimulatedOwner` over a real socket and writes down what was
 sent and received, the calls and how they ended, the events and the final facts, in the
-format :mod:`rekall.adapters.conformance` replays. Regenerate with::
+format :mod:`tests.support.conformance` replays. Regenerate with::
 
-    python -m rekall.sim.record --out fixtures/ipc/v11            # every scenario
-    python -m rekall.sim.record --out fixtures/ipc/v11 compaction # just one
+    python -m tests.support.record --out fixtures/ipc/v11            # every scenario
+    python -m tests.support.record --out fixtures/ipc/v11 compaction # just one
 """
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ import attrs
 
 from rekall import events as ev
 from rekall.adapters import connect_thread, registry
-from rekall.adapters.conformance import dump, error_json, event_json, facts_json, result_json
 from rekall.adapters.session import ThreadSession
 from rekall.errors import RekallError
 from rekall.sim.owner import GARBAGE, SimulatedOwner
+from tests.support.conformance import dump, error_json, event_json, facts_json, result_json
 
 THREAD_ID = "0199a5c2-7e11-4000-8000-0000000000b1"
 COMPACT = "thread-follower-compact-thread"

@@ -17,7 +17,7 @@ A transcript is JSON Lines. The first line is a header ``{"transcript", "adapter
 transport, drives the session with the same calls at the same points, and checks that
 the client sends the same messages (request ids are mapped), the calls end the same way,
 the same events come out in the same order, and the facts match. The simulator records
-transcripts (:mod:`rekall.sim.record`); ``tests/adapters/test_conformance.py`` replays
+transcripts (:mod:`tests.support.record`); ``tests/adapters/test_conformance.py`` replays
 every file under ``fixtures/ipc/<adapter>/``. Transcripts recorded from the simulator are
 regression transcripts: they catch a change in rekall's behaviour, not a difference from
 the real extension.

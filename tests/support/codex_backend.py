@@ -14,10 +14,10 @@ extension does for the thread it owns:
   the private ``contextCompaction.completed``, ``latestTokenUsageInfo``, pending ``requests``).
 
 The engine runs with an isolated ``CODEX_HOME`` whose model is the loopback mock
-(:class:`rekall.sim.mock_model.MockModel`), so no network is used. Tests drive the thread
+(:class:`tests.support.mock_model.MockModel`), so no network is used. Tests drive the thread
 through the backend (:meth:`CodexBackend.user_turn`, :meth:`CodexBackend.answer_request`) and
 the mock (``backend.mock.queue_text`` to fill the context, ``queue_tool_call`` with
-:func:`~rekall.sim.mock_model.escalated_command` for an approval).
+:func:`~tests.support.mock_model.escalated_command` for an approval).
 
 Engine failures become router errors a follower can classify: a request the engine rejected
 carries its message; an engine that went away is ``client-disconnected`` (the outcome is
@@ -41,13 +41,13 @@ from rekall.codex.appserver import (
     open_app_server,
 )
 from rekall.codex.conversation import ConversationProjection
-from rekall.codex.home import make_isolated_home
-from rekall.codex.pinned import find_real_codex
 from rekall.errors import CodexError
 from rekall.sim.backend import COMPACT, START_TURN, OwnerPort, RouterError
-from rekall.sim.mock_model import MockModel
 from rekall.sim.owner import SimulatedOwner
 from rekall.sim.threaded import SimHandle
+from tests.support.codex_home import make_isolated_home
+from tests.support.mock_model import MockModel
+from tests.support.pinned import find_real_codex
 
 #: Follower approval replies this relay understands: method → the app-server answer's key.
 APPROVAL_DECISIONS = {

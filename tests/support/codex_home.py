@@ -61,7 +61,7 @@ def make_isolated_home(dir: Path, mock_url: str, extra_config: str = "", *,
     tables, so it may hold root keys (``model_context_window = 100000``) and tables
     (``[mcp_servers.rekall]``); it must not repeat a generated key. Approvals: Codex 0.171
     refuses ``"untrusted"``; use ``approval_policy="on-request"`` and have the mock ask for an
-    escalated command (:func:`rekall.sim.mock_model.escalated_command`).
+    escalated command (:func:`tests.support.mock_model.escalated_command`).
     """
     dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     os.chmod(dir, 0o700)

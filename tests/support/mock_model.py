@@ -1,7 +1,7 @@
 """A loopback mock of the OpenAI Responses API, for running real Codex offline.
 
 Real ``codex app-server`` talks to a model provider over HTTP. Pointing its isolated
-``config.toml`` at this server (see :func:`rekall.codex.home.make_isolated_home`) lets the
+``config.toml`` at this server (see :func:`tests.support.codex_home.make_isolated_home`) lets the
 real engine run turns and compactions with no network and no account.
 
 Each ``POST /v1/responses`` is answered with the three server-sent events Codex needs:
