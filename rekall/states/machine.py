@@ -1,12 +1,16 @@
 """The table, run by the ``transitions`` library, with a commit hook before each move.
 
-``JobMachine.fire`` hands the event to a ``transitions.Machine`` built from ``TRANSITIONS``.
-The library tries the rows for the current state in order, asking each row's guard; the
-first that passes runs its ``before`` callback, which computes the row's effect and calls
-the caller's ``commit`` (the store appends the journal record there and fsyncs it). Only
-when ``commit`` returns does the library change the state, so a failed commit leaves the
-machine where it was (write-ahead: the library halts a transition when a ``before``
-callback raises).
+``JobMachine`` is the model of a ``transitions.Machine`` built from ``TRANSITIONS``: the
+library binds the triggers (``may_<trigger>``, ``trigger``) to it and reads and writes the
+job's state through one attribute backed by the job's view, so the state exists once.
+
+``JobMachine.fire`` asks the library first (``may_trigger``: is there a row for this
+trigger in this state whose guard passes?), then fires. The library tries the rows for the
+current state in order, asking each row's guard; the first that passes runs its ``before``
+callback, which computes the row's effect and calls the caller's ``commit`` (the store
+appends the journal record there and fsyncs it). Only when ``commit`` returns does the
+library set the state, which advances the view, so a failed commit leaves the job where it
+was (write-ahead: the library halts a transition when a ``before`` callback raises).
 
 The machine is synchronous and queued (run-to-completion); no callback fires a trigger.
 States are passed to the library as their string values so that diagrams show the names
@@ -23,10 +27,13 @@ import attrs
 from rekall.errors import RekallError
 from rekall.states.evidence import validate_evidence
 from rekall.states.model import Instant, JobState, JobView
-from rekall.states.table import TRANSITIONS, Transition, rows_for
+from rekall.states.table import TRANSITIONS, Transition
 
 if TYPE_CHECKING:  # the library is imported where a machine is built: `rekall status` never needs it
     from transitions import EventData, Machine
+
+#: The model attribute through which the library reads and sets a job's state (its string value).
+STATE_ATTRIBUTE = "state_value"
 
 
 @attrs.frozen
@@ -132,19 +139,34 @@ def machine_config() -> dict[str, Any]:
             "auto_transitions": False, "send_event": True, "queued": True}
 
 
-def build_machine(*, initial: JobState = JobState.SCHEDULED) -> Machine:
-    """A ``transitions.Machine`` for one job, acting as its own model, starting at ``initial``."""
+def build_machine(model: Any = None, *, initial: JobState = JobState.SCHEDULED) -> Machine:
+    """A ``transitions.Machine`` for one job, starting at ``initial``.
+
+    With a ``model``, the library binds the triggers to it and keeps the state in its
+    ``state_value`` attribute; without one, the machine is its own model.
+    """
     from transitions import Machine
 
-    return Machine(initial=initial.value, **machine_config())
+    if model is None:
+        return Machine(initial=initial.value, **machine_config())
+    return Machine(model=model, initial=initial.value, model_attribute=STATE_ATTRIBUTE, **machine_config())
 
 
 class JobMachine:
-    """One job's machine and its view; ``fire`` decides, commits, then moves."""
+    """One job: its view (the only copy of its state), bound as the model of a machine.
+
+    ``fire`` decides, commits, then moves.
+    """
+
+    # Bound by the library (model binding): ``may_trigger(name, **kw)`` answers whether ``name``
+    # would fire now, guards included; ``trigger(name, **kw)`` fires it.
+    may_trigger: Callable[..., bool]
+    trigger: Callable[..., bool]
 
     def __init__(self, view: JobView) -> None:
         self._view = view
-        self._machine = build_machine(initial=view.state)
+        self._attempt: _Attempt | None = None
+        build_machine(self, initial=view.state)
 
     @property
     def view(self) -> JobView:
@@ -152,7 +174,24 @@ class JobMachine:
 
     @property
     def state(self) -> JobState:
-        return JobState(self._machine.state)
+        return self._view.state
+
+    @property
+    def state_value(self) -> str:
+        """The state as the library names it; read and set by the library only."""
+        return self._view.state.value
+
+    @state_value.setter
+    def state_value(self, value: str) -> None:
+        # The library sets the state when a model is bound (the initial state, which is the
+        # view's own) and after a transition's commit succeeded: then the view advances.
+        step = self._attempt.step if self._attempt is not None else None
+        if step is None:
+            if value != self._view.state.value:
+                raise AssertionError(f"the machine set {value!r} without a committed step")
+            return
+        assert step.dest.value == value, (step.dest, value)
+        self._view = self._view.advanced(step.dest, step.fields, step.now.mono_ms)
 
     def fire(self, trigger: str, evidence: Mapping[str, Any], now: Instant, commit: Commit) -> Step:
         """Route ``trigger`` through the table; ``commit(step)`` runs before the state changes.
@@ -163,17 +202,19 @@ class JobMachine:
         """
         evidence = validate_evidence(trigger, evidence)
         state = self.state
-        if not rows_for(state, trigger):
-            raise IllegalTransition(state, trigger)
-        from transitions import MachineError
-
-        attempt = _Attempt(self._view, evidence, now, commit)
+        # Guards are pure functions of the view and the evidence: asking first changes nothing.
+        # No guard asked means no row takes this trigger from this state.
+        probe = _Attempt(self._view, evidence, now, commit)
+        if not self.may_trigger(trigger, attempt=probe):
+            if not probe.verdicts:
+                raise IllegalTransition(state, trigger)
+            raise TransitionRefused(state, trigger, tuple(probe.verdicts))
+        self._attempt = _Attempt(self._view, evidence, now, commit)
         try:
-            self._machine.trigger(trigger, attempt=attempt)
-        except MachineError:  # the table and the library disagree: a bug, reported as illegal
-            raise IllegalTransition(state, trigger) from None
-        if attempt.step is None:
-            raise TransitionRefused(state, trigger, tuple(attempt.verdicts))
-        step = attempt.step
-        self._view = self._view.advanced(step.dest, step.fields, now.mono_ms)
+            self.trigger(trigger, attempt=self._attempt)
+            step = self._attempt.step
+        finally:
+            self._attempt = None
+        if step is None:  # the library and may_trigger disagreed: a bug, never a silent no-op
+            raise AssertionError(f"{trigger} was allowed from {state.value} but did not fire")
         return step

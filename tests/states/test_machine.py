@@ -1,5 +1,10 @@
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+
 import pytest
 from hypothesis import settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
@@ -7,6 +12,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 from rekall.states import IllegalTransition, Instant, JobMachine, JobState, JobView, Step, TransitionRefused
 from rekall.testing import FakeClock
 
+from tests.jobkit import new_thread, open_store, run, schedule
 from tests.states.reference import ILLEGAL, PROGRESS, REFUSED, TRIGGERS, evidence_for, expected
 
 JOB = "11111111-1111-4111-8111-111111111111"
@@ -58,6 +64,23 @@ def test_a_refused_event_reports_every_guard_verdict():
     assert [(v.guard, v.passed) for v in caught.value.verdicts] == [("ready_to_resume", False),
                                                                     ("headroom_lost", False)]
     assert machine.state is JobState.WAITING_FOR_RESUME_IDLE
+
+
+def test_the_job_is_the_librarys_model_and_its_view_holds_the_only_state():
+    machine = _machine(JobState.REQUESTING)
+    assert callable(machine.may_compaction_accepted) and callable(machine.compaction_accepted)  # bound triggers
+    machine.fire("compaction_accepted", {"ownerId": "o1"}, _now(), lambda s: None)
+    assert machine.is_state_value_accepted()  # the library's own check, reading through the view
+    assert [v for v in vars(machine).values() if isinstance(v, (JobState, str))] == []  # no second copy
+    assert machine.view.state is JobState.ACCEPTED
+
+
+def test_legality_is_the_librarys_answer():
+    machine = _machine(JobState.REQUESTING)
+    machine.may_trigger = lambda trigger, **kwargs: False  # as if the library found no row
+    with pytest.raises(IllegalTransition):
+        machine.fire("compaction_accepted", {"ownerId": "o1"}, _now(), lambda s: None)
+    assert machine.state is JobState.REQUESTING
 
 
 @pytest.mark.parametrize(("resume", "tokens", "dest"), [
@@ -126,9 +149,10 @@ class LifecycleAgainstReference(RuleBasedStateMachine):
         assert self.machine.state is (state if want in (ILLEGAL, REFUSED) else want)
 
     @invariant()
-    def view_and_machine_agree(self) -> None:
+    def the_library_reads_the_one_state_the_view_holds(self) -> None:
         if hasattr(self, "machine"):
             assert self.machine.view.state is self.machine.state
+            assert self.machine.state_value == self.machine.state.value
 
 
 TestLifecycleAgainstReference = LifecycleAgainstReference.TestCase
@@ -154,3 +178,23 @@ def test_a_stuck_system_error_cannot_end_a_job_with_a_request_in_flight(state):
     evidence = {"runtimeStatus": "systemError", "heldMs": 60_000, "windowS": 60, "revision": None}
     with pytest.raises(IllegalTransition):
         _machine(state).fire("system_error_held", evidence, _now(), lambda s: None)
+
+
+def test_reading_jobs_with_status_and_history_never_imports_the_lifecycle_library(tmp_path):
+    # Only a job's owner builds a machine (and `rekall explain`, whose diagram is drawn by one);
+    # readers replay the journal against the table.
+    clock = FakeClock()
+    store = open_store(tmp_path / "jobs", clock)
+    thread = new_thread()
+    job = schedule(store, thread)
+    assert run(store, clock, thread, job.job_id, "resumed") is JobState.RESUMED
+    code = ("import json, sys\nfrom rekall.cli import main\n"
+            f"codes = [main(['status', {thread!r}, '--json']), main(['history', '--json'])]\n"
+            "print(json.dumps({'codes': codes, 'loaded': sorted(m for m in sys.modules "
+            "if m.split('.')[0] == 'transitions')}), file=sys.stderr)")
+    env = {**os.environ, "REKALL_JOBS_DIR": str(tmp_path / "jobs"), "HOME": str(tmp_path),
+           "CODEX_HOME": str(tmp_path / "codex-home")}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
+    report = json.loads(out.stderr.strip().splitlines()[-1])
+    assert report == {"codes": [0, 0], "loaded": []}, out.stderr
+    assert job.job_id in out.stdout and "resumed" in out.stdout
