@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from rekall.codex.pinned import cached_codex_launcher
 from rekall.store import JobStore
 from rekall.testing import FakeClock
+from tests.support.pinned import cached_codex_launcher
 
 # Variables that would point rekall at a real installation; tests never inherit them.
 _ISOLATED = (
