@@ -3,9 +3,8 @@
 Validation follows the Node version exactly (five keys, all required; at most 32,000 UTF-8
 bytes of compact JSON; lists of at most 40 non-empty strings; ``resume`` a real boolean;
 ``nextStep`` non-blank when resuming) and adds one rule: values that look like credentials
-are refused, naming the field and the kind of secret but never echoing it. The handoff is
-replayed into the conversation, so a secret in it would outlive the compaction meant to
-drop it.
+(:mod:`rekall.secrets`) are refused, naming the field and the kind of secret but never
+echoing it.
 
 The saved record ``{version: 1, threadId, jobId, handoff}`` is pretty JSON (2-space indent,
 no trailing newline, as the Node version writes, and readable by the agent that is pointed
@@ -17,12 +16,12 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from rekall.errors import InvalidInput
+from rekall.secrets import credential_kind
 from rekall.store.errors import HandoffChanged
 from rekall.store.fsio import TooLarge, read_limited, read_private
 
@@ -42,31 +41,6 @@ def _invalid(message: str, field: str, hint: str = _FIX) -> InvalidInput:
 
 def _nonblank(value: Any) -> bool:
     return isinstance(value, str) and value.strip() != ""
-
-
-# Token formats of common providers, anchored so that ordinary prose does not match.
-_CREDENTIALS: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("a private key block", re.compile(r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----")),
-    ("an Authorization bearer header", re.compile(r"authorization\s*:\s*bearer\s+\S{8,}", re.IGNORECASE)),
-    ("an OpenAI or Anthropic API key", re.compile(r"(?<![A-Za-z0-9_-])sk-(?:proj-|ant-|svcacct-|admin-)?"
-                                                  r"(?=[A-Za-z0-9_-]*[0-9])(?=[A-Za-z0-9_-]*[A-Z])"
-                                                  r"(?=[A-Za-z0-9_-]*[a-z])[A-Za-z0-9_-]{20,}")),
-    ("a GitHub token", re.compile(r"(?<![A-Za-z0-9_])(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{30,})")),
-    ("a Slack token", re.compile(r"(?<![A-Za-z0-9])xox[abposr]-[A-Za-z0-9-]{10,}")),
-    ("an AWS access key id", re.compile(r"(?<![A-Z0-9])(?:AKIA|ASIA)[A-Z0-9]{16}(?![A-Z0-9])")),
-    ("a Google API key", re.compile(r"(?<![A-Za-z0-9_-])AIza[0-9A-Za-z_-]{35}")),
-    ("a GitLab token", re.compile(r"(?<![A-Za-z0-9_-])glpat-[A-Za-z0-9_-]{20,}")),
-    ("an npm token", re.compile(r"(?<![A-Za-z0-9_])npm_[A-Za-z0-9]{36}")),
-    ("a Stripe secret key", re.compile(r"(?<![A-Za-z0-9_])(?:sk|rk)_live_[A-Za-z0-9]{16,}")),
-)
-
-
-def credential_kind(text: str) -> str | None:
-    """The kind of secret ``text`` appears to contain, or ``None``."""
-    for kind, pattern in _CREDENTIALS:
-        if pattern.search(text):
-            return kind
-    return None
 
 
 def _strings(value: Mapping[str, Any]) -> list[tuple[str, str]]:

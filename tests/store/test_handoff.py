@@ -65,36 +65,6 @@ def test_a_handoff_of_exactly_the_byte_limit_is_accepted_and_one_more_byte_is_no
     _rejected(handoff(summary=exact["summary"] + "x"), "handoff")
 
 
-SECRETS = {
-    "a private key block": "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\n-----END",
-    "an OpenAI or Anthropic API key": "use sk-proj-Ab3dEf6hIj9kLm2nOp5qRs8tUv1wXyZ0 for the calls",
-    "a GitHub token": "token ghp_aB3dE6gH9jK2mN5pQ8sT1vW4yZ7bC0eF3hJ6",
-    "a Slack token": "xoxb-123456789012-1234567890123-AbCdEfGhIjKlMnOp",
-    "an AWS access key id": "AWS key AKIAIOSFODNN7EXAMPLE in the env",
-    "an Authorization bearer header": "curl -H 'Authorization: Bearer eyJhbGciOiJIUzI1NiJ9.payload'",
-}
-
-
-@pytest.mark.parametrize(("kind", "secret"), SECRETS.items())
-@pytest.mark.parametrize("where", ["summary", "preserve", "nextStep"])
-def test_a_credential_is_refused_naming_the_field_and_never_echoed(kind, secret, where):
-    value = handoff(preserve=["fine", secret]) if where == "preserve" else handoff(**{where: secret})
-    error = _rejected(value, "handoff.preserve[1]" if where == "preserve" else f"handoff.{where}")
-    assert kind in error.message
-    assert secret not in str(error) and secret[-12:] not in str(error.to_dict())
-
-
-@pytest.mark.parametrize("prose", [
-    "Switched from sk-learn-based-classification-models to torch.",
-    "The task-force asked for a risk-assessment-of-the-whole-system.",
-    "Bearer tokens are configured in vault/path (not here).",
-    "AKIA is the prefix AWS uses; we never store keys here.",
-    "Keep ghp_ prefixed tokens out of logs.",
-])
-def test_prose_about_credentials_is_not_mistaken_for_one(prose):
-    validate_handoff(handoff(summary=prose))
-
-
 def test_a_handoff_file_is_read_as_json(tmp_path: Path):
     path = tmp_path / "h.json"
     path.write_text(json.dumps(handoff()), encoding="utf-8-sig")  # a BOM from a Windows editor is fine

@@ -1,0 +1,84 @@
+"""rekall's credential rules against ``detect-secrets`` on the secret corpus.
+
+    pip install -e '.[bench]' && python bench/secrets.py [--json]
+
+Runs ``tests/store/secret_corpus.py`` (credentials that must be refused, legitimate handoff
+text that must pass) through ``rekall.secrets.credential_kind`` and through every
+``detect-secrets`` plugin, with and without its entropy plugins, line by line as it scans
+files. Prints how many credentials each catches, how many legitimate texts each flags, what
+``detect-secrets`` would add to rekall's rules, and the cost of importing it (in a fresh
+process). This run is how rekall chose to keep its own rules and not depend on the detector.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from rekall.secrets import credential_kind  # noqa: E402
+from tests.store.secret_corpus import LEGITIMATE, REFUSED  # noqa: E402
+
+_IMPORT_COST = """
+import re, time
+def rss_kb():
+    return int(re.search(r"VmRSS:\\s+(\\d+)", open("/proc/self/status").read())[1])
+before = rss_kb()
+start = time.perf_counter()
+from detect_secrets.core.scan import scan_line
+from detect_secrets.settings import transient_settings
+print(time.perf_counter() - start, (rss_kb() - before) / 1024)
+"""
+
+
+def _detector(plugins: list[str]):
+    from detect_secrets.core.scan import scan_line
+    from detect_secrets.settings import transient_settings
+
+    def flags(text: str) -> bool:
+        with transient_settings({"plugins_used": [{"name": name} for name in plugins]}):
+            return any(True for line in text.splitlines() for _ in scan_line(line))
+
+    return flags
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    from detect_secrets.core.plugins.util import get_mapping_from_secret_type_to_class
+
+    every = sorted(cls.__name__ for cls in get_mapping_from_secret_type_to_class().values())
+    detectors = {
+        "rekall": lambda text: credential_kind(text) is not None,
+        "detect-secrets (all plugins)": _detector(every),
+        "detect-secrets (no entropy plugins)": _detector([p for p in every if "Entropy" not in p]),
+    }
+    rows = {}
+    for name, flags in detectors.items():
+        caught = [text for _, text in REFUSED if flags(text)]
+        rows[name] = {"caught": len(caught), "falsePositives": sum(flags(text) for text in LEGITIMATE),
+                      "addsToRekall": sum(1 for t in caught if credential_kind(t) is None)}
+    seconds, mb = (float(x) for x in subprocess.run([sys.executable, "-c", _IMPORT_COST], check=True,
+                                                    capture_output=True, text=True).stdout.split())
+    result = {"credentials": len(REFUSED), "legitimate": len(LEGITIMATE), "detectors": rows,
+              "detectSecretsImportSeconds": round(seconds, 3), "detectSecretsImportMb": round(mb, 1)}
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return 0
+    print(f"corpus: {len(REFUSED)} credentials, {len(LEGITIMATE)} legitimate texts")
+    for name, row in rows.items():
+        print(f"{name:38} caught {row['caught']:3}/{len(REFUSED)}  false positives {row['falsePositives']:3}/"
+              f"{len(LEGITIMATE)}  caught that rekall misses {row['addsToRekall']}")
+    print(f"importing detect-secrets: {seconds:.3f} s, {mb:.1f} MB")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
