@@ -2,7 +2,7 @@
 
 Ids become parts of file names, so they are checked before any path is built: only the
 canonical 8-4-4-4-12 hexadecimal UUID form is accepted, and it is lower-cased so that
-one thread never has two spellings on disk.
+one thread never has two spellings on disk. Errors describe a wrong id, never repeat it.
 """
 
 from __future__ import annotations
@@ -21,13 +21,13 @@ def is_uuid(value: object) -> bool:
 def validate_id(value: object, field: str) -> str:
     """Return ``value`` lower-cased if it is a UUID, else raise naming ``field``."""
     if not is_uuid(value):
-        shown = repr(value) if not isinstance(value, str) or len(value) <= 80 else repr(value[:80] + "…")
+        shown = f"a string of {len(value)} characters" if isinstance(value, str) else f"a {type(value).__name__}"
         hint = (
             "pass the current CODEX_THREAD_ID explicitly; never guess a thread"
             if field == "threadId"
             else "use the jobId that schedule_compaction or compaction_status returned"
         )
-        raise InvalidInput(f"{field} must be a UUID like 0199a5c2-…; got {shown}", field=field,
+        raise InvalidInput(f"{field} must be a UUID like 0199a5c2-…; got {shown} that is not one", field=field,
                            hint=hint, code="invalid_id")
     return value.lower()  # type: ignore[union-attr]
 

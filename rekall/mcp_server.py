@@ -9,6 +9,8 @@ slow probe never holds up ``compaction_status``.
 from __future__ import annotations
 
 import functools
+import logging
+import re
 from collections.abc import Awaitable, Callable
 from typing import Annotated, Any, ParamSpec, TypeVar
 
@@ -17,11 +19,13 @@ from typing_extensions import TypedDict  # pydantic needs it on Python < 3.12
 import anyio
 from mcp.server import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.shared.exceptions import MCPError
 from mcp.types import ToolAnnotations
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict, Field, ValidationError
 
 from rekall import __version__, service
-from rekall.errors import RekallError
+from rekall.errors import InternalError, InvalidInput, RekallError, as_rekall_error, tool_error_text
+from rekall.secrets import credential_kind
 
 THREAD_ID_DESCRIPTION = (
     "Current CODEX_THREAD_ID; obtain it from the shell environment (echo $CODEX_THREAD_ID). "
@@ -46,6 +50,7 @@ INSTRUCTIONS = (
     + STATES_TEXT
 )
 
+logger = logging.getLogger(__name__)
 P = ParamSpec("P")
 R = TypeVar("R")
 
@@ -149,21 +154,76 @@ class JobStatus(TypedDict, total=False):
 
 
 def _tool_errors(fn: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
-    """rekall's own errors reach the agent as clear tool errors (code, message, next step)."""
+    """Every failure inside a tool reaches the agent as ``[code] message. Next: hint``."""
 
     @functools.wraps(fn)
     async def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         try:
             return await fn(*args, **kwargs)
-        except RekallError as exc:
-            text = f"[{exc.code}] {exc.message}"
-            raise ToolError(f"{text}. Next: {exc.hint}" if exc.hint else text) from None
+        except Exception as exc:  # noqa: BLE001 - the boundary: nothing unexplained gets out
+            error = as_rekall_error(exc)
+            if isinstance(error, InternalError):
+                logger.error("rekall mcp: %s in %s", error.message, fn.__name__)
+            raise _RekallToolError(tool_error_text(error)) from None
 
     return wrapper
 
 
+class _RekallToolError(ToolError):
+    """A tool's own error, already in the promised form."""
+
+
+_IDENTIFIER = re.compile(r"\A[A-Za-z_][A-Za-z0-9_]{0,39}\Z")
+_MAX_LISTED = 3
+
+
+def _argument_errors(exc: ValidationError) -> RekallError:
+    """Pydantic's verdict as field and rule only: its own text repeats the rejected values."""
+    problems = []
+    for error in exc.errors(include_url=False, include_input=False):
+        where = ".".join(_location_part(part) for part in error["loc"]) or "arguments"
+        problems.append(f"{where}: {error['msg'][:1].lower()}{error['msg'][1:120]}")
+    listed = "; ".join(problems[:_MAX_LISTED])
+    if len(problems) > _MAX_LISTED:
+        listed += f"; and {len(problems) - _MAX_LISTED} more"
+    return InvalidInput(f"invalid arguments: {listed}", code="invalid_arguments",
+                        hint="fix the named arguments to match the tool's input schema and call again")
+
+
+def _location_part(part: str | int) -> str:
+    """A field name or index as given, unless it could be a value in disguise (an unknown key)."""
+    if isinstance(part, int) or (_IDENTIFIER.match(part) and credential_kind(part) is None):
+        return str(part)
+    return "<key>"
+
+
+class RekallServer(MCPServer):
+    """MCPServer whose every tool error, argument validation included, reads ``[code] message. Next: hint``."""
+
+    async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
+        try:
+            return await super().call_tool(name, arguments, context)
+        except MCPError:
+            raise
+        except ToolError as exc:
+            raise ToolError(self._explain(name, exc)) from None
+
+    def _explain(self, name: str, exc: ToolError) -> str:
+        cause = exc.__cause__
+        if isinstance(cause, _RekallToolError):
+            return str(cause)
+        if isinstance(cause, ValidationError):
+            return tool_error_text(_argument_errors(cause))
+        if name not in TOOL_NAMES:
+            return tool_error_text(InvalidInput("there is no tool by that name", code="unknown_tool",
+                                                hint=f"call one of {', '.join(TOOL_NAMES)}"))
+        logger.error("rekall mcp: unexpected %s in %s", type(cause or exc).__name__, name)
+        return tool_error_text(as_rekall_error(cause or exc))
+
+
 def build_server() -> MCPServer:
-    server = MCPServer("rekall", version=__version__, instructions=INSTRUCTIONS)
+    # WARNING: the SDK's INFO lines repeat what callers sent (tool names, error texts).
+    server = RekallServer("rekall", version=__version__, instructions=INSTRUCTIONS, log_level="WARNING")
 
     @server.tool(
         annotations=ToolAnnotations(title="Probe compaction readiness", read_only_hint=True, open_world_hint=False),

@@ -4,8 +4,8 @@ The SDK's stdio transport drops a line it cannot validate without a reply, so a 
 that sent a malformed request with an id would wait forever. Here every line is checked
 first: a valid message goes on to the SDK; anything else gets the JSON-RPC error it calls
 for (``-32700`` for text that is not UTF-8 JSON, ``-32600`` for JSON that is not a valid
-message, with the request's id whenever one can be read). Overlong lines are refused
-without being held in memory. Replies and the SDK's own output share one writer, so lines
+message or nests too deeply, with the request's id whenever one can be read). Overlong
+lines are refused without being held in memory, deep nesting before it is decoded. Replies and the SDK's own output share one writer, so lines
 never interleave.
 
 When stdin closes, calls still in flight are answered before the server exits: their
@@ -29,6 +29,8 @@ import anyio.to_thread
 import mcp_types as types
 from mcp.server import MCPServer
 from mcp.server.stdio import stdio_server
+
+from rekall import safejson
 
 #: Far above any valid call (a handoff is at most 32,000 bytes), far below harm.
 MAX_LINE_BYTES = 4 * 1024 * 1024
@@ -117,9 +119,11 @@ def check_line(line: bytes) -> tuple[str | None, tuple[Any, int, str] | None]:
     except UnicodeDecodeError as exc:
         return None, (None, PARSE_ERROR, f"Parse error: not UTF-8 (byte {exc.start})")
     try:
-        value = json.loads(text)
+        value = safejson.loads(text)
+    except safejson.TooDeep as exc:
+        return None, (safejson.top_level_id(text), INVALID_REQUEST, f"Invalid Request: {exc}")
     except json.JSONDecodeError as exc:
-        return None, (None, PARSE_ERROR, f"Parse error: {exc.msg} at offset {exc.pos}")
+        return None, (None, PARSE_ERROR, f"Parse error: {safejson.decode_error_text(exc)}")
     try:
         types.jsonrpc_message_adapter.validate_json(text, by_name=False)
     except ValueError:

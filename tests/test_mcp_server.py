@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -18,6 +20,7 @@ from rekall import service
 from rekall.mcp_server import TOOL_NAMES, build_server
 from rekall.sim import SimulatedOwner, start_sim_in_thread
 from rekall.store import JobStore
+from tests.chaos.rawmcp import RawMcp
 from tests.mcpkit import HANDOFF
 
 pytestmark = pytest.mark.anyio
@@ -87,8 +90,72 @@ async def test_invalid_arguments_give_clear_tool_errors(jobs_env, arguments, exp
         result = await client.call_tool("schedule_compaction", arguments)
     assert result.is_error
     text = result.content[0].text
-    assert expected in text
+    assert expected in text and PROMISED_FORM.match(text), text
     assert "sk-proj-" not in text  # a credential is named, never echoed
+
+
+PROMISED_FORM = re.compile(r"\A\[[a-z_]+\] [^\n]+\. Next: [^\n]+\Z")
+SECRET = "sk-proj-Zq9Xw8Vu7Ts6Rq5Po4Nm3Lk2"
+
+
+@pytest.mark.parametrize(
+    ("tool", "arguments", "field"),
+    [
+        ("compaction_status", {"threadId": SECRET}, "threadId"),
+        ("schedule_compaction", {"threadId": THREAD, "handoff": {**HANDOFF, SECRET: 1}}, "handoff.<key>"),
+        ("compaction_status", {"threadId": [SECRET]}, "threadId"),
+        ("compaction_status", {"threadId": "x" * 500 + SECRET}, "threadId"),
+        ("cancel_compaction", {"threadId": THREAD, "jobId": SECRET}, "jobId"),
+        ("cancel_compaction", {"threadId": THREAD, "jobId": {"a": SECRET}}, "jobId"),
+        ("schedule_compaction", {"threadId": THREAD, "handoff": {**HANDOFF, "extra": SECRET}}, "handoff.extra"),
+        ("schedule_compaction", {"threadId": THREAD, "handoff": {**HANDOFF, "resume": SECRET}}, "handoff.resume"),
+        ("schedule_compaction", {"threadId": THREAD, "handoff": {**HANDOFF, "preserve": ["ok", 7, SECRET, ""]}},
+         "handoff.preserve.1"),
+        ("schedule_compaction", {"threadId": THREAD, "handoff": SECRET}, "handoff"),
+        ("schedule_compaction", {"threadId": THREAD, "handoff": {**HANDOFF, "summary": SECRET}}, "handoff.summary"),
+        ("probe_compaction", {"threadId": "../../" + SECRET}, "threadId"),
+    ],
+)
+async def test_argument_errors_name_the_field_in_the_promised_form_and_never_echo_the_value(
+        jobs_env, tool, arguments, field):
+    async with Client(build_server()) as client:
+        result = await client.call_tool(tool, arguments)
+    text = result.content[0].text
+    assert result.is_error and PROMISED_FORM.match(text), text
+    assert field in text
+    for fragment in (SECRET, SECRET[8:20], "input_value", "errors.pydantic.dev", "x" * 20):
+        assert fragment not in text
+
+
+async def test_an_unknown_tool_gets_a_coded_error_that_does_not_repeat_its_name(jobs_env):
+    async with Client(build_server()) as client:
+        result = await client.call_tool(SECRET, {})
+    text = result.content[0].text
+    assert result.is_error and PROMISED_FORM.match(text) and text.startswith("[unknown_tool]")
+    assert SECRET not in text and "compaction_status" in text
+
+
+async def test_an_unexpected_exception_inside_a_tool_returns_a_reason_and_a_code(jobs_env, monkeypatch):
+    def broken(thread_id):
+        raise KeyError(thread_id)  # the value must not come back either
+
+    monkeypatch.setattr("rekall.service.status", broken)
+    async with Client(build_server()) as client:
+        result = await client.call_tool("compaction_status", {"threadId": THREAD})
+    text = result.content[0].text
+    assert result.is_error and PROMISED_FORM.match(text), text
+    assert text.startswith("[internal_error] unexpected KeyError") and THREAD not in text
+
+
+async def test_a_full_disk_inside_a_tool_is_a_coded_error_with_a_next_step(jobs_env, monkeypatch):
+    def full(thread_id):
+        raise OSError(errno.ENOSPC, "No space left on device", str(jobs_env / "status.json"))
+
+    monkeypatch.setattr("rekall.service.status", full)
+    async with Client(build_server()) as client:
+        result = await client.call_tool("compaction_status", {"threadId": THREAD})
+    text = result.content[0].text
+    assert result.is_error and text.startswith("[no_space] no space left") and "Next: free some space" in text
 
 
 async def test_an_unknown_job_cannot_be_cancelled(jobs_env):
@@ -203,7 +270,8 @@ def test_malformed_json_rpc_never_kills_the_stdio_server(tmp_path):
         server.wait()
     assert replies[1]["result"]["serverInfo"]["name"] == "rekall"
     assert sorted(t["name"] for t in replies[2]["result"]["tools"]) == sorted(TOOL_NAMES)
-    assert replies[3]["result"]["isError"] is True and "nope" in replies[3]["result"]["content"][0]["text"]
+    assert replies[3]["result"]["isError"] is True
+    assert replies[3]["result"]["content"][0]["text"].startswith("[unknown_tool]")
     assert replies[4]["result"]["isError"] is True
     assert replies[7]["error"]["code"] == -32601
     # Each garbage line was answered too (with id null: none could be read), and the server
@@ -245,3 +313,36 @@ def test_a_call_in_flight_when_stdin_closes_is_answered_before_the_server_exits(
             server.wait()
     assert 9 in replies, f"the in-flight call was never answered: {replies}"
     assert replies[9]["result"]["isError"] is True and "stopped or failed" in replies[9]["result"]["content"][0]["text"]
+
+
+@pytest.fixture
+def raw_server(tmp_path):
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "CODEX_HOME": str(tmp_path),
+           "REKALL_JOBS_DIR": str(tmp_path / "jobs")}
+    server = RawMcp(env)
+    yield server
+    server.close()
+
+
+def test_a_small_deeply_nested_call_is_answered_with_a_clear_error_and_the_server_keeps_serving(raw_server):
+    deep = "[" * 1500 + "]" * 1500
+    line = ('{"jsonrpc":"2.0","id":"deep","method":"tools/call","params":{"name":"compaction_status",'
+            '"arguments":{"threadId":' + deep + "}}}\n").encode()
+    assert len(line) < 3200  # "a 3 KB tools/call"
+    raw_server.send_raw(line)
+    error = raw_server.reply("deep")["error"]
+    assert error["code"] == -32600 and "nested deeper than" in error["message"]
+    status = raw_server.call_tool("compaction_status", {"threadId": THREAD})
+    assert status["result"]["structuredContent"]["state"] == "not_scheduled"
+    assert raw_server.close() == 0
+    assert "Traceback" not in raw_server.stderr and "RecursionError" not in raw_server.stderr
+
+
+def test_the_servers_stderr_never_repeats_a_rejected_value(raw_server):
+    for arguments in ({"threadId": SECRET}, {"threadId": THREAD, "handoff": {**HANDOFF, "extra": SECRET}},
+                      {"threadId": THREAD, "handoff": {**HANDOFF, "summary": SECRET}}):
+        reply = raw_server.call_tool("schedule_compaction", arguments)
+        assert reply["result"]["isError"] is True
+    raw_server.call_tool(SECRET, {})
+    assert raw_server.close() == 0
+    assert SECRET not in raw_server.stderr and SECRET[8:20] not in raw_server.stderr

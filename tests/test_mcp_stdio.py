@@ -21,6 +21,10 @@ pytestmark = pytest.mark.anyio
         (b'{"jsonrpc":"2.0","id":14,"method":"tools/call","params":[1,2]}', (14, INVALID_REQUEST)),
         (b'{"jsonrpc":"1.0","id":"a","method":"ping"}', ("a", INVALID_REQUEST)),
         (b'{"jsonrpc":"2.0","id":4,"method":5}', (4, INVALID_REQUEST)),
+        (b'{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"arguments":' + b"[" * 1500 + b"]" * 1500 + b"}}",
+         (5, INVALID_REQUEST)),
+        (b'{"jsonrpc":"2.0","method":"ping","params":{"a":' + b"{}" * 10 + b"[" * 100_000, (None, INVALID_REQUEST)),
+        (b'{"jsonrpc":"2.0","id":6,"method":"ping","params":{"a":"\x01"}}', (None, PARSE_ERROR)),
     ],
 )
 def test_a_malformed_line_is_answered_with_its_id_when_one_can_be_read(line, expected):
@@ -28,6 +32,14 @@ def test_a_malformed_line_is_answered_with_its_id_when_one_can_be_read(line, exp
     assert text is None
     assert problem[:2] == expected
     assert problem[2].startswith(("Parse error", "Invalid Request"))
+    assert " at at " not in problem[2]
+
+
+def test_nesting_is_refused_before_decoding_while_deep_text_inside_strings_is_not_nesting():
+    deep = b'{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"a":' + b"[" * 65 + b"]" * 65 + b"}}"
+    assert "nested deeper than 64 levels" in check_line(deep)[1][2]
+    text = '{"jsonrpc":"2.0","id":9,"method":"ping","params":{"a":"' + "[" * 5000 + '"}}'
+    assert check_line(text.encode()) == (text, None)
 
 
 def test_a_valid_message_passes_through_unchanged():

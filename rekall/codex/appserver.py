@@ -87,8 +87,8 @@ class AppServer(RpcClient):
             pass
         except anyio.DelimiterNotFound:
             reason = f"codex app-server sent a line longer than {MAX_MESSAGE_BYTES} bytes"
-        except ValueError as exc:
-            reason = f"codex app-server sent a line that is not JSON: {exc}"
+        except (ValueError, RecursionError):
+            reason = "codex app-server sent a line that is not JSON"
         finally:
             self._close_with(reason)
 

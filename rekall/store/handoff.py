@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from rekall import safejson
 from rekall.errors import InvalidInput
 from rekall.secrets import credential_kind
 from rekall.store.errors import HandoffChanged
@@ -133,8 +134,12 @@ def verify_record(path: Path, thread_id: str, job_id: str, expected_sha256: str 
     return record
 
 
-def read_handoff_file(path: str | Path) -> Any:
-    """The JSON value in ``path`` (for ``--handoff FILE``), with errors naming the problem."""
+def read_handoff_file(path: str | Path) -> dict[str, Any]:
+    """The JSON object in ``path`` (for ``--handoff FILE``), with errors naming the problem.
+
+    At most ``_MAX_FILE_BYTES + 1`` bytes are read, whatever size the file reports (``/dev/zero``
+    reports 0; :func:`read_limited`), and nesting is bounded before decoding.
+    """
     field = "--handoff"
     try:
         data = read_limited(path, limit=_MAX_FILE_BYTES)
@@ -152,7 +157,23 @@ def read_handoff_file(path: str | Path) -> Any:
         raise InvalidInput(f"the handoff file {path} is not UTF-8 (byte {exc.start} is invalid)", field=field,
                            hint="save the file as UTF-8 and try again") from None
     try:
-        return json.loads(text)
+        value = safejson.loads(text)
+    except safejson.TooDeep as exc:
+        raise InvalidInput(f"the handoff file {path} is {exc}", field=field,
+                           hint="a handoff is an object of strings and lists of strings") from None
     except json.JSONDecodeError as exc:
-        raise InvalidInput(f"the handoff file {path} is not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}",
+        raise InvalidInput(f"the handoff file {path} is not JSON: {safejson.decode_error_text(exc)}",
                            field=field, hint="fix the JSON (an object with the five handoff keys)") from None
+    if not isinstance(value, dict):
+        raise InvalidInput(f"the handoff file {path} holds JSON {_json_kind(value)}, not an object", field=field,
+                           hint="write an object with summary, preserve, discard, nextStep and resume, "
+                                "or leave out --handoff to schedule without one")
+    return value
+
+
+def _json_kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    return {list: "an array", str: "a string"}.get(type(value), "a number")

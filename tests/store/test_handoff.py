@@ -88,3 +88,25 @@ def test_a_handoff_file_that_is_not_utf8_json_gets_a_clear_error(tmp_path: Path,
 def test_a_missing_handoff_file_is_named(tmp_path: Path):
     with pytest.raises(InvalidInput, match="cannot read the handoff file"):
         read_handoff_file(tmp_path / "nope.json")
+
+
+@pytest.mark.parametrize(("content", "words"), [
+    (b"null", "holds JSON null, not an object"),
+    (b"[]", "holds JSON an array, not an object"),
+    (b'"summary"', "holds JSON a string, not an object"),
+    (b"[" * 1500 + b"]" * 1500, "nested deeper than 64 levels"),
+    (b'{"summary": "a\x01b"}', "Invalid control character at line 1 column 15"),
+])
+def test_a_handoff_file_that_is_not_one_json_object_is_refused_naming_the_problem(tmp_path, content, words):
+    path = tmp_path / "h.json"
+    path.write_bytes(content)
+    with pytest.raises(InvalidInput) as caught:
+        read_handoff_file(path)
+    assert words in caught.value.message and " at at " not in caught.value.message
+    assert caught.value.field == "--handoff" and caught.value.hint
+
+
+def test_a_handoff_file_that_reports_no_size_but_never_ends_is_refused_after_a_bounded_read():
+    # /dev/zero reports a size of 0; only the bytes actually read can bound it.
+    with pytest.raises(InvalidInput, match="larger than 1000000 bytes"):
+        read_handoff_file("/dev/zero")
