@@ -2,8 +2,8 @@
 
 Malformed JSON-RPC, wrong argument types, unknown tools, bad ids, broken handoffs, huge lines
 and invalid UTF-8: the server stays up, and every request it can read is answered, a tool
-failure with a clear error (rekall's ``[code] message. Next: hint``, a validation message
-naming the argument, or ``Unknown tool``), never an unexpected exception.
+failure with a clear error in rekall's ``[code] message. Next: hint`` form (argument
+validation and unknown tools included), never an unexpected exception.
 """
 
 from __future__ import annotations
@@ -26,8 +26,7 @@ from tests.mcpkit import HANDOFF
 pytestmark = [pytest.mark.chaos, pytest.mark.slow]
 
 TOOLS = ("probe_compaction", "schedule_compaction", "compaction_status", "cancel_compaction")
-CLEAR_TOOL_ERROR = re.compile(r"\AError executing tool \w+: (\[[a-z_]+\] \S|\d+ validation errors? for )"
-                              r"|\AUnknown tool: ", re.DOTALL)
+CLEAR_TOOL_ERROR = re.compile(r"\A\[[a-z_]+\] [^\n]+\. Next: [^\n]+\Z")
 
 
 @pytest.fixture(scope="module")
