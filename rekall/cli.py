@@ -16,11 +16,12 @@ import importlib
 import json
 import logging
 import os
+import re
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
-from rekall.errors import RekallError, UsageError
+from rekall.errors import RekallError, UsageError, as_rekall_error
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -46,11 +47,24 @@ def _thread_arg(args: argparse.Namespace) -> str:
     return value
 
 
+#: The service speaks to agents in MCP tool names; at a terminal the same step is a verb.
+_TOOL_VERBS = {"compaction_status": "`rekall status`", "probe_compaction": "`rekall probe`",
+               "schedule_compaction": "`rekall schedule`", "cancel_compaction": "`rekall cancel`"}
+_TOOL_NAME = re.compile(r"\b(" + "|".join(_TOOL_VERBS) + r")\b")
+
+
+def for_terminal(text: str) -> str:
+    """``text`` with MCP tool names replaced by the CLI verbs that do the same."""
+    return _TOOL_NAME.sub(lambda match: _TOOL_VERBS[match[1]], text)
+
+
 def _emit(args: argparse.Namespace, value: Any, show: str) -> int:
     """JSON for scripts with ``--json``, else ``module:function(value, console)`` for people.
 
     The printer is named, not imported, so that ``--json`` never loads rich.
     """
+    if isinstance(value, dict) and isinstance(value.get("message"), str):
+        value = {**value, "message": for_terminal(value["message"])}
     if args.json:
         _print_json(value)
     else:
@@ -184,6 +198,15 @@ def cmd_sim(args: argparse.Namespace) -> int:
 # --- parser ----------------------------------------------------------------------------
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse that raises :class:`UsageError` instead of printing usage and exiting,
+    so that ``--json`` gets a JSON error like every other failure."""
+
+    def error(self, message: str) -> NoReturn:
+        verb = self.prog.partition(" ")[2]
+        raise UsageError(f"{verb}: {message}" if verb else message, hint=f"run `{self.prog} --help` for the usage")
+
+
 def _add(sub: argparse._SubParsersAction, name: str, handler: Handler, help: str) -> argparse.ArgumentParser:
     parser = sub.add_parser(name, help=help, description=help)
     parser.add_argument("--json", action="store_true", help="print JSON for scripts")
@@ -194,7 +217,7 @@ def _add(sub: argparse._SubParsersAction, name: str, handler: Handler, help: str
 def build_parser() -> argparse.ArgumentParser:
     from rekall import __version__
 
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="rekall", description="Compact a Codex conversation at a checkpoint and resume it once, with a "
         "verified handoff. Exit codes: 0 success, 1 a failed or refused operation, 2 a usage error.")
     parser.add_argument("--version", action="version", version=f"rekall {__version__}")
@@ -268,6 +291,18 @@ class _NoteHandler(logging.Handler):
 _NOTES = _NoteHandler(logging.WARNING)
 
 
+def _fail(error: RekallError, as_json: bool) -> int:
+    """Print ``error`` (with no traceback: every failure reaches the user this way)."""
+    message, hint = for_terminal(error.message), error.hint and for_terminal(error.hint)
+    if as_json:
+        _print_json({"error": {**error.to_dict(), "message": message, **({"hint": hint} if hint else {})}})
+    else:
+        sys.stderr.write(f"rekall: {message}\n")
+        if hint:
+            sys.stderr.write(f"  next: {hint}\n")
+    return error.exit_status
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     worker = argv[:1] == ["worker"]  # the worker logs to its job's log file instead
@@ -278,20 +313,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         logging.getLogger("rekall").addHandler(_NOTES)
     try:
         args = parser.parse_args(argv)
-    except SystemExit as exc:  # argparse exits 2 on usage errors, 0 on --help
+    except UsageError as exc:
+        return _fail(exc, "--json" in argv)
+    except SystemExit as exc:  # --help and --version
         return int(exc.code or 0)
     if not getattr(args, "handler", None):
+        if args_json := "--json" in argv:
+            return _fail(UsageError("no verb given", hint="run `rekall --help` for the verbs"), args_json)
         parser.print_help(sys.stderr)
         return 2
     try:
         return args.handler(args)
-    except RekallError as exc:
-        if getattr(args, "json", False):
-            _print_json({"error": exc.to_dict()})
-        else:
-            sys.stderr.write(f"rekall: {exc.message}\n")
-            if exc.hint:
-                sys.stderr.write(f"  next: {exc.hint}\n")
-        return exc.exit_status
     except KeyboardInterrupt:
         return 130
+    except Exception as exc:  # noqa: BLE001 - the boundary: a clear error with a code, never a traceback
+        return _fail(as_rekall_error(exc), getattr(args, "json", False))

@@ -14,24 +14,9 @@ import attrs
 
 from rekall.errors import InvalidInput
 
-#: Idle must hold this long before rekall acts (compaction request, continuation).
-DEFAULT_IDLE_STABLE_MS = 750
-#: The worker gives up (``timed_out``) after this long, waiting included.
-DEFAULT_DEADLINE_S = 15 * 60
-#: How long the router and rekall wait for the owner's answer to one request.
-DEFAULT_REQUEST_TIMEOUT_S = 10.0
-#: A thread whose runtime status stays ``systemError`` this long after the user's turn ended
-#: ends the job (``failed``, ``thread_system_error``) instead of waiting for the deadline.
-DEFAULT_SYSTEM_ERROR_WINDOW_S = 60.0
 #: Reconnect delays after a lost connection (the backoff); the last one repeats until the
 #: reconnect window is spent.
 RECONNECT_DELAYS_S = (0.05, 0.1, 0.2, 0.4, 0.8, 1.6, 3.2)
-#: How long the worker keeps reconnecting to a vanished owner (a VS Code window reload) before
-#: the job fails ``connection_lost``.
-DEFAULT_RECONNECT_WINDOW_S = 60.0
-#: When a request's outcome is unknown, how long the owner must show the thread idle with no
-#: compaction in progress before the job settles as ``failed`` (outcome unknown).
-DEFAULT_SETTLE_S = 60.0
 
 
 def env_value(env: Mapping[str, str], *names: str) -> str | None:
@@ -94,7 +79,7 @@ def app_server_socket(env: Mapping[str, str]) -> Path | None:
     if raw is None:
         return None
     if raw.startswith(("ws://", "wss://")):
-        raise InvalidInput(f"{APP_SERVER_SOCKET_VAR} names a remote endpoint ({raw!r}); rekall only "
+        raise InvalidInput(f"{APP_SERVER_SOCKET_VAR} names a remote endpoint; rekall only "
                            "connects to a local Unix socket, whose owner and peer it can check",
                            field=APP_SERVER_SOCKET_VAR,
                            hint="start the app-server with --listen unix://PATH and name PATH")
@@ -102,24 +87,80 @@ def app_server_socket(env: Mapping[str, str]) -> Path | None:
     if not path:
         return None
     if "\0" in path or not os.path.isabs(path):
-        raise InvalidInput(f"{APP_SERVER_SOCKET_VAR} must be an absolute socket path or unix://PATH; "
-                           f"got {raw!r}", field=APP_SERVER_SOCKET_VAR,
+        raise InvalidInput(f"{APP_SERVER_SOCKET_VAR} must be an absolute socket path or unix://PATH",
+                           field=APP_SERVER_SOCKET_VAR,
                            hint=f"unset it to use $CODEX_HOME/{DEFAULT_APP_SERVER_SOCKET.as_posix()}")
     return Path(path)
 
 
-def _positive_number(env: Mapping[str, str], name: str, default: float) -> float:
-    raw = env_value(env, name)
-    if raw is None:
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        value = math.nan
-    if not math.isfinite(value) or value <= 0:
-        raise InvalidInput(f"{name} must be a positive number; got {raw!r}", field=name,
-                           hint=f"unset {name} to use the default ({default:g})")
-    return value
+@attrs.frozen
+class NumberSetting:
+    """A ``REKALL_*`` number: its default, its allowed range ``(0, maximum]`` and its check.
+
+    Every setting is declared here, in :data:`SETTINGS`; :func:`check_settings` checks them
+    all, so that ``schedule``, ``probe`` and ``doctor`` refuse a bad value up front instead
+    of queueing a job whose worker would die of it. An empty variable counts as unset.
+    """
+
+    name: str
+    default: float
+    maximum: float
+    unit: str
+
+    @property
+    def allowed(self) -> str:
+        return f"a number greater than 0 and at most {self.maximum:g} ({self.unit})"
+
+    def read(self, env: Mapping[str, str]) -> float:
+        raw = env_value(env, self.name)
+        if raw is None:
+            return self.default
+        try:
+            value = float(raw)
+        except ValueError:
+            value = math.nan
+        if not (math.isfinite(value) and 0 < value <= self.maximum):
+            # The value is not repeated: errors name the variable and the rule.
+            raise InvalidInput(f"{self.name} must be {self.allowed}", field=self.name, code="invalid_setting",
+                               hint=f"fix {self.name}, or unset it to use the default ({self.default:g})")
+        return value
+
+
+#: Idle must hold this long before rekall acts (compaction request, continuation).
+IDLE_STABLE_MS = NumberSetting("REKALL_IDLE_STABLE_MS", 750, 600_000, "milliseconds")
+#: The worker gives up (``timed_out``) after this long, waiting included.
+DEADLINE_S = NumberSetting("REKALL_DEADLINE_S", 15 * 60, 7 * 24 * 3600, "seconds")
+#: How long the router and rekall wait for the owner's answer to one request.
+REQUEST_TIMEOUT_S = NumberSetting("REKALL_REQUEST_TIMEOUT_S", 10.0, 600, "seconds")
+#: A thread whose runtime status stays ``systemError`` this long after the user's turn ended
+#: ends the job (``failed``, ``thread_system_error``) instead of waiting for the deadline.
+SYSTEM_ERROR_WINDOW_S = NumberSetting("REKALL_SYSTEM_ERROR_WINDOW_S", 60.0, 24 * 3600, "seconds")
+#: How long the worker keeps reconnecting to a vanished owner (a VS Code window reload) before
+#: the job fails ``connection_lost``.
+RECONNECT_WINDOW_S = NumberSetting("REKALL_RECONNECT_WINDOW_S", 60.0, 24 * 3600, "seconds")
+#: When a request's outcome is unknown, how long the owner must show the thread idle with no
+#: compaction in progress before the job settles as ``failed`` (outcome unknown).
+SETTLE_S = NumberSetting("REKALL_SETTLE_S", 60.0, 24 * 3600, "seconds")
+SETTINGS: tuple[NumberSetting, ...] = (IDLE_STABLE_MS, DEADLINE_S, REQUEST_TIMEOUT_S, SYSTEM_ERROR_WINDOW_S,
+                                       RECONNECT_WINDOW_S, SETTLE_S)
+
+DEFAULT_IDLE_STABLE_MS = IDLE_STABLE_MS.default
+DEFAULT_DEADLINE_S = DEADLINE_S.default
+DEFAULT_REQUEST_TIMEOUT_S = REQUEST_TIMEOUT_S.default
+DEFAULT_SYSTEM_ERROR_WINDOW_S = SYSTEM_ERROR_WINDOW_S.default
+DEFAULT_RECONNECT_WINDOW_S = RECONNECT_WINDOW_S.default
+DEFAULT_SETTLE_S = SETTLE_S.default
+
+
+def check_settings(env: Mapping[str, str] | None = None) -> None:
+    """Raise ``InvalidInput`` for the first declared setting that is set to a value outside its range.
+
+    The worker's settings are built too, so that a variable read there joins this check.
+    """
+    env = os.environ if env is None else env
+    for setting in SETTINGS:
+        setting.read(env)
+    WorkerSettings.from_env(env)
 
 
 @attrs.frozen
@@ -136,11 +177,10 @@ class WorkerSettings:
     def from_env(cls, env: Mapping[str, str] | None = None) -> WorkerSettings:
         env = os.environ if env is None else env
         return cls(
-            idle_stable_s=_positive_number(env, "REKALL_IDLE_STABLE_MS", DEFAULT_IDLE_STABLE_MS) / 1000,
-            deadline_s=_positive_number(env, "REKALL_DEADLINE_S", DEFAULT_DEADLINE_S),
-            request_timeout_s=_positive_number(env, "REKALL_REQUEST_TIMEOUT_S", DEFAULT_REQUEST_TIMEOUT_S),
-            system_error_window_s=_positive_number(env, "REKALL_SYSTEM_ERROR_WINDOW_S",
-                                                   DEFAULT_SYSTEM_ERROR_WINDOW_S),
-            reconnect_window_s=_positive_number(env, "REKALL_RECONNECT_WINDOW_S", DEFAULT_RECONNECT_WINDOW_S),
-            settle_s=_positive_number(env, "REKALL_SETTLE_S", DEFAULT_SETTLE_S),
+            idle_stable_s=IDLE_STABLE_MS.read(env) / 1000,
+            deadline_s=DEADLINE_S.read(env),
+            request_timeout_s=REQUEST_TIMEOUT_S.read(env),
+            system_error_window_s=SYSTEM_ERROR_WINDOW_S.read(env),
+            reconnect_window_s=RECONNECT_WINDOW_S.read(env),
+            settle_s=SETTLE_S.read(env),
         )

@@ -42,7 +42,7 @@ import attrs
 from rekall.adapters import ConnectionLostError, connect_thread, registry
 from rekall.codex.discovery import CodexBinary, discover_codex_binary
 from rekall.codex.schema import check_compatibility, default_cache_dir
-from rekall.config import codex_home, env_value
+from rekall.config import SETTINGS, check_settings, codex_home, env_value
 from rekall.errors import RekallError
 from rekall.ids import is_uuid
 from rekall.store import JobStore, Liveness, LockBusy, resolve_jobs_dir
@@ -98,6 +98,18 @@ class Report:
 
     def to_json(self) -> dict[str, Any]:
         return {"verdict": self.verdict, "rows": [r.to_json() for r in self.rows]}
+
+
+# --- REKALL_* settings ---------------------------------------------------------------------
+
+
+def check_settings_row(env: Mapping[str, str]) -> Row:
+    try:
+        check_settings(env)
+    except RekallError as exc:
+        return Row.failed("settings", exc)
+    shown = ", ".join(f"{s.name}={s.read(env):g}" for s in SETTINGS)
+    return Row.green("settings", shown)
 
 
 # --- CODEX_HOME ---------------------------------------------------------------------------
@@ -462,7 +474,7 @@ def check_workers(root: Path | None, lock_root: Path, proc: Path = Path("/proc")
 
 async def diagnose(env: Mapping[str, str] | None = None) -> Report:
     env = os.environ if env is None else env
-    rows = [check_codex_home(env)]
+    rows = [check_settings_row(env), check_codex_home(env)]
     endpoint_row, endpoint = check_endpoint(env)
     rows += [endpoint_row, await check_router(endpoint)]
     if (owner_row := await check_owner(env, endpoint)) is not None:

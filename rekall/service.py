@@ -18,7 +18,7 @@ from typing import Any
 
 import attrs
 
-from rekall.config import env_value
+from rekall.config import check_settings, env_value
 from rekall.errors import RekallError
 from rekall.ids import job_id as valid_job_id, thread_id as valid_thread_id
 from rekall.store import JobStore
@@ -90,6 +90,7 @@ async def probe(thread_id: str, *, env: Mapping[str, str] | None = None) -> dict
     from rekall.states.rules import SYSTEM_ERROR_WAY_OUT
 
     env = _env(env)
+    check_settings(env)
     thread_id = valid_thread_id(thread_id)
     session = await connect_thread(thread_id, env=env)
     try:
@@ -162,6 +163,7 @@ async def schedule(
     from rekall.store import process_start_time, validate_handoff
 
     env = _env(env)
+    check_settings(env)  # a bad setting would kill the worker after "Queued"
     thread_id = valid_thread_id(thread_id)
     if handoff is not None:
         handoff = validate_handoff(handoff)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import subprocess
@@ -12,6 +13,7 @@ import pytest
 
 from rekall.cli import main
 from rekall.sim import start_sim_in_thread
+from rekall.store import FileOps
 
 THREAD = "0199a5c2-2222-4000-8000-000000000002"
 
@@ -99,3 +101,114 @@ def test_the_demo_ends_resumed_and_leaves_no_process_behind():
     with pytest.raises(ProcessLookupError):
         os.kill(final["pid"], 0)
     assert not Path(final["handoffPath"]).exists()  # the demo's private directory is gone
+
+
+# --- bad input never hurts: refused up front, and never a traceback ---------------------------
+
+
+@pytest.fixture
+def sim_env(jobs, monkeypatch):
+    """A live simulated owner, so that only rekall's own checks stand between a command and a job."""
+    with start_sim_in_thread() as sim:
+        for name, value in sim.env.items():
+            monkeypatch.setenv(name, value)
+        yield sim
+
+
+def no_job_files(jobs: Path) -> bool:
+    return not jobs.exists() or not any(jobs.glob("*.journal.jsonl"))
+
+
+@pytest.mark.parametrize("raw", ["abc", "-5", "nan", "1e309"])
+@pytest.mark.parametrize("verb", ["schedule", "probe"])
+def test_an_invalid_setting_is_refused_up_front_naming_the_variable_and_its_range(
+        sim_env, jobs, monkeypatch, capsys, raw, verb):
+    monkeypatch.setenv("REKALL_DEADLINE_S", raw)
+    assert main([verb, sim_env.thread_id, "--json"]) == 2
+    error = json.loads(capsys.readouterr().out)["error"]
+    assert error["code"] == "invalid_setting" and error["field"] == "REKALL_DEADLINE_S"
+    assert "greater than 0 and at most 604800 (seconds)" in error["message"] and "unset" in error["hint"]
+    assert no_job_files(jobs)
+
+
+def test_a_handoff_file_holding_null_is_refused_and_nothing_is_scheduled(sim_env, jobs, tmp_path, capsys):
+    null = tmp_path / "handoff.json"
+    null.write_text("null")
+    assert main(["schedule", sim_env.thread_id, "--handoff", str(null)]) == 2
+    assert "holds JSON null, not an object" in capsys.readouterr().err
+    assert no_job_files(jobs)
+
+
+@pytest.mark.parametrize("as_json", [False, True])
+def test_a_deeply_nested_handoff_file_is_a_clear_error_not_a_traceback(jobs, tmp_path, capsys, as_json):
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 1500 + "]" * 1500)
+    assert main(["schedule", THREAD, "--handoff", str(deep), *(["--json"] if as_json else [])]) == 2
+    out, err = capsys.readouterr()
+    assert "nested deeper than 64 levels" in (out + err) and "Traceback" not in out + err
+
+
+def test_a_never_ending_handoff_file_is_refused_after_a_bounded_read(jobs, capsys):
+    done = run("schedule", THREAD, "--handoff", "/dev/zero", timeout=60)
+    assert done.returncode == 2 and "larger than 1000000 bytes" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_argument_errors_are_json_with_json(capsys):
+    assert main(["cancel", "--json"]) == 2
+    out, err = capsys.readouterr()
+    error = json.loads(out)["error"]
+    assert error["code"] == "usage" and "JOB" in error["message"] and "--help" in error["hint"]
+    assert "usage:" not in out + err
+
+
+def test_a_symlinked_journal_is_a_clear_error_on_every_verb_that_reads_it(store, jobs, monkeypatch, capsys):
+    monkeypatch.setenv("REKALL_JOBS_DIR", str(store.root))
+    job = store.create_job(THREAD, handoff=None, user_fingerprint=None, extra={}).job_id
+    (journal,) = store.root.glob("*.journal.jsonl")
+    journal.rename(store.root / "elsewhere.jsonl")
+    journal.symlink_to(store.root / "elsewhere.jsonl")
+    for argv in (["explain", job], ["explain", THREAD], ["status", THREAD], ["history"]):
+        code = main([*argv, "--json"])
+        out, err = capsys.readouterr()
+        assert "Traceback" not in out + err
+        if code:
+            error = json.loads(out)["error"]
+            assert error["code"] and error["hint"] and "/" not in error["code"], argv
+
+
+@pytest.mark.parametrize(("failure", "code"), [(errno.ENOSPC, "no_space"), (errno.EROFS, "read_only"),
+                                               (errno.EACCES, "permission_denied")])
+def test_a_full_or_read_only_jobs_directory_fails_schedule_with_a_code_and_a_next_step(
+        sim_env, jobs, monkeypatch, capsys, failure, code):
+    def refuse(fd, data):
+        raise OSError(failure, os.strerror(failure))
+
+    monkeypatch.setattr("rekall.store.jobstore.FileOps", lambda: FileOps(write=refuse))
+    for as_json in (True, False):
+        assert main(["schedule", sim_env.thread_id, *(["--json"] if as_json else [])]) == 1
+        out, err = capsys.readouterr()
+        assert "Traceback" not in out + err
+        if as_json:
+            error = json.loads(out)["error"]
+            assert error["code"] == code and error["hint"]
+        else:
+            assert err.startswith("rekall: ") and "  next: " in err
+
+
+@pytest.mark.parametrize("as_json", [False, True])
+def test_an_unexpected_exception_is_reported_by_type_with_a_code_and_no_traceback(jobs, monkeypatch, capsys, as_json):
+    def broken(thread_id):
+        raise ValueError(f"secret detail about {thread_id}")
+
+    monkeypatch.setattr("rekall.service.status", broken)
+    assert main(["status", THREAD, *(["--json"] if as_json else [])]) == 1
+    out, err = capsys.readouterr()
+    assert "Traceback" not in out + err and "secret detail" not in out + err
+    assert "unexpected ValueError" in out + err and ("internal_error" in out if as_json else "next:" in err)
+
+
+def test_the_cli_names_its_own_verbs_where_the_service_names_mcp_tools(sim_env, jobs, capsys):
+    assert main(["cancel", "0199a5c2-2222-4000-8000-0000000000ff", "--thread", sim_env.thread_id]) == 1
+    err = capsys.readouterr().err
+    assert "`rekall status`" in err and "compaction_status" not in err
+

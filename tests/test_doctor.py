@@ -30,7 +30,7 @@ pytestmark = pytest.mark.anyio
 
 EXTENSION_VERSION = "26.901.22334"
 SCHEMA_EXCERPT = Path(__file__).resolve().parents[1] / "fixtures" / "schema" / "codex-0.171.0"
-ALL_ROWS = ["codex_home", "ipc_endpoint", "router", "owner", "codex_binary", "public_schema", "jobs_dir", "locks",
+ALL_ROWS = ["settings", "codex_home", "ipc_endpoint", "router", "owner", "codex_binary", "public_schema", "jobs_dir", "locks",
             "workers"]
 
 
@@ -188,6 +188,15 @@ async def test_a_missing_socket_is_red_and_names_both_places_looked(tmp_path: Pa
     assert row.level == "RED" and report.verdict == "RED"
     assert f"{home}/ipc/ipc.sock does not exist" in row.detail and "legacy" in row.detail
     assert "open the thread in the Codex VS Code extension" in row.hint
+
+
+@pytest.mark.parametrize("raw", ["abc", "-5", "nan", "1e309"])
+async def test_an_invalid_setting_is_the_first_row_red_naming_the_variable_and_its_range(tmp_path: Path, raw: str):
+    report = await diagnose(base_env(tmp_path, REKALL_IDLE_STABLE_MS=raw))
+    row = report.rows[0]
+    assert row.name == "settings" and row.level == "RED" and report.verdict == "RED"
+    assert "REKALL_IDLE_STABLE_MS must be a number greater than 0 and at most 600000" in row.detail
+    assert raw not in row.detail and "unset it" in row.hint
 
 
 async def test_a_relative_codex_home_is_red(tmp_path: Path) -> None:

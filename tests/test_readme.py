@@ -10,6 +10,7 @@ import uuid
 from pathlib import Path
 
 from rekall.cli import build_parser
+from rekall.config import SETTINGS
 from rekall.doctor import diagnose
 from rekall.states.render import render
 from tests.pluginkit import REPO_ROOT, listed_tools, manifest_path, read_json
@@ -66,6 +67,21 @@ def test_the_variable_table_is_what_the_plugin_forwards_plus_the_thread():
     documented = set(first_column(text)) | set(re.findall(r"\(legacy `(\w+)`\)", text))
     forwarded = set(read_json(manifest_path("mcpServers"))["mcpServers"]["rekall"]["env_vars"])
     assert documented == forwarded | {"CODEX_THREAD_ID"}
+
+
+def test_every_numeric_setting_is_documented_with_its_default_and_range():
+    rows = {row[3:].split("`")[0]: row for row in section("Environment variables").splitlines()
+            if row.startswith("| `")}
+    for setting in SETTINGS:
+        row = rows[setting.name]
+        assert f"at most {setting.maximum:g}." in row and row.endswith(f"| `{setting.default:g}` |"), row
+
+
+def test_every_rekall_variable_the_code_reads_is_documented():
+    package = REPO_ROOT / "rekall"
+    used = {name for path in package.rglob("*.py") for name in re.findall(r"\bREKALL_[A-Z_]+\b", path.read_text())}
+    missing = sorted(name for name in used if f"`{name}`" not in readme())
+    assert not missing, f"document these in the README: {missing}"
 
 
 def test_troubleshooting_has_one_row_per_doctor_check(tmp_path: Path):
