@@ -18,7 +18,7 @@ from typing import Any
 
 import attrs
 
-from rekall.config import check_settings, env_value
+from rekall.config import REQUEST_TIMEOUT_S, check_settings, env_value
 from rekall.errors import RekallError
 from rekall.ids import job_id as valid_job_id, thread_id as valid_thread_id
 from rekall.store import JobStore
@@ -92,7 +92,10 @@ async def probe(thread_id: str, *, env: Mapping[str, str] | None = None) -> dict
     env = _env(env)
     check_settings(env)
     thread_id = valid_thread_id(thread_id)
-    session = await connect_thread(thread_id, env=env)
+    try:
+        session = await connect_thread(thread_id, env=env, request_timeout_s=REQUEST_TIMEOUT_S.read(env))
+    except RekallError as exc:
+        raise _read_only(exc) from None
     try:
         mirror = session.mirror
         result: dict[str, Any] = {
@@ -132,6 +135,15 @@ async def probe(thread_id: str, *, env: Mapping[str, str] | None = None) -> dict
     return _camel_keys(result)
 
 
+def _read_only(exc: RekallError) -> RekallError:
+    """The probe's failure without "outcome unknown": it only reads, so nothing can have changed."""
+    if "; outcome unknown" not in exc.message:
+        return exc
+    return RekallError(exc.message.replace("; outcome unknown", "") + "; the probe only reads, so nothing changed",
+                       code=exc.code, hint="check that the thread's VS Code window is open and responsive, "
+                                           "then probe again")
+
+
 def _camel_keys(value: Any) -> Any:
     """One key style in what rekall prints: records from attrs classes arrive snake_case."""
     if isinstance(value, Mapping):
@@ -169,7 +181,7 @@ async def schedule(
         handoff = validate_handoff(handoff)
     store = await asyncio.to_thread(JobStore.open, env)
 
-    session = await connect_thread(thread_id, env=env)
+    session = await connect_thread(thread_id, env=env, request_timeout_s=REQUEST_TIMEOUT_S.read(env))
     try:
         mirror = session.mirror
         if mirror.layout_problem:

@@ -132,3 +132,44 @@ def test_probe_shows_a_runtime_status_that_is_not_idle_without_calling_it_a_layo
         assert "reload the VS Code window" in result["runtimeHint"] and "reload the VS Code window" in people.stdout
     else:
         assert "runtimeHint" not in result
+
+
+# --- misleading messages, corrected -------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_a_probe_whose_request_goes_unanswered_says_that_nothing_changed_not_that_the_outcome_is_unknown(tmp_path):
+    from rekall import service
+    from rekall.errors import RekallError
+    from rekall.sim import SimulatedOwner
+
+    async with SimulatedOwner() as sim:
+        sim.silence_next("thread-owner-discovery")
+        env = {**sim.env, "REKALL_JOBS_DIR": str(tmp_path / "jobs"), "CODEX_HOME": str(tmp_path),
+               "REKALL_REQUEST_TIMEOUT_S": "0.2"}
+        with pytest.raises(RekallError) as caught:
+            await service.probe(sim.thread_id, env=env)
+    text = str(caught.value)
+    assert "outcome unknown" not in text and "the probe only reads, so nothing changed" in text
+    assert "no response within 2.2 s" in text  # REKALL_REQUEST_TIMEOUT_S plus the response margin
+
+
+@pytest.mark.parametrize("kind", ["file", "directory"])
+def test_a_test_endpoint_that_is_not_a_socket_is_named_as_such(tmp_path, kind):
+    target = tmp_path / "not-a-socket"
+    target.mkdir() if kind == "directory" else target.write_text("")
+    done = probe({"REKALL_PIPE": str(target), "REKALL_JOBS_DIR": str(tmp_path / "jobs"), "CODEX_HOME": str(tmp_path)},
+                 "0199a5c2-2222-4000-8000-000000000002")
+    assert done.returncode == 1
+    assert f"REKALL_PIPE points at {target}, which is a" in done.stderr and "not a socket" in done.stderr
+    assert "VS Code" not in done.stderr and "unset it" in done.stderr
+
+
+def test_a_codex_home_that_is_a_file_is_named_as_the_thing_to_fix(tmp_path):
+    home = tmp_path / "codex-home-file"
+    home.write_text("")
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("REKALL_", "CONTEXT_COMPACT_", "CODEX_"))}
+    done = subprocess.run([sys.executable, "-m", "rekall", "status", "0199a5c2-2222-4000-8000-000000000002"],
+                          env={**clean, "CODEX_HOME": str(home)}, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1 and "(CODEX_HOME) is not a directory" in done.stderr
+    assert "REKALL_JOBS_DIR" not in done.stderr and "point CODEX_HOME" in done.stderr

@@ -42,7 +42,11 @@ def resolve_jobs_dir(env: Mapping[str, str]) -> Path:
     explicit = env_value(env, "REKALL_JOBS_DIR")
     if explicit is not None:
         return absolute_path(env, "REKALL_JOBS_DIR", expand_home(explicit, env))
-    return absolute_codex_home(env) / "tools" / "rekall" / "jobs"
+    home = absolute_codex_home(env)
+    if home.exists() and not home.is_dir():  # the fix is CODEX_HOME, not a jobs directory elsewhere
+        raise StoreError(f"Codex's folder {home} (CODEX_HOME) is not a directory, so it cannot hold the jobs",
+                         hint="point CODEX_HOME at the folder the Codex extension uses, or unset it for ~/.codex")
+    return home / "tools" / "rekall" / "jobs"
 
 
 def node_jobs_dirs(env: Mapping[str, str], own: Path) -> list[Path]:

@@ -58,8 +58,24 @@ def override_endpoint(env: Mapping[str, str]) -> Endpoint | None:
     for name in TEST_VARIABLES:
         value = env_value(env, name)
         if value is not None:
+            _refuse_a_non_socket(name, value)
             return Endpoint("test", value, note=f"from {name}")
     return None
+
+
+def _refuse_a_non_socket(name: str, path: str) -> None:
+    """A test endpoint that exists but is no socket is a wrong variable, not a closed extension."""
+    if sys.platform == "win32":
+        return
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return  # missing or unreadable: connecting says so
+    if not stat.S_ISSOCK(mode):
+        what = "a directory" if stat.S_ISDIR(mode) else "a regular file" if stat.S_ISREG(mode) else "not a socket"
+        raise EndpointMissing(f"{name} points at {path}, which is {what}, not a socket",
+                              hint=f"point {name} at a listening socket (`rekall sim` prints one), or unset it "
+                                   "to use the extension's own socket")
 
 
 def resolve_endpoint(
