@@ -26,8 +26,8 @@ def parse_since(since: str) -> datetime:
     try:
         moment = datetime.fromisoformat(since.strip())
     except ValueError:
-        raise InvalidInput(f"--since must be an ISO date or date-time such as 2026-11-30 or 2026-11-30T09:00; "
-                           f"got {since!r:.60}", field="--since", hint="fix the date and try again") from None
+        raise InvalidInput("--since must be an ISO date or date-time such as 2026-11-30 or 2026-11-30T09:00",
+                           field="--since", hint="fix the date and try again") from None
     if len(since.strip()) == 10:  # a bare date
         moment = datetime.combine(moment.date(), time(), tzinfo=timezone.utc)
     return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
