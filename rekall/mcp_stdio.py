@@ -123,7 +123,7 @@ def check_line(line: bytes) -> tuple[str | None, tuple[Any, int, str] | None]:
     except safejson.TooDeep as exc:
         return None, (safejson.top_level_id(text), INVALID_REQUEST, f"Invalid Request: {exc}")
     except json.JSONDecodeError as exc:
-        return None, (None, PARSE_ERROR, f"Parse error: {safejson.decode_error_text(exc)}")
+        return None, (None, PARSE_ERROR, f"Parse error: {safejson.decode_reason(exc)} at offset {exc.pos}")
     try:
         types.jsonrpc_message_adapter.validate_json(text, by_name=False)
     except ValueError:

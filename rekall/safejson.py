@@ -39,13 +39,15 @@ def exceeds_depth(text: str, max_depth: int = MAX_DEPTH) -> bool:
     return max(accumulate(map(_STEP.__getitem__, brackets))) > max_depth
 
 
-def decode_error_text(exc: json.JSONDecodeError) -> str:
-    """``exc`` as words: the decoder's reason and where, without the document's text.
+def decode_reason(exc: json.JSONDecodeError) -> str:
+    """The decoder's reason alone. Some end in "at" ("Invalid control character at"), meant to be
+    followed by the place; callers add the place themselves, so that it reads "at" once."""
+    return exc.msg[:-3] if exc.msg.endswith(" at") else exc.msg
 
-    Some reasons end in "at" ("Invalid control character at"); the place follows once.
-    """
-    reason = exc.msg[:-3] if exc.msg.endswith(" at") else exc.msg
-    return f"{reason} at line {exc.lineno} column {exc.colno}"
+
+def decode_error_text(exc: json.JSONDecodeError) -> str:
+    """``exc`` as words: the decoder's reason and where, without the document's text."""
+    return f"{decode_reason(exc)} at line {exc.lineno} column {exc.colno}"
 
 
 def loads(text: str, *, max_depth: int = MAX_DEPTH) -> Any:

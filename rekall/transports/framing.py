@@ -21,7 +21,7 @@ import struct
 from typing import Any
 
 from rekall.errors import IpcError
-from rekall.safejson import decode_error_text
+from rekall.safejson import decode_reason
 
 MAX_FRAME_BYTES = 256 * 1024 * 1024
 _HEADER = struct.Struct("<I")
@@ -63,7 +63,7 @@ def decode_body(body: bytes | bytearray | memoryview) -> Any:
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
-        raise FrameError(f"IPC frame is not valid JSON: {decode_error_text(exc)}",
+        raise FrameError(f"IPC frame is not valid JSON: {decode_reason(exc)} at offset {exc.pos}",
                          hint="the peer sent a corrupt frame; reconnect") from None
     except RecursionError:  # thread states are deep but bounded; no depth scan on every snapshot
         raise FrameError("IPC frame nests too deeply to decode", hint="the peer sent a corrupt frame; reconnect") from None

@@ -121,3 +121,9 @@ def test_a_large_body_is_received_straight_into_its_own_buffer_which_is_reused()
         assert [bytes(view) for view in got] == [b"y" * 10_000]
         buffers.add(id(got[0].obj))
     assert len(buffers) == 1  # the second body of that size reused the first one's buffer
+
+
+def test_a_decoding_error_says_where_once():
+    with pytest.raises(FrameError) as caught:
+        decode_body(b'{"a": "\x01"}')
+    assert "Invalid control character at offset 7" in caught.value.message and " at at " not in caught.value.message
