@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import re
 from collections.abc import Awaitable, Callable
 from typing import Annotated, Any, ParamSpec, TypeVar
 
@@ -25,7 +24,7 @@ from pydantic import ConfigDict, Field, ValidationError
 
 from rekall import __version__, service
 from rekall.errors import InternalError, InvalidInput, RekallError, as_rekall_error, tool_error_text
-from rekall.secrets import credential_kind
+from rekall.secrets import shown_key
 
 THREAD_ID_DESCRIPTION = (
     "Current CODEX_THREAD_ID; obtain it from the shell environment (echo $CODEX_THREAD_ID). "
@@ -173,7 +172,6 @@ class _RekallToolError(ToolError):
     """A tool's own error, already in the promised form."""
 
 
-_IDENTIFIER = re.compile(r"\A[A-Za-z_][A-Za-z0-9_]{0,39}\Z")
 _MAX_LISTED = 3
 
 
@@ -181,20 +179,13 @@ def _argument_errors(exc: ValidationError) -> RekallError:
     """Pydantic's verdict as field and rule only: its own text repeats the rejected values."""
     problems = []
     for error in exc.errors(include_url=False, include_input=False):
-        where = ".".join(_location_part(part) for part in error["loc"]) or "arguments"
+        where = ".".join(shown_key(part) for part in error["loc"]) or "arguments"
         problems.append(f"{where}: {error['msg'][:1].lower()}{error['msg'][1:120]}")
     listed = "; ".join(problems[:_MAX_LISTED])
     if len(problems) > _MAX_LISTED:
         listed += f"; and {len(problems) - _MAX_LISTED} more"
     return InvalidInput(f"invalid arguments: {listed}", code="invalid_arguments",
                         hint="fix the named arguments to match the tool's input schema and call again")
-
-
-def _location_part(part: str | int) -> str:
-    """A field name or index as given, unless it could be a value in disguise (an unknown key)."""
-    if isinstance(part, int) or (_IDENTIFIER.match(part) and credential_kind(part) is None):
-        return str(part)
-    return "<key>"
 
 
 class RekallServer(MCPServer):

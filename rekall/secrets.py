@@ -100,3 +100,18 @@ def credential_kind(text: str) -> str | None:
         if _looks_like_a_secret(match["value"]):
             return "a password or secret value"
     return None
+
+
+_IDENTIFIER = re.compile(r"\A[A-Za-z_][A-Za-z0-9_]{0,39}\Z")
+
+
+def shown_key(key: object) -> str:
+    """A caller's key as an error may name it: a short identifier that is no credential, else ``<key>``.
+
+    An unknown key is the caller's text, so it could be a value in disguise.
+    """
+    if isinstance(key, int) and not isinstance(key, bool):
+        return str(key)
+    if isinstance(key, str) and _IDENTIFIER.match(key) and credential_kind(key) is None:
+        return key
+    return "<key>"

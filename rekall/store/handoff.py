@@ -22,7 +22,7 @@ from typing import Any
 
 from rekall import safejson
 from rekall.errors import InvalidInput
-from rekall.secrets import credential_kind
+from rekall.secrets import credential_kind, shown_key
 from rekall.store.errors import HandoffChanged
 from rekall.store.fsio import TooLarge, read_limited, read_private
 
@@ -56,10 +56,10 @@ def validate_handoff(value: Any) -> dict[str, Any]:
     if not isinstance(value, Mapping):
         raise _invalid("handoff must be an object with summary, preserve, discard, nextStep and resume",
                        "handoff")
-    unknown = sorted(str(k) for k in value if k not in HANDOFF_KEYS)
+    unknown = sorted(shown_key(k) for k in value if k not in HANDOFF_KEYS)
     if unknown:
-        raise _invalid(f"unknown handoff field {unknown[0]!r:.60}; allowed: {', '.join(HANDOFF_KEYS)}",
-                       f"handoff.{unknown[0]:.60}")
+        raise _invalid(f"unknown handoff field {unknown[0]}; allowed: {', '.join(HANDOFF_KEYS)}",
+                       f"handoff.{unknown[0]}")
     missing = [k for k in HANDOFF_KEYS if k not in value]
     if missing:
         raise _invalid(f"handoff.{missing[0]} is required", f"handoff.{missing[0]}")

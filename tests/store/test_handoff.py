@@ -110,3 +110,10 @@ def test_a_handoff_file_that_reports_no_size_but_never_ends_is_refused_after_a_b
     # /dev/zero reports a size of 0; only the bytes actually read can bound it.
     with pytest.raises(InvalidInput, match="larger than 1000000 bytes"):
         read_handoff_file("/dev/zero")
+
+
+def test_an_unknown_key_is_named_only_when_it_cannot_be_a_value_in_disguise():
+    assert _rejected({**handoff(), "extra": 1}, "handoff.extra").message.startswith("unknown handoff field extra;")
+    secret_key = "sk-proj-Zq9Xw8Vu7Ts6Rq5Po4Nm3Lk2"
+    error = _rejected({**handoff(), secret_key: 1}, "handoff.<key>")
+    assert secret_key not in str(error) and secret_key not in str(error.to_dict())
