@@ -7,7 +7,8 @@ text that must pass) through ``rekall.secrets.credential_kind`` and through ever
 ``detect-secrets`` plugin, with and without its entropy plugins, line by line as it scans
 files. Prints how many credentials each catches, how many legitimate texts each flags, what
 ``detect-secrets`` would add to rekall's rules, and the cost of importing it (in a fresh
-process). This run is how rekall chose to keep its own rules and not depend on the detector.
+process), and rekall's slowest scan of the corpus's full-size adversarial texts (built to
+make a careless pattern backtrack). This run is how rekall chose to keep its own rules and not depend on the detector.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from rekall.secrets import credential_kind  # noqa: E402
-from tests.store.secret_corpus import LEGITIMATE, REFUSED  # noqa: E402
+from tests.store.secret_corpus import ADVERSARIAL, LEGITIMATE, REFUSED  # noqa: E402
 
 _IMPORT_COST = """
 import re, time
@@ -65,9 +66,15 @@ def main() -> int:
         caught = [text for _, text in REFUSED if flags(text)]
         rows[name] = {"caught": len(caught), "falsePositives": sum(flags(text) for text in LEGITIMATE),
                       "addsToRekall": sum(1 for t in caught if credential_kind(t) is None)}
+    slowest = 0.0
+    for text in ADVERSARIAL:
+        start = time.perf_counter()
+        credential_kind(text)
+        slowest = max(slowest, time.perf_counter() - start)
     seconds, mb = (float(x) for x in subprocess.run([sys.executable, "-c", _IMPORT_COST], check=True,
                                                     capture_output=True, text=True).stdout.split())
     result = {"credentials": len(REFUSED), "legitimate": len(LEGITIMATE), "detectors": rows,
+              "rekallSlowestAdversarialScanSeconds": round(slowest, 4),
               "detectSecretsImportSeconds": round(seconds, 3), "detectSecretsImportMb": round(mb, 1)}
     if args.json:
         print(json.dumps(result, indent=2))
@@ -76,6 +83,7 @@ def main() -> int:
     for name, row in rows.items():
         print(f"{name:38} caught {row['caught']:3}/{len(REFUSED)}  false positives {row['falsePositives']:3}/"
               f"{len(LEGITIMATE)}  caught that rekall misses {row['addsToRekall']}")
+    print(f"rekall's slowest scan of a {len(ADVERSARIAL[0])}-character adversarial text: {slowest * 1000:.1f} ms")
     print(f"importing detect-secrets: {seconds:.3f} s, {mb:.1f} MB")
     return 0
 

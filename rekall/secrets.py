@@ -51,15 +51,20 @@ _VENDOR_TOKENS: tuple[tuple[str, str], ...] = (
     ("a Shopify token", _NOT_WORD + r"shp(?:at|ca|pa|ss)_[0-9a-fA-F]{32}"),
 )
 
-_URL_PASSWORD = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s/:@]*:(?P<value>[^\s/@]+)@")
+# Every run is bounded or anchored by a look-behind, so that a search stays linear in the text
+# (a handoff is up to 32,000 bytes, and an unanchored run would make a scan quadratic).
+_URL_PASSWORD = re.compile(r"(?<![A-Za-z0-9+.-])[A-Za-z][A-Za-z0-9+.-]{0,30}://[^\s/:@]{0,256}:"
+                           r"(?P<value>[^\s/@]{1,256})@")
 
 # A key whose value is a secret: the last word of the identifier names it (DB_PASSWORD,
 # aws_secret_access_key, client_secret, auth_token), so password_field or token_budget do not.
+# The key starts a word or follows a separator (_ . -), which anchors the search.
 _SECRET_KEY = (r"(?:pass(?:word|wd|phrase)|pwd|secret|token|api[_ -]?key|access[_ -]?key|auth[_ -]?key"
                r"|private[_ -]?key|secret[_ -]?key|client[_ -]?secret|credentials?)")
 _ASSIGNED = re.compile(
-    r"(?i)(?<![A-Za-z0-9])(?:[A-Za-z0-9]+[_.-])*" + _SECRET_KEY + r"(?![A-Za-z0-9_])"
-    r"[\"']?(?:\s*(?::=|=>|[:=])\s*|\s+(?:is|was|=)\s+:?\s*)[\"']?(?P<value>[^\s\"',;]+)"
+    r"(?i)(?:(?<=[_.-])|(?<![A-Za-z0-9]))" + _SECRET_KEY + r"(?![A-Za-z0-9_])"
+    r"[\"']?(?:[ \t]{0,8}(?::=|=>|[:=])[ \t]{0,8}|[ \t]{1,8}(?:is|was|=)[ \t]{1,8}:?[ \t]{0,8})[\"']?"
+    r"(?P<value>[^\s\"',;]{1,256})"
 )
 # Values that say where a secret is, or hide it: $VAR, ${VAR}, <redacted>, ***, os.environ[...],
 # get_secret(), settings.KEY, an environment variable's name.

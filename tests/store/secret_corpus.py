@@ -164,3 +164,11 @@ LEGITIMATE: tuple[str, ...] = (
     "eyJ is how base64 JSON starts; the JWT parser is in jwt_utils.py.",
     "The token count went from 180000 to 42000 after compaction.",
 )
+
+#: Full-size texts built to make a careless pattern backtrack (quadratic time): none is a
+#: credential. ``bench/secrets.py`` reports the slowest scan among them.
+ADVERSARIAL: tuple[str, ...] = tuple(
+    (unit * (31_000 // len(unit)))[:31_000]
+    for unit in ("a_", "a.", "ab-", "x", "sk-", "eyJ", "a:", "a://b:", "postgres://", "password=", '"password": ',
+                 "token is ", "-----begin ", "AKIA", "SG.", "0", " ", "hooks.slack.com/services/T")
+)

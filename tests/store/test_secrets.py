@@ -5,10 +5,11 @@ from __future__ import annotations
 import pytest
 
 from rekall.errors import InvalidInput
+from rekall.secrets import credential_kind
 from rekall.store import validate_handoff
 
 from tests.jobkit import handoff
-from tests.store.secret_corpus import LEGITIMATE, REFUSED
+from tests.store.secret_corpus import ADVERSARIAL, LEGITIMATE, REFUSED
 
 
 def test_the_corpus_covers_every_family_the_issue_names():
@@ -42,3 +43,10 @@ def test_every_credential_in_the_corpus_is_refused_in_every_field_naming_the_fie
 def test_legitimate_handoff_text_is_never_taken_for_a_credential(text):
     value = handoff(summary=text, preserve=[text], discard=[text], nextStep=text)
     assert validate_handoff(value)["summary"] == text
+
+
+@pytest.mark.parametrize("text", ADVERSARIAL, ids=lambda text: repr(text[:12]))
+def test_full_size_texts_built_to_make_patterns_backtrack_are_scanned_and_pass(text):
+    # Each pattern's runs are bounded or anchored, so this scan is linear; a quadratic
+    # pattern would take minutes here (bench/secrets.py reports the time).
+    assert credential_kind(text) is None
