@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
+from rekall.safejson import decode_reason
 from rekall.transports.base import ByteStream, TransportError
 from rekall.transports.framing import FrameError
 
@@ -166,8 +167,11 @@ class WebSocketChannel:
             error = FrameError(f"{self.where} sent a text frame that is not UTF-8 (byte {exc.start})",
                                hint="check that this socket belongs to a Codex app-server")
         except json.JSONDecodeError as exc:
-            error = FrameError(f"{self.where} sent a text frame that is not JSON ({exc.msg} at offset {exc.pos}): "
-                               f"{data[:60]!r}", hint="check that this socket belongs to a Codex app-server")
+            error = FrameError(f"{self.where} sent a text frame that is not JSON ({decode_reason(exc)} at offset "
+                               f"{exc.pos}): {data[:60]!r}", hint="check that this socket belongs to a Codex app-server")
+        except RecursionError:
+            error = FrameError(f"{self.where} sent a text frame that nests too deeply to decode",
+                               hint="check that this socket belongs to a Codex app-server")
         self._fail(error, 1007, "a text frame is not JSON")
         raise error
 

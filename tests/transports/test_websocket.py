@@ -115,6 +115,23 @@ async def test_a_text_frame_that_is_not_json_is_refused_by_name_after_the_good_o
     assert closed_with == [1007]  # invalid frame payload data
 
 
+async def test_a_text_frame_nested_too_deeply_to_decode_is_refused_not_raised_as_recursion(short_dir: Path) -> None:
+    closed_with: list[int | None] = []
+
+    async def handler(ws: ServerConnection) -> None:
+        await ws.send("[" * 100_000 + "]" * 100_000)
+        await ws.wait_closed()
+        closed_with.append(ws.close_code)
+
+    with anyio.fail_after(10):
+        async with ws_server(short_dir / "s", handler):
+            channel = await connect(short_dir / "s")
+            with pytest.raises(FrameError, match="nests too deeply to decode"):
+                await channel.receive()
+            await channel.aclose()
+    assert closed_with == [1007]
+
+
 async def test_a_binary_frame_is_refused(short_dir: Path) -> None:
     async def handler(ws: ServerConnection) -> None:
         await ws.send(b'{"method":"binary"}')
