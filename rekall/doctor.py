@@ -35,11 +35,10 @@ import sys
 import uuid
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import attrs
 
-from rekall.adapters import ConnectionLostError, connect_thread, registry
 from rekall.codex.discovery import CodexBinary, discover_codex_binary
 from rekall.codex.schema import check_compatibility, default_cache_dir
 from rekall.config import SETTINGS, check_settings, codex_home, env_value
@@ -48,44 +47,12 @@ from rekall.ids import is_uuid
 from rekall.store import JobStore, Liveness, LockBusy, resolve_jobs_dir
 from rekall.store.fsio import O_NOFOLLOW
 from rekall.store.paths import inspect_jobs_dir, resolve_lock_dir
-from rekall.transports import Endpoint, MessageChannel, resolve_endpoint, transport_for
+from rekall.platform import Level, Row, platform_for
 from rekall.transports.endpoint import override_endpoint
 
-Level = Literal["GREEN", "AMBER", "RED"]
 _RANK: dict[str, int] = {"GREEN": 0, "AMBER": 1, "RED": 2}
 _STYLE = {"GREEN": "bold green", "AMBER": "bold yellow", "RED": "bold red"}
 
-#: Bounds for the IPC checks: a healthy router answers in milliseconds.
-ROUTER_TIMEOUT_S = 5.0
-OWNER_TIMEOUT_S = 8.0
-
-
-@attrs.frozen
-class Row:
-    name: str
-    level: Level
-    detail: str
-    #: What to do next; ``None`` exactly when the row is GREEN.
-    hint: str | None = None
-
-    def __attrs_post_init__(self) -> None:
-        if (self.level == "GREEN") != (self.hint is None):
-            raise ValueError(f"row {self.name}: a hint is required exactly when the level is not GREEN")
-
-    @classmethod
-    def green(cls, name: str, detail: str) -> Row:
-        return cls(name, "GREEN", detail)
-
-    @classmethod
-    def failed(cls, name: str, exc: RekallError) -> Row:
-        return cls(name, "RED", exc.message, exc.hint or "see the detail")
-
-    @classmethod
-    def not_checked(cls, name: str, because: str, hint: str) -> Row:
-        return cls(name, "AMBER", f"not checked: {because}", hint)
-
-    def to_json(self) -> dict[str, Any]:
-        return attrs.asdict(self)
 
 
 @attrs.frozen
@@ -128,97 +95,6 @@ def check_codex_home(env: Mapping[str, str]) -> Row:
     if not home.is_dir():
         return Row("codex_home", "RED", f"{shown} is not a directory", "point CODEX_HOME at Codex's directory")
     return Row.green("codex_home", f"{shown} (a directory)")
-
-
-# --- IPC ------------------------------------------------------------------------------------
-
-
-def check_endpoint(env: Mapping[str, str]) -> tuple[Row, Endpoint | None]:
-    """The endpoint row, and the endpoint when it may be used."""
-    try:
-        endpoint = resolve_endpoint(env)
-    except RekallError as exc:
-        return Row.failed("ipc_endpoint", exc), None
-    if endpoint.kind == "test":
-        return Row("ipc_endpoint", "AMBER",
-                   f"test endpoint {endpoint.path} ({endpoint.note}): owner, mode and symlink checks are skipped; "
-                   "the peer uid is still checked on connect",
-                   "unset REKALL_PIPE and CONTEXT_COMPACT_PIPE to use the extension's own socket"), endpoint
-    if endpoint.kind == "pipe":
-        return Row.green("ipc_endpoint", f"named pipe {endpoint.path} (no filesystem checks apply)"), endpoint
-    sock = Path(endpoint.path)
-    modes = f"directory {_mode(sock.parent)}, socket {_mode(sock)}, both owned by you, neither a symlink"
-    note = f"; {endpoint.note}" if endpoint.note else ""
-    return Row.green("ipc_endpoint", f"{endpoint.kind} socket {sock}: {modes}{note}"), endpoint
-
-
-def _mode(path: Path) -> str:
-    try:
-        return f"{stat.S_IMODE(os.lstat(path).st_mode):04o}"
-    except OSError:
-        return "unknown (it changed while being checked)"
-
-
-async def _initialize(endpoint: Endpoint) -> tuple[str, str]:
-    """Connect and run ``initialize``; return our client id and the peer check."""
-    adapter = registry.DEFAULT
-    stream = await transport_for(endpoint).connect()
-    channel = MessageChannel(stream)
-    try:
-        request_id = str(uuid.uuid4())
-        await channel.send(adapter.request(
-            adapter.INITIALIZE, adapter.initialize_params("codex-rekall"), request_id=request_id,
-            source=adapter.INITIAL_CLIENT_ID, timeout_ms=int(ROUTER_TIMEOUT_S * 1000)))
-        while (message := await channel.receive()) is not None:
-            inbound = adapter.classify(message, thread_id="", owner_id=None)
-            if isinstance(inbound, adapter.Reply):
-                await channel.send(inbound.message)  # e.g. a discovery probe: we handle nothing
-            elif isinstance(inbound, adapter.Response) and inbound.request_id == request_id:
-                return adapter.client_id_from(inbound), stream.peer_check
-        raise ConnectionLostError("the router closed the connection before answering initialize",
-                                  hint="reload the VS Code window so that the extension restarts its router")
-    finally:
-        await channel.aclose()
-
-
-async def check_router(endpoint: Endpoint | None) -> Row:
-    if endpoint is None:
-        return Row.not_checked("router", "no usable IPC endpoint", "fix the ipc_endpoint row first")
-    try:
-        async with asyncio.timeout(ROUTER_TIMEOUT_S):
-            client_id, peer_check = await _initialize(endpoint)
-    except TimeoutError:
-        return Row("router", "RED", f"no answer to initialize on {endpoint.path} within {ROUTER_TIMEOUT_S:g} s",
-                   "the extension may be hung; reload the VS Code window")
-    except RekallError as exc:
-        return Row.failed("router", exc)
-    return Row.green("router", f"initialize answered on {endpoint.path} (client id {client_id}); "
-                               f"peer check: {peer_check}")
-
-
-async def check_owner(env: Mapping[str, str], endpoint: Endpoint | None) -> Row | None:
-    """Owner discovery for ``CODEX_THREAD_ID``; ``None`` (no row) when it is not set."""
-    thread = env_value(env, "CODEX_THREAD_ID")
-    if thread is None:
-        return None
-    if endpoint is None:
-        return Row.not_checked("owner", f"no usable IPC endpoint to find the owner of {thread}",
-                               "fix the ipc_endpoint row first")
-    try:
-        session = await connect_thread(thread, endpoint=endpoint, request_timeout_s=OWNER_TIMEOUT_S,
-                                       snapshot_timeout_s=OWNER_TIMEOUT_S)
-    except RekallError as exc:
-        return Row.failed("owner", exc)
-    try:
-        mirror = session.mirror
-        found = (f"thread {session.thread_id} is owned by client {session.owner_id}; adapter {session.adapter}, "
-                 f"runtime {mirror.runtime_status or 'unknown'}")
-        if mirror.layout_problem:
-            return Row("owner", "RED", f"{found}; unsupported state layout: {mirror.layout_problem}",
-                       "update rekall: the extension changed its conversation state")
-        return Row.green("owner", found)
-    finally:
-        await session.aclose()
 
 
 # --- the codex binary and its schema -----------------------------------------------------
@@ -475,10 +351,7 @@ def check_workers(root: Path | None, lock_root: Path, proc: Path = Path("/proc")
 async def diagnose(env: Mapping[str, str] | None = None) -> Report:
     env = os.environ if env is None else env
     rows = [check_settings_row(env), check_codex_home(env)]
-    endpoint_row, endpoint = check_endpoint(env)
-    rows += [endpoint_row, await check_router(endpoint)]
-    if (owner_row := await check_owner(env, endpoint)) is not None:
-        rows.append(owner_row)
+    rows += await platform_for(env).diagnose()  # the platform's own rows: endpoint, router, owner
     binary_row, binary = check_codex_binary(env)
     rows += [binary_row, await asyncio.to_thread(check_schema, env, binary)]
     jobs_row, root = check_jobs_dir(env)

@@ -16,8 +16,6 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-import attrs
-
 from rekall.config import REQUEST_TIMEOUT_S, check_settings, env_value
 from rekall.errors import RekallError
 from rekall.ids import job_id as valid_job_id, thread_id as valid_thread_id
@@ -85,47 +83,41 @@ def headroom_now(tokens: int | None, window: int | None) -> dict[str, Any]:
 
 async def probe(thread_id: str, *, env: Mapping[str, str] | None = None) -> dict[str, Any]:
     """Read-only preflight: reach the owner, read the thread, check compatibility. Never compacts."""
-    from rekall.adapters import adapter_named, connect_thread
     from rekall.adapters.facts import RUNTIME_NULL
+    from rekall.platform import platform_for
     from rekall.states.rules import SYSTEM_ERROR_WAY_OUT
 
     env = _env(env)
     check_settings(env)
     thread_id = valid_thread_id(thread_id)
     try:
-        session = await connect_thread(thread_id, env=env, request_timeout_s=REQUEST_TIMEOUT_S.read(env))
+        seen = await platform_for(env).observe(thread_id, request_timeout_s=REQUEST_TIMEOUT_S.read(env))
     except RekallError as exc:
         raise _read_only(exc) from None
-    try:
-        mirror = session.mirror
-        result: dict[str, Any] = {
-            "threadId": thread_id,
-            "connected": True,
-            "ownerId": session.owner_id,
-            "endpoint": attrs.asdict(session.endpoint),
-            "adapter": session.adapter,
-            "methodVersions": dict(adapter_named(session.adapter).METHOD_VERSIONS),
-            "observedVersions": {method: sorted(versions) for method, versions in session.observed_versions.items()},
-            "runtimeStatus": mirror.runtime_status or ("null" if mirror.busy_reason == RUNTIME_NULL else "unknown"),
-            "idle": mirror.idle,
-            "busyReason": mirror.busy_reason,
-            "latestUserTurnStopped": mirror.interrupted,
-            "completedCompactions": len(mirror.completed_compaction_ids),
-            "compactionsInProgress": len(mirror.running_compaction_ids),
-            "contextTokens": mirror.tokens,
-            "modelContextWindow": mirror.window,
-            "headroom": headroom_now(mirror.tokens, mirror.window),
-        }
-        if mirror.runtime_status == "systemError":
-            result["runtimeHint"] = f"rekall compacts only once the thread is idle. {SYSTEM_ERROR_WAY_OUT}."
-        runtime: dict[str, Any] = {"completionField": "completed",
-                                   "completedCompactionItems": len(mirror.completed_compaction_ids)}
-        if mirror.layout_problem:
-            runtime.update(status="incompatible", problem=mirror.layout_problem)
-        else:  # layout_compatible: the layout is there, but no item has shown its completion flag yet
-            runtime["status"] = "compatible" if mirror.completed_compaction_ids else "layout_compatible"
-    finally:
-        await session.aclose()
+    mirror = seen.facts
+    result: dict[str, Any] = {
+        "threadId": thread_id,
+        "connected": True,
+        "ownerId": seen.owner_id,
+        **seen.details,
+        "runtimeStatus": mirror.runtime_status or ("null" if mirror.busy_reason == RUNTIME_NULL else "unknown"),
+        "idle": mirror.idle,
+        "busyReason": mirror.busy_reason,
+        "latestUserTurnStopped": mirror.interrupted,
+        "completedCompactions": len(mirror.completed_compaction_ids),
+        "compactionsInProgress": len(mirror.running_compaction_ids),
+        "contextTokens": mirror.tokens,
+        "modelContextWindow": mirror.window,
+        "headroom": headroom_now(mirror.tokens, mirror.window),
+    }
+    if mirror.runtime_status == "systemError":
+        result["runtimeHint"] = f"rekall compacts only once the thread is idle. {SYSTEM_ERROR_WAY_OUT}."
+    runtime: dict[str, Any] = {"completionField": "completed",
+                               "completedCompactionItems": len(mirror.completed_compaction_ids)}
+    if mirror.layout_problem:
+        runtime.update(status="incompatible", problem=mirror.layout_problem)
+    else:  # layout_compatible: the layout is there, but no item has shown its completion flag yet
+        runtime["status"] = "compatible" if mirror.completed_compaction_ids else "layout_compatible"
     try:
         schema = await asyncio.to_thread(public_schema_report, env)  # a subprocess: off the event loop
     except RekallError as exc:
@@ -171,7 +163,7 @@ async def schedule(
     spawn: Spawn | None = None,
 ) -> dict[str, Any]:
     """Queue one compaction (and, with ``handoff.resume``, one continuation) for ``thread_id``."""
-    from rekall.adapters import connect_thread
+    from rekall.platform import platform_for
     from rekall.store import process_start_time, validate_handoff
 
     env = _env(env)
@@ -181,24 +173,21 @@ async def schedule(
         handoff = validate_handoff(handoff)
     store = await asyncio.to_thread(JobStore.open, env)
 
-    session = await connect_thread(thread_id, env=env, request_timeout_s=REQUEST_TIMEOUT_S.read(env))
-    try:
-        mirror = session.mirror
-        if mirror.layout_problem:
-            raise Refused(f"unsupported extension state layout: {mirror.layout_problem}",
-                          hint="run probe_compaction and check extension compatibility")
-        if mirror.interrupted:
-            raise Refused("the latest user turn was stopped or failed; no compaction scheduled",
-                          hint="ask the user how to continue before scheduling")
-        if mirror.running_compaction_ids:
-            running = ", ".join(sorted(mirror.running_compaction_ids))
-            raise Refused(f"the thread shows a compaction in progress ({running}); another now would compact it "
-                          "twice", hint="wait until probe_compaction shows none in progress, then schedule again")
-        fingerprint = mirror.boundary_fingerprint
-        anchor = {"contextTokensAtSchedule": mirror.tokens, "modelContextWindowAtSchedule": mirror.window,
-                  "ownerIdAtSchedule": session.owner_id}
-    finally:
-        await session.aclose()
+    seen = await platform_for(env).observe(thread_id, request_timeout_s=REQUEST_TIMEOUT_S.read(env))
+    mirror = seen.facts
+    if mirror.layout_problem:
+        raise Refused(f"unsupported extension state layout: {mirror.layout_problem}",
+                      hint="run probe_compaction and check extension compatibility")
+    if mirror.interrupted:
+        raise Refused("the latest user turn was stopped or failed; no compaction scheduled",
+                      hint="ask the user how to continue before scheduling")
+    if mirror.running_compaction_ids:
+        running = ", ".join(sorted(mirror.running_compaction_ids))
+        raise Refused(f"the thread shows a compaction in progress ({running}); another now would compact it "
+                      "twice", hint="wait until probe_compaction shows none in progress, then schedule again")
+    fingerprint = mirror.boundary_fingerprint
+    anchor = {"contextTokensAtSchedule": mirror.tokens, "modelContextWindowAtSchedule": mirror.window,
+              "ownerIdAtSchedule": seen.owner_id}
     # The schema check runs a subprocess and the store's guard may wait for another process:
     # both run on worker threads, so that an MCP server answers other calls meanwhile.
     schema = await asyncio.to_thread(public_schema_report, env)

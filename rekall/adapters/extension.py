@@ -1,0 +1,203 @@
+"""The VS Code extension's IPC router as a platform (:mod:`rekall.platform`).
+
+:class:`ExtensionIpc` follows a thread with a :class:`~rekall.adapters.session.ThreadSession`,
+observes it with one short-lived session, and contributes the ``ipc_endpoint``, ``router`` and
+``owner`` rows to ``doctor``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import stat
+import uuid
+from collections.abc import AsyncIterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from rekall import events as ev
+from rekall.adapters import registry
+from rekall.adapters.errors import ConnectionLostError
+from rekall.adapters.session import ThreadSession, connect_thread
+from rekall.config import env_value
+from rekall.errors import RekallError
+from rekall.platform import Acted, Failure, Row, ThreadSnapshot
+from rekall.transports import Endpoint, MessageChannel, resolve_endpoint, transport_for
+
+NAME = "extension-ipc"
+
+#: Bounds for the doctor's IPC checks: a healthy router answers in milliseconds.
+ROUTER_TIMEOUT_S = 5.0
+OWNER_TIMEOUT_S = 8.0
+
+
+def _failure(exc: RekallError) -> Failure:
+    return Failure(exc.code, exc.message, getattr(exc, "delivery", "unknown"))
+
+
+def _snapshot(session: ThreadSession, details: Mapping[str, Any] | None = None) -> ThreadSnapshot:
+    mirror = session.mirror
+    return ThreadSnapshot(session.thread_id, mirror.facts, mirror.revision, session.owner_id, details or {})
+
+
+class IpcThread:
+    """A thread followed through the extension's router (implements ``FollowedThread``)."""
+
+    def __init__(self, session: ThreadSession) -> None:
+        self.session = session
+
+    def events(self) -> AsyncIterator[ev.DomainEvent]:
+        return self.session.events()
+
+    def snapshot(self) -> ThreadSnapshot:
+        return _snapshot(self.session)
+
+    def evidence(self) -> dict[str, Any]:
+        return {"platform": NAME, "ownerId": self.session.owner_id, "adapter": self.session.adapter}
+
+    async def reconnect(self) -> None:
+        await self.session.reconnect()
+
+    async def compact(self) -> Acted:
+        try:
+            await self.session.compact()
+        except RekallError as exc:
+            return Acted(_failure(exc))
+        return Acted()
+
+    async def start_turn(self, text: str, job_id: str) -> Acted:
+        try:
+            turn = await self.session.start_turn(text, client_user_message_id=job_id)
+        except RekallError as exc:
+            return Acted(_failure(exc))
+        return Acted(turn_id=turn.turn_id, turn_status=turn.status)
+
+    async def aclose(self) -> None:
+        await self.session.aclose()
+
+
+class ExtensionIpc:
+    """The extension's IPC router, found from ``env`` (implements ``Platform``)."""
+
+    name = NAME
+
+    def __init__(self, env: Mapping[str, str] | None = None) -> None:
+        self.env = os.environ if env is None else env
+
+    async def follow(self, thread_id: str, *, request_timeout_s: float) -> IpcThread:
+        return IpcThread(await connect_thread(thread_id, env=self.env, request_timeout_s=request_timeout_s))
+
+    async def observe(self, thread_id: str, *, request_timeout_s: float) -> ThreadSnapshot:
+        session = await connect_thread(thread_id, env=self.env, request_timeout_s=request_timeout_s)
+        try:
+            return _snapshot(session, {
+                "endpoint": attrs.asdict(session.endpoint),
+                "adapter": session.adapter,
+                "methodVersions": dict(registry.adapter_named(session.adapter).METHOD_VERSIONS),
+                "observedVersions": {method: sorted(versions)
+                                     for method, versions in session.observed_versions.items()},
+            })
+        finally:
+            await session.aclose()
+
+    async def diagnose(self) -> list[Row]:
+        endpoint_row, endpoint = check_endpoint(self.env)
+        rows = [endpoint_row, await check_router(endpoint)]
+        if (owner_row := await check_owner(self.env, endpoint)) is not None:
+            rows.append(owner_row)
+        return rows
+
+
+# --- doctor's rows ------------------------------------------------------------------------
+
+
+def check_endpoint(env: Mapping[str, str]) -> tuple[Row, Endpoint | None]:
+    """The endpoint row, and the endpoint when it may be used."""
+    try:
+        endpoint = resolve_endpoint(env)
+    except RekallError as exc:
+        return Row.failed("ipc_endpoint", exc), None
+    if endpoint.kind == "test":
+        return Row("ipc_endpoint", "AMBER",
+                   f"test endpoint {endpoint.path} ({endpoint.note}): owner, mode and symlink checks are skipped; "
+                   "the peer uid is still checked on connect",
+                   "unset REKALL_PIPE and CONTEXT_COMPACT_PIPE to use the extension's own socket"), endpoint
+    if endpoint.kind == "pipe":
+        return Row.green("ipc_endpoint", f"named pipe {endpoint.path} (no filesystem checks apply)"), endpoint
+    sock = Path(endpoint.path)
+    modes = f"directory {_mode(sock.parent)}, socket {_mode(sock)}, both owned by you, neither a symlink"
+    note = f"; {endpoint.note}" if endpoint.note else ""
+    return Row.green("ipc_endpoint", f"{endpoint.kind} socket {sock}: {modes}{note}"), endpoint
+
+
+def _mode(path: Path) -> str:
+    try:
+        return f"{stat.S_IMODE(os.lstat(path).st_mode):04o}"
+    except OSError:
+        return "unknown (it changed while being checked)"
+
+
+async def _initialize(endpoint: Endpoint) -> tuple[str, str]:
+    """Connect and run ``initialize``; return our client id and the peer check."""
+    adapter = registry.DEFAULT
+    stream = await transport_for(endpoint).connect()
+    channel = MessageChannel(stream)
+    try:
+        request_id = str(uuid.uuid4())
+        await channel.send(adapter.request(
+            adapter.INITIALIZE, adapter.initialize_params("codex-rekall"), request_id=request_id,
+            source=adapter.INITIAL_CLIENT_ID, timeout_ms=int(ROUTER_TIMEOUT_S * 1000)))
+        while (message := await channel.receive()) is not None:
+            inbound = adapter.classify(message, thread_id="", owner_id=None)
+            if isinstance(inbound, adapter.Reply):
+                await channel.send(inbound.message)  # e.g. a discovery probe: we handle nothing
+            elif isinstance(inbound, adapter.Response) and inbound.request_id == request_id:
+                return adapter.client_id_from(inbound), stream.peer_check
+        raise ConnectionLostError("the router closed the connection before answering initialize",
+                                  hint="reload the VS Code window so that the extension restarts its router")
+    finally:
+        await channel.aclose()
+
+
+async def check_router(endpoint: Endpoint | None) -> Row:
+    if endpoint is None:
+        return Row.not_checked("router", "no usable IPC endpoint", "fix the ipc_endpoint row first")
+    try:
+        async with asyncio.timeout(ROUTER_TIMEOUT_S):
+            client_id, peer_check = await _initialize(endpoint)
+    except TimeoutError:
+        return Row("router", "RED", f"no answer to initialize on {endpoint.path} within {ROUTER_TIMEOUT_S:g} s",
+                   "the extension may be hung; reload the VS Code window")
+    except RekallError as exc:
+        return Row.failed("router", exc)
+    return Row.green("router", f"initialize answered on {endpoint.path} (client id {client_id}); "
+                               f"peer check: {peer_check}")
+
+
+async def check_owner(env: Mapping[str, str], endpoint: Endpoint | None) -> Row | None:
+    """Owner discovery for ``CODEX_THREAD_ID``; ``None`` (no row) when it is not set."""
+    thread = env_value(env, "CODEX_THREAD_ID")
+    if thread is None:
+        return None
+    if endpoint is None:
+        return Row.not_checked("owner", f"no usable IPC endpoint to find the owner of {thread}",
+                               "fix the ipc_endpoint row first")
+    try:
+        session = await connect_thread(thread, endpoint=endpoint, request_timeout_s=OWNER_TIMEOUT_S,
+                                       snapshot_timeout_s=OWNER_TIMEOUT_S)
+    except RekallError as exc:
+        return Row.failed("owner", exc)
+    try:
+        mirror = session.mirror
+        found = (f"thread {session.thread_id} is owned by client {session.owner_id}; adapter {session.adapter}, "
+                 f"runtime {mirror.runtime_status or 'unknown'}")
+        if mirror.layout_problem:
+            return Row("owner", "RED", f"{found}; unsupported state layout: {mirror.layout_problem}",
+                       "update rekall: the extension changed its conversation state")
+        return Row.green("owner", found)
+    finally:
+        await session.aclose()
+
+
