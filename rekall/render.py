@@ -11,7 +11,7 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
-from rekall.states import TERMINAL_STATES
+from rekall.states import SUCCESSFUL_END_STATES, TERMINAL_STATES
 from rekall.store.replay import ended_at
 
 _STATE_STYLE = {
@@ -25,7 +25,7 @@ _STATE_STYLE = {
 }
 
 #: Job states after which ``status --watch`` exits 1: the job did not do what it was for.
-UNSUCCESSFUL_STATES = frozenset({"failed", "timed_out"})
+UNSUCCESSFUL_STATES = frozenset(s.value for s in TERMINAL_STATES - SUCCESSFUL_END_STATES)
 
 #: A job or thread id (36 characters) must fit on one line next to its label.
 _ID_WIDTH = 36

@@ -8,7 +8,7 @@ items in order, so there are no races between them and no polling loops: the lat
 remains is the debounce we chose.
 
 After each item the worker looks at the thread's derived facts (kept up to date
-incrementally by the adapter's mirror) and decides which lifecycle trigger, if any, the
+incrementally by the platform's thread model) and decides which lifecycle trigger, if any, the
 facts justify. It never assigns a state: it fires triggers with their evidence, and the
 lifecycle machine in ``rekall.states`` decides, journaling every transition before it takes
 effect. Nothing is ever retried: each request is sent at most once per job.
@@ -29,11 +29,11 @@ from typing import Any
 import attrs
 
 from rekall import events as ev
-from rekall.adapters import connect_thread
 from rekall.config import WorkerSettings
 from rekall.continuation import continuation_text
 from rekall.errors import IpcError, RekallError
-from rekall.states import JobState, TERMINAL_STATES
+from rekall.platform import Acted, Failure, FollowedThread, Platform, ThreadSnapshot, platform_for
+from rekall.states import REQUEST_SENT_UNOBSERVED, SUCCESSFUL_END_STATES, TERMINAL_STATES, JobState
 from rekall.store import JobStore, process_start_time
 
 log = logging.getLogger("rekall.worker")
@@ -74,8 +74,7 @@ class _DeadlinePassed:
 @attrs.frozen
 class _RequestDone:
     kind: str  # "compact" or "start_turn"
-    result: Any = None
-    error: RekallError | None = None
+    acted: Acted
 
 
 @attrs.frozen
@@ -94,6 +93,7 @@ class Worker:
         *,
         settings: WorkerSettings,
         env: Mapping[str, str] | None = None,
+        platform: Platform | None = None,
     ) -> None:
         self.store = store
         self.thread_id = thread_id
@@ -101,7 +101,8 @@ class Worker:
         self.settings = settings
         self.env = os.environ if env is None else env
         self.lifecycle: Any = None  # opened by the claim in ``run``
-        self.session: Any = None
+        self.platform: Platform = platform_for(self.env) if platform is None else platform
+        self.thread: FollowedThread | None = None  # followed once connected
         self.queue: asyncio.Queue[Any] = asyncio.Queue()
         self.baseline: frozenset[str] = frozenset()
         self.completion_order: list[str] = []
@@ -181,7 +182,7 @@ class Worker:
                 self._fire("cancel", reason="explicit_cancellation")  # cancelled before we started
                 return
             self._fire("worker_started", jobId=self.job_id, pid=me, host=socket.gethostname(),
-                       processStartTime=started)
+                       processStartTime=started, platform=self.platform.name)
 
     async def run(self) -> JobState:
         me, started = os.getpid(), process_start_time(os.getpid())
@@ -201,10 +202,9 @@ class Worker:
         self._later(self.settings.deadline_s, _DeadlinePassed())
         try:
             await self._connect()
-            self.baseline = frozenset(self.session.mirror.completed_compaction_ids)
-            self.lifecycle.note("connected", ownerId=self.session.owner_id, adapter=self.session.adapter,
-                                baselineCompactions=len(self.baseline),
-                                revision=self.session.mirror.revision)
+            self.baseline = frozenset(self.thread.snapshot().facts.completed_compaction_ids)
+            self.lifecycle.note("connected", **self.thread.evidence(), baselineCompactions=len(self.baseline),
+                                revision=self.thread.snapshot().revision)
             self._spawn(self._pump())
             self._item_at = time.monotonic()  # the first snapshot is the first observation
             self._consider()
@@ -221,24 +221,23 @@ class Worker:
         return self.state
 
     async def _connect(self) -> None:
-        self.session = await connect_thread(self.thread_id, env=self.env,
-                                            request_timeout_s=self.settings.request_timeout_s)
+        self.thread = await self.platform.follow(self.thread_id, request_timeout_s=self.settings.request_timeout_s)
         self.connected = True
 
     async def _pump(self) -> None:
-        """Forward the session's domain events onto the queue."""
-        async for event in self.session.events():
+        """Forward the platform's domain events onto the queue."""
+        async for event in self.thread.events():
             self.queue.put_nowait(event)
 
     async def _shutdown(self) -> None:
         # The lock goes first: once the outcome is journaled, a new job may be scheduled.
         self.store.release_lock(self.thread_id, self.job_id)
         await self._stop_watching()
-        if self.session is not None:
+        if self.thread is not None:
             try:
-                await self.session.aclose()
+                await self.thread.aclose()
             except Exception:  # closing is best effort; the job's outcome is already recorded
-                log.exception("closing the session failed")
+                log.exception("closing the followed thread failed")
 
     async def _stop_watching(self) -> None:
         if hasattr(signal, "SIGUSR1"):
@@ -288,8 +287,8 @@ class Worker:
                            "unknown" if self._request_sent_unobserved() else None)
                 return
             self.connected = True
-            self.lifecycle.note("reconnected", ownerId=self.session.owner_id,
-                                revision=self.session.mirror.revision)
+            self.lifecycle.note("reconnected", ownerId=self.thread.snapshot().owner_id,
+                                revision=self.thread.snapshot().revision)
         elif isinstance(item, _IdleHeld):
             if item.generation == self._idle_generation and self.connected:
                 self._idle_timer = None
@@ -321,41 +320,41 @@ class Worker:
             self._consider()
 
     def _consider(self) -> None:
-        """Decide from the mirror's current facts what, if anything, to do next."""
+        """Decide from the thread's current facts what, if anything, to do next."""
         if self.done or not self.connected:
             return
-        mirror = self.session.mirror
-        if mirror.layout_problem:
-            self._fail("layout_incompatible", f"unsupported extension state layout: {mirror.layout_problem}")
+        seen = self.thread.snapshot()
+        if seen.facts.layout_problem:
+            self._fail("layout_incompatible", f"unsupported extension state layout: {seen.facts.layout_problem}")
             return
         state = self.state
-        if state is not JobState.RESUMING and self._user_moved_on(mirror):
+        if state is not JobState.RESUMING and self._user_moved_on(seen):
             return
-        if state is JobState.WAITING_FOR_IDLE and mirror.running_compaction_ids:
-            self._refuse_second_compaction(mirror)
+        if state is JobState.WAITING_FOR_IDLE and seen.facts.running_compaction_ids:
+            self._refuse_second_compaction(seen)
         elif state in (JobState.WAITING_FOR_IDLE, JobState.WAITING_FOR_RESUME_IDLE):
-            self._track_idle(mirror.idle)
-            self._track_system_error(_stuck_in_system_error(mirror))
+            self._track_idle(seen.facts.idle)
+            self._track_system_error(_stuck_in_system_error(seen))
         elif state in (JobState.REQUESTING, JobState.ACCEPTED):
-            self._look_for_completion(mirror)
+            self._look_for_completion(seen)
             if self.state is state and self._outcome_unknown:  # quiet: idle, nothing compacting or compacted
-                new = set(mirror.completed_compaction_ids) - self.baseline
-                self._track_idle(mirror.idle and not mirror.running_compaction_ids and not new)
+                new = set(seen.facts.completed_compaction_ids) - self.baseline
+                self._track_idle(seen.facts.idle and not seen.facts.running_compaction_ids and not new)
 
-    def _user_moved_on(self, mirror: Any) -> bool:
+    def _user_moved_on(self, seen: ThreadSnapshot) -> bool:
         """New input, steering or a stopped turn cancels the job (before the resume is sent)."""
-        if mirror.interrupted:
+        if seen.facts.interrupted:
             self._fire("cancel", reason="user_turn_stopped")
             return True
-        if mirror.boundary_fingerprint != self.status.get("userFingerprint"):
+        if seen.facts.boundary_fingerprint != self.status.get("userFingerprint"):
             self._fire("cancel", reason="new_user_input")
             return True
         return False
 
-    def _refuse_second_compaction(self, mirror: Any) -> None:
+    def _refuse_second_compaction(self, seen: ThreadSnapshot) -> None:
         """A compaction this job did not ask for is running (say, a lost worker's): asking for
         another would compact the thread twice."""
-        running = ", ".join(sorted(mirror.running_compaction_ids))
+        running = ", ".join(sorted(seen.facts.running_compaction_ids))
         self._fail("compaction_in_progress", f"the thread shows a compaction in progress ({running}) that this "
                                              "job did not request; no second compaction was requested")
 
@@ -387,34 +386,34 @@ class Worker:
         return self._outcome_unknown and self.state in (JobState.REQUESTING, JobState.ACCEPTED)
 
     def _on_idle_held(self) -> None:
-        mirror = self.session.mirror
-        if not mirror.idle:
+        seen = self.thread.snapshot()
+        if not seen.facts.idle:
             return
         idle_ms = round((time.monotonic() - (self._idle_since or time.monotonic())) * 1000)
         if self._settling():
             # What was seen goes to the table's settle rule; it decides.
-            self._fire("outcome_settled", idle=mirror.idle, compactionsInProgress=len(mirror.running_compaction_ids),
-                       quietMs=idle_ms, settleWindowS=self.settings.settle_s, runtimeStatus=mirror.runtime_status,
-                       ownerId=self.session.owner_id, revision=mirror.revision)
+            self._fire("outcome_settled", idle=seen.facts.idle, compactionsInProgress=len(seen.facts.running_compaction_ids),
+                       quietMs=idle_ms, settleWindowS=self.settings.settle_s, runtimeStatus=seen.facts.runtime_status,
+                       ownerId=seen.owner_id, revision=seen.revision)
             return
-        common = dict(idleMs=idle_ms, tokens=mirror.tokens, window=mirror.window, revision=mirror.revision,
-                      boundaryFingerprint=mirror.boundary_fingerprint)
+        common = dict(idleMs=idle_ms, tokens=seen.facts.tokens, window=seen.facts.window, revision=seen.revision,
+                      boundaryFingerprint=seen.facts.boundary_fingerprint)
         if self.state is JobState.WAITING_FOR_IDLE:
-            if mirror.running_compaction_ids:  # the request step looks again, whatever event came last
-                self._refuse_second_compaction(mirror)
+            if seen.facts.running_compaction_ids:  # the request step looks again, whatever event came last
+                self._refuse_second_compaction(seen)
                 return
             # The baseline is retaken at the moment of the request: any completed compaction
             # that exists now is not ours.
-            self.baseline = frozenset(mirror.completed_compaction_ids)
+            self.baseline = frozenset(seen.facts.completed_compaction_ids)
             if self._fire("idle_stable", **common) is JobState.REQUESTING:
-                self._send(lambda: self.session.compact(), "compact")
+                self._send(lambda: self.thread.compact(), "compact")
         elif self.state is JobState.WAITING_FOR_RESUME_IDLE:
             record = self._verified_handoff()
             if record is None:
                 return
             if self._fire("idle_stable", handoffVerified=True, **common) is JobState.RESUMING:
                 text = continuation_text(record, str(self.store.handoff_path(self.thread_id, self.job_id)))
-                self._send(lambda: self.session.start_turn(text, client_user_message_id=self.job_id), "start_turn")
+                self._send(lambda: self.thread.start_turn(text, self.job_id), "start_turn")
 
     # --- a runtime stuck in systemError ----------------------------------------------
 
@@ -434,11 +433,11 @@ class Worker:
                                                    _SystemErrorHeld(self._system_error_generation))
 
     def _on_system_error_held(self) -> None:
-        mirror = self.session.mirror
-        if _stuck_in_system_error(mirror):
+        seen = self.thread.snapshot()
+        if _stuck_in_system_error(seen):
             held_ms = round((time.monotonic() - self._system_error_since) * 1000)
-            self._fire("system_error_held", runtimeStatus=mirror.runtime_status, heldMs=held_ms,
-                       windowS=self.settings.system_error_window_s, revision=mirror.revision)
+            self._fire("system_error_held", runtimeStatus=seen.facts.runtime_status, heldMs=held_ms,
+                       windowS=self.settings.system_error_window_s, revision=seen.revision)
 
     def _verified_handoff(self) -> Mapping[str, Any] | None:
         try:
@@ -449,48 +448,44 @@ class Worker:
 
     # --- requests ----------------------------------------------------------------------
 
-    def _send(self, request: Callable[[], Awaitable[Any]], kind: str) -> None:
+    def _send(self, request: Callable[[], Awaitable[Acted]], kind: str) -> None:
         async def run() -> None:
             try:
-                result = await request()
-            except RekallError as exc:
-                self.queue.put_nowait(_RequestDone(kind, error=exc))
+                acted = await request()
             except Exception as exc:  # a bug below us; the request may have gone out
                 log.exception("%s request failed unexpectedly", kind)
-                self.queue.put_nowait(_RequestDone(kind, error=RekallError(f"{type(exc).__name__}: {exc}",
-                                                                           code="worker_error")))
-            else:
-                self.queue.put_nowait(_RequestDone(kind, result=result))
+                acted = Acted(Failure("worker_error", f"{type(exc).__name__}: {exc}", "unknown"))
+            self.queue.put_nowait(_RequestDone(kind, acted))
 
         self._spawn(run())
 
     def _on_request_done(self, done: _RequestDone) -> None:
         if self.done:
             return
+        failure = done.acted.failure
         if done.kind == "compact" and self.state is JobState.REQUESTING:
-            if done.error is None:
-                self._fire("compaction_accepted", ownerId=self.session.owner_id)
-            elif done.error.code == "connection_lost" and getattr(done.error, "delivery", None) == "not_delivered":
+            if failure is None:
+                self._fire("compaction_accepted", ownerId=self.thread.snapshot().owner_id)
+            elif failure.code == "connection_lost" and failure.delivery == "not_delivered":
                 # The link was already gone: provably nothing was sent.
-                self._fail(done.error.code, done.error.message, "not_delivered")
-            elif done.error.code == "connection_lost":
+                self._fail(failure.code, failure.message, "not_delivered")
+            elif failure.code == "connection_lost":
                 # The request may have arrived. Keep watching after reconnecting: a new
                 # completed compaction is proof of acceptance; a quiet owner settles it.
                 self._outcome_unknown = True
-                self.lifecycle.note("compact_ack_lost", error=done.error.message)
+                self.lifecycle.note("compact_ack_lost", error=failure.message)
             else:
-                self._fail(done.error.code, done.error.message, getattr(done.error, "delivery", "unknown"))
+                self._fail(failure.code, failure.message, failure.delivery)
         elif done.kind == "start_turn" and self.state is JobState.RESUMING:
-            if done.error is None:
-                turn = done.result
-                self._fire("turn_started", turnId=turn.turn_id, turnStatus=turn.status)
+            if failure is None:
+                self._fire("turn_started", turnId=done.acted.turn_id, turnStatus=done.acted.turn_status)
             else:
-                self._fail(done.error.code, done.error.message, getattr(done.error, "delivery", "unknown"))
+                self._fail(failure.code, failure.message, failure.delivery)
 
     # --- completion --------------------------------------------------------------------
 
-    def _look_for_completion(self, mirror: Any) -> None:
-        new = set(mirror.completed_compaction_ids) - self.baseline
+    def _look_for_completion(self, seen: ThreadSnapshot) -> None:
+        new = set(seen.facts.completed_compaction_ids) - self.baseline
         if not new:
             return
         ordered = [cid for cid in self.completion_order if cid in new] or sorted(new)
@@ -498,25 +493,25 @@ class Worker:
         if self.state is JobState.REQUESTING:
             # The acknowledgement is late or was lost with the connection, but the owner
             # compacted: the completion proves acceptance, and the answer can change nothing.
-            self._fire("compaction_accepted", ownerId=self.session.owner_id, inferredFrom="completion_observed")
-        if self.status.get("resume") and not self._telemetry_reflects_compaction(mirror):
+            self._fire("compaction_accepted", ownerId=seen.owner_id, inferredFrom="completion_observed")
+        if self.status.get("resume") and not self._telemetry_reflects_compaction(seen):
             if self._telemetry_wait is None:
                 self._telemetry_wait = self._later(self.settings.idle_stable_s, _TelemetryWaitOver())
             if not self._telemetry_wait_over:
                 return
-        self._fire("compaction_completed", compactionId=compaction_id, tokens=mirror.tokens,
-                   window=mirror.window, revision=mirror.revision)
+        self._fire("compaction_completed", compactionId=compaction_id, tokens=seen.facts.tokens,
+                   window=seen.facts.window, revision=seen.revision)
         self._consider()
 
-    def _telemetry_reflects_compaction(self, mirror: Any) -> bool:
+    def _telemetry_reflects_compaction(self, seen: ThreadSnapshot) -> bool:
         """Token telemetry may trail the completed item by a frame; wait briefly for it."""
         before = self.status.get("contextTokensBefore")
-        return mirror.tokens is not None and (before is None or mirror.tokens < before)
+        return seen.facts.tokens is not None and (before is None or seen.facts.tokens < before)
 
     # --- connection loss ---------------------------------------------------------------
 
     def _request_sent_unobserved(self) -> bool:
-        return self.state in (JobState.REQUESTING, JobState.ACCEPTED, JobState.RESUMING)
+        return self.state in REQUEST_SENT_UNOBSERVED
 
     def _on_connection_lost(self, lost: ev.ConnectionLost) -> None:
         if self.done or not self.connected:
@@ -531,7 +526,7 @@ class Worker:
 
     async def _reconnect(self) -> None:
         """Backoff for the reconnect window; each attempt rediscovers the owner and resyncs
-        the mirror. Only the connection is retried: no request is ever sent again."""
+        the thread model. Only the connection is retried: no request is ever sent again."""
         delays = self.settings.reconnect_delays_s
         give_up_at = time.monotonic() + self.settings.reconnect_window_s
         error: RekallError | None = None
@@ -543,7 +538,7 @@ class Worker:
                 break
             await asyncio.sleep(delay)
             try:
-                await self.session.reconnect()
+                await self.thread.reconnect()
             except IpcError as exc:
                 error = exc
                 continue
@@ -554,10 +549,10 @@ class Worker:
             f"{attempt - 1} attempts in {self.settings.reconnect_window_s:g} s, last: {detail}")))
 
 
-def _stuck_in_system_error(mirror: Any) -> bool:
+def _stuck_in_system_error(seen: ThreadSnapshot) -> bool:
     """The runtime says systemError and the user's turn is over: nothing will clear it by itself
     (a failed turn leaves it behind, and the thread still accepts new turns)."""
-    return mirror.runtime_status == "systemError" and not mirror.user_turn_running
+    return seen.facts.runtime_status == "systemError" and not seen.facts.user_turn_running
 
 
 def _configure_logging(path: os.PathLike[str] | str) -> None:
@@ -588,4 +583,4 @@ def run_worker(thread_id: str, job_id: str, env: Mapping[str, str] | None = None
         sys.stderr.write(f"rekall worker: {exc}\n")
         return 1
     log.info("worker finished: %s", final.value)
-    return 0 if final in (JobState.COMPLETED, JobState.RESUMED, JobState.SKIPPED, JobState.CANCELLED) else 1
+    return 0 if final in SUCCESSFUL_END_STATES else 1

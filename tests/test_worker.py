@@ -132,7 +132,7 @@ def _cut_the_link_before_the_compact_request(worker: Worker, sim: SimulatedOwner
 
     async def connect_then_arm() -> None:
         await connect()
-        session = worker.session
+        session = worker.thread.session  # the extension platform's session
         compact = session.compact
 
         async def compact_on_a_dead_link() -> None:
@@ -304,3 +304,14 @@ async def test_a_second_worker_started_for_the_same_job_refuses_and_sends_nothin
                 assert await first.run() is JobState.RESUMED
         assert len(sim.compact_requests) == 1 and len(sim.start_turn_requests) == 1
         assert [row["trigger"] for row in build_explanation(store, job)["timeline"]].count("worker_started") == 1
+
+
+async def test_the_journal_names_the_platform_the_worker_followed_the_thread_on(tmp_path):
+    async with SimulatedOwner() as sim:
+        store, job = await schedule(sim, tmp_path / "jobs")
+        assert await run(store, sim, job) is JobState.RESUMED
+        replay = store.load(sim.thread_id, job)
+        started = next(t for t in replay.transitions if t.trigger == "worker_started")
+        connected = next(n for n in replay.notes if n.kind == "connected")
+        assert started.evidence["platform"] == connected.detail["platform"] == "extension-ipc"
+        assert connected.detail["adapter"] == "v11" and connected.detail["ownerId"]

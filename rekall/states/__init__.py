@@ -15,8 +15,14 @@ from rekall.states.machine import (
     TransitionRefused,
     build_machine,
 )
-from rekall.states.model import NON_TERMINAL_STATES, TERMINAL_STATES, Instant, JobState, JobView, iso_time
-from rekall.states.rules import HEADROOM_LIMIT, Headroom, check_headroom, outcome_may_be_unknown
+from rekall.states.model import NON_TERMINAL_STATES, SUCCESSFUL_END_STATES, TERMINAL_STATES, Instant, JobState, JobView, iso_time
+from rekall.states.rules import (
+    HEADROOM_LIMIT,
+    REQUEST_SENT_UNOBSERVED,
+    Headroom,
+    check_headroom,
+    outcome_may_be_unknown,
+)
 from rekall.states.table import SCHEDULE, TRANSITIONS, Transition, find_row, rows_for
 
 __all__ = [
@@ -24,6 +30,8 @@ __all__ = [
     "NON_TERMINAL_STATES",
     "SCHEDULE",
     "TERMINAL_STATES",
+    "SUCCESSFUL_END_STATES",
+    "REQUEST_SENT_UNOBSERVED",
     "TRANSITIONS",
     "TRIGGERS",
     "GuardVerdict",

@@ -104,6 +104,8 @@ TRIGGERS: Mapping[str, TriggerSpec] = {
         TriggerSpec("worker_started", "The worker process started and names the job it runs.", (
             Key("jobId", "str"), Key("pid", "int"), Key("host", "str"),
             Key("processStartTime", "str|null"),
+            # Since journal record version 2: which platform the worker follows the thread on.
+            Key("platform", "str", required=False),
         )),
         TriggerSpec("idle_stable", "The thread stayed idle for the stable interval.", (
             *_IDLE, Key("handoffVerified", "bool", required=False),

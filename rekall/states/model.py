@@ -46,6 +46,9 @@ class JobState(str, Enum):
 TERMINAL_STATES: frozenset[JobState] = frozenset(
     {JobState.COMPLETED, JobState.RESUMED, JobState.SKIPPED, JobState.CANCELLED, JobState.TIMED_OUT, JobState.FAILED}
 )
+#: The end states that mean the job did what it was asked (``rekall worker`` and ``wait`` exit 0).
+SUCCESSFUL_END_STATES: frozenset[JobState] = frozenset(
+    {JobState.COMPLETED, JobState.RESUMED, JobState.SKIPPED, JobState.CANCELLED})
 NON_TERMINAL_STATES: tuple[JobState, ...] = tuple(s for s in JobState if s not in TERMINAL_STATES)
 
 

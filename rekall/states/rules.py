@@ -54,8 +54,9 @@ def check_headroom(tokens: Any, window: Any, tokens_before: Any) -> Headroom:
     return Headroom(True, None, used)
 
 
-#: States in which a request may be on its way to the owner without its effect being seen.
-_REQUEST_IN_FLIGHT = frozenset({JobState.REQUESTING, JobState.RESUMING})
+#: States in which rekall has sent a request whose effect it has not seen: a job ending in one
+#: (or a worker failing in one) may still have changed the thread.
+REQUEST_SENT_UNOBSERVED = frozenset({JobState.REQUESTING, JobState.ACCEPTED, JobState.RESUMING})
 
 
 def outcome_may_be_unknown(source: JobState, evidence: Mapping[str, Any]) -> bool:
@@ -66,8 +67,6 @@ def outcome_may_be_unknown(source: JobState, evidence: Mapping[str, Any]) -> boo
     have been delivered, unless the evidence proves it was not (``delivery="not_delivered"``).
     In accepted the owner took the request, so the compaction may still complete.
     """
-    if source is JobState.ACCEPTED:
-        return True
-    if source in _REQUEST_IN_FLIGHT:
-        return evidence.get("delivery") != "not_delivered"
-    return False
+    if source not in REQUEST_SENT_UNOBSERVED:
+        return False
+    return source is JobState.ACCEPTED or evidence.get("delivery") != "not_delivered"

@@ -4,7 +4,7 @@ A journal line is one JSON object: ``{"crc32":"<8 hex>","record":{...}}`` follow
 newline. The checksum covers the exact bytes of the record object as written (no
 re-serialisation is needed to check it), and the line is still plain JSON for ``jq``.
 
-A record carries ``v`` (its schema version; only 1 exists) and ``type``
+A record carries ``v`` (its schema version: 1, or 2 since the platform is named) and ``type``
 (``transition`` or ``note``). Reading is strict: unknown keys, a wrong type or an unknown
 version are errors, never guesses.
 """
@@ -23,7 +23,10 @@ from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, overrid
 from rekall.states import GuardVerdict, JobState
 from rekall.store.owner import LockOwner
 
-RECORD_VERSION = 1
+#: 2: the worker's ``worker_started`` and ``connected`` evidence names the platform.
+RECORD_VERSION = 2
+#: Every version this rekall reads. Version 1 records have the same shape and are read unchanged.
+READABLE_VERSIONS = frozenset({1, 2})
 
 
 @attrs.frozen(kw_only=True)
@@ -113,7 +116,7 @@ def decode_line(line: bytes) -> Record:
     if not isinstance(data, dict):
         raise BadRecord("the record is not an object")
     version = data.pop("v", None)
-    if version != RECORD_VERSION:
+    if not isinstance(version, int) or version not in READABLE_VERSIONS:  # never hash a list
         raise NewerVersion(version)
     cls = _TYPES.get(data.pop("type", None))  # type: ignore[arg-type]
     if cls is None:

@@ -15,6 +15,7 @@ from rekall.errors import InvalidInput
 from rekall.states import IllegalTransition, JobState, TransitionRefused
 from rekall.store import FileOps, JobStore, JournalUnusable
 from rekall.store.journal import scan_journal
+from rekall.store.wire import RECORD_VERSION
 from rekall.testing import FakeClock
 
 from tests.jobkit import FINGERPRINT, handoff, idle, me, new_thread, run, schedule, snapshot
@@ -75,6 +76,30 @@ def test_a_resumed_job_records_every_field_with_monotonic_durations(store: JobSt
     assert status["resumeCheckContextTokens"] == 31_000
     assert "statusFileProblem" not in status
     assert "summary" not in status  # the handoff text stays in its own file
+
+
+def test_a_journal_written_before_the_platform_was_named_is_read_unchanged(store: JobStore, clock: FakeClock,
+                                                                         thread: str):
+    job = schedule(store, thread).job_id
+    assert run(store, clock, thread, job, "resumed") is JobState.RESUMED
+    path = store.journal_path(thread, job)
+    current = store.load(thread, job)
+    assert RECORD_VERSION == 2 and all(b'"v":2,' in line for line in path.read_bytes().splitlines())
+    # Rewrite it as rekall wrote it before records named the platform: version 1, same shape.
+    old = b"".join(_as_version_1(line) for line in path.read_bytes().splitlines(keepends=True))
+    path.write_bytes(old)
+    replay = store.load(thread, job)
+    assert replay.state is JobState.RESUMED and replay.transitions == current.transitions
+    assert path.read_bytes() == old  # read, never rewritten
+
+
+def _as_version_1(line: bytes) -> bytes:
+    import json
+    import zlib
+
+    record = json.loads(line)["record"]
+    body = json.dumps({**record, "v": 1}, ensure_ascii=False, separators=(",", ":")).encode()
+    return b'{"crc32":"%08x","record":%s}\n' % (zlib.crc32(body), body)
 
 
 def test_a_skip_at_the_resume_check_records_the_second_check(store: JobStore, clock: FakeClock, thread: str):
