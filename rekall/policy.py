@@ -1,0 +1,493 @@
+"""The worker's rules, as a pure function: what to do about one event.
+
+``decide(job, seen, event, memo)`` looks at the job (its state and the status fields the rules
+read), the thread's facts as the event reports them, the event, and the worker's small memo
+(baseline, timers, whether an outcome is unknown), and returns the steps to take and the memo
+after them. It does no I/O and reads no clock: times arrive with the event. The reactor in
+:mod:`rekall.worker` executes the steps; a :class:`Fire` with ``then`` comes back as a
+:class:`Fired` event carrying the state the lifecycle chose, so that a rule that depends on a
+transition's outcome (send the compact request only if ``idle_stable`` led to ``requesting``)
+stays here. A :class:`Fire` is always the last step of a decision.
+
+The policy never assigns a state: it fires triggers with their evidence and the lifecycle
+table in :mod:`rekall.states` decides.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Literal
+
+import attrs
+
+from rekall import events as ev
+from rekall.config import WorkerSettings
+from rekall.platform import Acted, ThreadSnapshot
+from rekall.states import REQUEST_SENT_UNOBSERVED, TERMINAL_STATES, JobState
+
+Timer = Literal["idle", "system_error", "telemetry"]
+Then = Literal["send_compact", "send_start_turn", "completion", "consider"]
+
+_WAITING = (JobState.WAITING_FOR_IDLE, JobState.WAITING_FOR_RESUME_IDLE)
+_REQUESTED = (JobState.REQUESTING, JobState.ACCEPTED)
+
+
+# --- inputs -----------------------------------------------------------------------------
+
+
+@attrs.frozen
+class Job:
+    """What the rules read of the job."""
+
+    state: JobState
+    settings: WorkerSettings
+    user_fingerprint: Any = None
+    resume: bool = False
+    tokens_before: Any = None
+
+    @classmethod
+    def of(cls, state: JobState, status: Mapping[str, Any], settings: WorkerSettings) -> Job:
+        return cls(state, settings, status.get("userFingerprint"), bool(status.get("resume")),
+                   status.get("contextTokensBefore"))
+
+
+@attrs.frozen
+class Running:
+    """A timer the worker armed: its generation, when the fact that started it arrived, and
+    (for the idle timer, whose length depends on it) the state it was started in."""
+
+    generation: int
+    since: float
+    state: JobState | None = None
+
+
+@attrs.frozen
+class Memo:
+    connected: bool = False
+    #: Completed compactions that are not this job's (taken at connect, retaken at the request).
+    baseline: frozenset[str] = frozenset()
+    #: Completed compactions in the order their events arrived.
+    completion_order: tuple[str, ...] = ()
+    #: A request's answer or its connection was lost: once the owner is reachable again,
+    #: the settle rule may end the job (see ``outcome_settled`` in the table).
+    outcome_unknown: bool = False
+    generation: int = 0
+    idle: Running | None = None
+    system_error: Running | None = None
+    telemetry_wait_armed: bool = False
+    telemetry_wait_over: bool = False
+
+
+# --- events (besides the platform's domain events, which arrive wrapped in Observed) -------
+
+
+@attrs.frozen
+class Observed:
+    """A domain event from the platform."""
+
+    event: ev.DomainEvent
+
+
+@attrs.frozen
+class Began:
+    """Connected and baselined: decide from the first snapshot."""
+
+
+@attrs.frozen
+class TimerFired:
+    timer: Timer
+    generation: int
+
+
+@attrs.frozen
+class CancelSignalled:
+    marker_exists: bool
+
+
+@attrs.frozen
+class DeadlinePassed:
+    pass
+
+
+@attrs.frozen
+class RequestDone:
+    kind: Literal["compact", "start_turn"]
+    acted: Acted
+
+
+@attrs.frozen
+class ReconnectDone:
+    error: str | None = None
+
+
+@attrs.frozen
+class HandoffChecked:
+    """The reactor verified the saved handoff (``problem`` is ``None`` when it passed)."""
+
+    evidence: Mapping[str, Any]
+    problem: str | None = None
+
+
+@attrs.frozen
+class Fired:
+    """A :class:`Fire` with ``then`` was applied; ``state`` is where the lifecycle went."""
+
+    then: Then
+    state: JobState
+
+
+Event = Observed | Began | TimerFired | CancelSignalled | DeadlinePassed | RequestDone | ReconnectDone | \
+    HandoffChecked | Fired
+
+
+# --- steps ------------------------------------------------------------------------------
+
+
+@attrs.frozen
+class Fire:
+    """Fire a lifecycle trigger with its evidence; with ``then``, report the outcome back."""
+
+    trigger: str
+    evidence: Mapping[str, Any]
+    then: Then | None = None
+
+
+@attrs.frozen
+class Send:
+    """Send a request, once. ``start_turn`` carries the handoff verified just before."""
+
+    kind: Literal["compact", "start_turn"]
+
+
+@attrs.frozen
+class Arm:
+    timer: Timer
+    delay: float
+    generation: int
+
+
+@attrs.frozen
+class Disarm:
+    timer: Timer
+
+
+@attrs.frozen
+class Note:
+    kind: str
+    detail: Mapping[str, Any]
+
+
+@attrs.frozen
+class Reconnect:
+    """Start reconnecting (backoff within the reconnect window; no request is resent)."""
+
+
+@attrs.frozen
+class VerifyHandoff:
+    """Check the saved handoff; the answer comes back as :class:`HandoffChecked`."""
+
+    evidence: Mapping[str, Any]
+
+
+Step = Fire | Send | Arm | Disarm | Note | Reconnect | VerifyHandoff
+
+
+@attrs.frozen
+class Decision:
+    steps: tuple[Step, ...]
+    memo: Memo
+
+
+def fail(code: str, message: str, delivery: str | None = None) -> Fire:
+    evidence: dict[str, Any] = {"errorCode": code, "error": message}
+    if delivery:
+        evidence["delivery"] = delivery
+    return Fire("fail", evidence)
+
+
+def decide(job: Job, seen: ThreadSnapshot, event: Event, memo: Memo, *, at: float = 0.0,
+           now: float = 0.0) -> Decision:
+    """The steps for ``event``. Pure: the same inputs give the same decision.
+
+    ``at`` is when the event's item arrived and ``now`` the time of deciding (monotonic
+    seconds): debounces count from the arrival of a fact, not from the worker's work."""
+    if job.state in TERMINAL_STATES:
+        return Decision((), memo)
+    rules = _Rules(job, seen, memo, at, now)
+    rules.on(event)
+    return Decision(tuple(rules.steps), rules.memo)
+
+
+class _Rules:
+    """One decision being made (a scratchpad: ``decide`` is the pure entry point)."""
+
+    def __init__(self, job: Job, seen: ThreadSnapshot, memo: Memo, at: float, now: float) -> None:
+        self.job, self.seen, self.memo, self.at, self.now = job, seen, memo, at, now
+        self.steps: list[Step] = []
+        self.settings = job.settings
+
+    @property
+    def state(self) -> JobState:
+        return self.job.state
+
+    @property
+    def fired(self) -> bool:
+        return bool(self.steps) and isinstance(self.steps[-1], Fire)
+
+    def emit(self, step: Step) -> None:
+        self.steps.append(step)
+
+    def remember(self, **changes: Any) -> None:
+        self.memo = attrs.evolve(self.memo, **changes)
+
+    def fail(self, code: str, message: str, delivery: str | None = None) -> None:
+        self.emit(fail(code, message, delivery))
+
+    # --- events ---------------------------------------------------------------------
+
+    def on(self, event: Event) -> None:
+        match event:
+            case CancelSignalled(marker_exists=marker):
+                if marker:
+                    self.emit(Fire("cancel", {"reason": "explicit_cancellation"}))
+                return
+            case DeadlinePassed():
+                self.emit(Fire("deadline", {"deadlineS": self.settings.deadline_s}))
+                return
+            case RequestDone():
+                self.on_request_done(event)
+            case ReconnectDone(error=error) if error is not None:
+                self.fail("connection_lost", f"could not reconnect: {error}",
+                          "unknown" if self.state in REQUEST_SENT_UNOBSERVED else None)
+                return
+            case ReconnectDone():
+                self.remember(connected=True)
+                self.emit(Note("reconnected", {"ownerId": self.seen.owner_id, "revision": self.seen.revision}))
+            case TimerFired(timer="idle", generation=generation):
+                if self.memo.idle is not None and self.memo.idle.generation == generation and self.memo.connected:
+                    since = self.memo.idle.since
+                    self.remember(idle=None)
+                    self.on_idle_held(since)
+                    return
+            case TimerFired(timer="system_error", generation=generation):
+                running = self.memo.system_error
+                if running is not None and running.generation == generation and self.memo.connected:
+                    self.remember(system_error=None)
+                    self.on_system_error_held(running.since)
+                    return
+            case TimerFired(timer="telemetry"):
+                self.remember(telemetry_wait_over=True)
+            case HandoffChecked(problem=problem) if problem is not None:
+                self.fail("handoff_changed", f"saved handoff failed verification: {problem}")
+                return
+            case HandoffChecked(evidence=evidence):
+                self.emit(Fire("idle_stable", {"handoffVerified": True, **evidence}, then="send_start_turn"))
+                return
+            case Fired():
+                self.on_fired(event)
+                return
+            case Observed(event=ev.ConnectionLost(detail=detail)):
+                self.on_connection_lost(detail)
+                return
+            case Observed(event=ev.ProtocolChanged(method=method, version=version, detail=detail)):
+                self.fail("protocol_version_unsupported",
+                          f"extension protocol changed: {method} v{version} seen, no adapter ({detail})")
+                return
+            case Observed(event=ev.LayoutIncompatible(detail=detail)):
+                self.fail("layout_incompatible", f"unsupported extension state layout: {detail}")
+                return
+            case Observed(event=ev.Resynced(reason=reason, count=count, revision=revision)):
+                self.emit(Note("resynced", {"reason": reason, "count": count, "revision": revision}))
+            case Observed(event=ev.CompactionCompleted(compaction_id=compaction_id)):
+                self.remember(completion_order=(*self.memo.completion_order, compaction_id))
+        if not self.fired:
+            self.consider()
+
+    def on_fired(self, fired: Fired) -> None:
+        match fired.then:
+            case "send_compact" if fired.state is JobState.REQUESTING:
+                self.emit(Send("compact"))
+            case "send_start_turn" if fired.state is JobState.RESUMING:
+                self.emit(Send("start_turn"))
+            case "completion" if fired.state is JobState.ACCEPTED:
+                self.look_for_completion()  # the rest of the completion rule, now accepted
+            case "consider":
+                self.consider()
+
+    def on_request_done(self, done: RequestDone) -> None:
+        failure = done.acted.failure
+        if done.kind == "compact" and self.state is JobState.REQUESTING:
+            if failure is None:
+                self.emit(Fire("compaction_accepted", {"ownerId": self.seen.owner_id}, then="consider"))
+            elif failure.code == "connection_lost" and failure.delivery == "not_delivered":
+                # The link was already gone: provably nothing was sent.
+                self.fail(failure.code, failure.message, "not_delivered")
+            elif failure.code == "connection_lost":
+                # The request may have arrived. Keep watching after reconnecting: a new
+                # completed compaction is proof of acceptance; a quiet owner settles it.
+                self.remember(outcome_unknown=True)
+                self.emit(Note("compact_ack_lost", {"error": failure.message}))
+            else:
+                self.fail(failure.code, failure.message, failure.delivery)
+        elif done.kind == "start_turn" and self.state is JobState.RESUMING:
+            if failure is None:
+                self.emit(Fire("turn_started", {"turnId": done.acted.turn_id, "turnStatus": done.acted.turn_status},
+                               then="consider"))
+            else:
+                self.fail(failure.code, failure.message, failure.delivery)
+
+    def on_connection_lost(self, detail: str) -> None:
+        if not self.memo.connected:
+            return
+        self.remember(connected=False)
+        self.track_idle(False)
+        self.track_system_error(False)
+        if self.state is JobState.ACCEPTED:
+            self.remember(outcome_unknown=True)  # the compaction may be lost with the owner (a reload)
+        self.emit(Note("connection_lost", {"detail": detail}))
+        self.emit(Reconnect())
+
+    # --- deciding from the facts -------------------------------------------------------
+
+    def consider(self) -> None:
+        """Decide from the thread's current facts what, if anything, to do next."""
+        if self.state in TERMINAL_STATES or not self.memo.connected:
+            return
+        facts = self.seen.facts
+        if facts.layout_problem:
+            self.fail("layout_incompatible", f"unsupported extension state layout: {facts.layout_problem}")
+            return
+        if self.state is not JobState.RESUMING and self.user_moved_on():
+            return
+        if self.state is JobState.WAITING_FOR_IDLE and facts.running_compaction_ids:
+            self.refuse_second_compaction()
+        elif self.state in _WAITING:
+            self.track_idle(facts.idle)
+            self.track_system_error(stuck_in_system_error(self.seen))
+        elif self.state in _REQUESTED:
+            self.look_for_completion()
+            if not self.fired and self.memo.outcome_unknown:  # quiet: idle, nothing compacting or compacted
+                new = facts.completed_compaction_ids - self.memo.baseline
+                self.track_idle(facts.idle and not facts.running_compaction_ids and not new)
+
+    def user_moved_on(self) -> bool:
+        """New input, steering or a stopped turn cancels the job (before the resume is sent)."""
+        if self.seen.facts.interrupted:
+            self.emit(Fire("cancel", {"reason": "user_turn_stopped"}))
+            return True
+        if self.seen.facts.boundary_fingerprint != self.job.user_fingerprint:
+            self.emit(Fire("cancel", {"reason": "new_user_input"}))
+            return True
+        return False
+
+    def refuse_second_compaction(self) -> None:
+        """A compaction this job did not ask for is running (say, a lost worker's): asking for
+        another would compact the thread twice."""
+        running = ", ".join(sorted(self.seen.facts.running_compaction_ids))
+        self.fail("compaction_in_progress", f"the thread shows a compaction in progress ({running}) that this "
+                                            "job did not request; no second compaction was requested")
+
+    def settling(self) -> bool:
+        return self.memo.outcome_unknown and self.state in _REQUESTED
+
+    # --- stable idle ---------------------------------------------------------------------
+
+    def track_idle(self, idle: bool) -> None:
+        """Debounce idle: it must hold for the stable interval (the settle window while an
+        outcome is unknown, where "idle" also means no compaction in progress). The interval
+        counts from when the fact arrived, not from when the worker got to it."""
+        running = self.memo.idle
+        if running is not None and running.state is not self.state:
+            self.track_idle(False)  # a timer started in another state has another length
+            running = None
+        if not idle:
+            if running is not None:
+                self.emit(Disarm("idle"))
+                self.remember(idle=None)
+            return
+        if running is None:
+            generation = self.memo.generation + 1
+            hold = self.settings.settle_s if self.settling() else self.settings.idle_stable_s
+            self.remember(generation=generation, idle=Running(generation, self.at, self.state))
+            self.emit(Arm("idle", max(0.0, hold - (self.now - self.at)), generation))
+
+    def on_idle_held(self, since: float) -> None:
+        facts = self.seen.facts
+        if not facts.idle:
+            return
+        idle_ms = round((self.now - since) * 1000)
+        if self.settling():
+            # What was seen goes to the table's settle rule; it decides.
+            self.emit(Fire("outcome_settled", {
+                "idle": facts.idle, "compactionsInProgress": len(facts.running_compaction_ids), "quietMs": idle_ms,
+                "settleWindowS": self.settings.settle_s, "runtimeStatus": facts.runtime_status,
+                "ownerId": self.seen.owner_id, "revision": self.seen.revision}))
+            return
+        common = {"idleMs": idle_ms, "tokens": facts.tokens, "window": facts.window, "revision": self.seen.revision,
+                  "boundaryFingerprint": facts.boundary_fingerprint}
+        if self.state is JobState.WAITING_FOR_IDLE:
+            if facts.running_compaction_ids:  # the request step looks again, whatever event came last
+                self.refuse_second_compaction()
+                return
+            # The baseline is retaken at the moment of the request: any completed compaction
+            # that exists now is not ours.
+            self.remember(baseline=facts.completed_compaction_ids)
+            self.emit(Fire("idle_stable", common, then="send_compact"))
+        elif self.state is JobState.WAITING_FOR_RESUME_IDLE:
+            self.emit(VerifyHandoff(common))
+
+    # --- a runtime stuck in systemError ----------------------------------------------------
+
+    def track_system_error(self, stuck: bool) -> None:
+        """The window starts when the fact arrived, like the idle debounce; any change resets it."""
+        if not stuck:
+            if self.memo.system_error is not None:
+                self.emit(Disarm("system_error"))
+                self.remember(system_error=None)
+            return
+        if self.memo.system_error is None:
+            generation = self.memo.generation + 1
+            self.remember(generation=generation, system_error=Running(generation, self.at))
+            remaining = self.settings.system_error_window_s - (self.now - self.at)
+            self.emit(Arm("system_error", max(0.0, remaining), generation))
+
+    def on_system_error_held(self, since: float) -> None:
+        if stuck_in_system_error(self.seen):
+            self.emit(Fire("system_error_held", {
+                "runtimeStatus": self.seen.facts.runtime_status, "heldMs": round((self.now - since) * 1000),
+                "windowS": self.settings.system_error_window_s, "revision": self.seen.revision}))
+
+    # --- completion ----------------------------------------------------------------------
+
+    def look_for_completion(self) -> None:
+        facts = self.seen.facts
+        new = facts.completed_compaction_ids - self.memo.baseline
+        if not new:
+            return
+        ordered = [cid for cid in self.memo.completion_order if cid in new] or sorted(new)
+        if self.state is JobState.REQUESTING:
+            # The acknowledgement is late or was lost with the connection, but the owner
+            # compacted: the completion proves acceptance, and the answer can change nothing.
+            self.emit(Fire("compaction_accepted", {"ownerId": self.seen.owner_id, "inferredFrom": "completion_observed"},
+                           then="completion"))
+            return
+        if self.job.resume and not self.telemetry_reflects_compaction():
+            if not self.memo.telemetry_wait_armed:
+                self.remember(telemetry_wait_armed=True)
+                self.emit(Arm("telemetry", self.settings.idle_stable_s, 0))
+            if not self.memo.telemetry_wait_over:
+                return
+        self.emit(Fire("compaction_completed", {"compactionId": ordered[-1], "tokens": facts.tokens,
+                                                "window": facts.window, "revision": self.seen.revision},
+                       then="consider"))
+
+    def telemetry_reflects_compaction(self) -> bool:
+        """Token telemetry may trail the completed item by a frame; wait briefly for it."""
+        tokens, before = self.seen.facts.tokens, self.job.tokens_before
+        return tokens is not None and (before is None or tokens < before)
+
+
+def stuck_in_system_error(seen: ThreadSnapshot) -> bool:
+    """The runtime says systemError and the user's turn is over: nothing will clear it by itself
+    (a failed turn leaves it behind, and the thread still accepts new turns)."""
+    return seen.facts.runtime_status == "systemError" and not seen.facts.user_turn_running
