@@ -397,13 +397,12 @@ class _Rules:
         outcome is unknown, where "idle" also means no compaction in progress). The interval
         counts from when the fact arrived, not from when the worker got to it."""
         running = self.memo.idle
-        if running is not None and running.state is not self.state:
-            self.track_idle(False)  # a timer started in another state has another length
+        if running is not None and (not idle or running.state is not self.state):
+            # Not idle any more, or a timer started in another state (it has another length).
+            self.emit(Disarm("idle"))
+            self.remember(idle=None)
             running = None
         if not idle:
-            if running is not None:
-                self.emit(Disarm("idle"))
-                self.remember(idle=None)
             return
         if running is None:
             generation = self.memo.generation + 1
