@@ -25,8 +25,8 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import Awaitable, Mapping
-from typing import Any
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Literal
 
 from rekall import policy
 from rekall.config import WorkerSettings
@@ -252,16 +252,18 @@ class Worker:
             raise RuntimeError(f"the worker policy did not settle within {MAX_ROUNDS} rounds")
 
     def _execute(self, step: policy.Step) -> policy.Event | None:
+        thread = self.thread
+        assert thread is not None  # steps are taken only once the thread is followed
         match step:
             case policy.Fire(trigger=trigger, evidence=evidence, then=then):
                 state = self._fire(trigger, **evidence)
                 return None if then is None else policy.Fired(then, state)
             case policy.Send(kind="compact"):
-                self._send(self.thread.compact, "compact")
+                self._send(thread.compact, "compact")
             case policy.Send(kind="start_turn"):
                 assert self._handoff is not None
                 text = continuation_text(self._handoff, str(self.store.handoff_path(self.thread_id, self.job_id)))
-                self._send(lambda: self.thread.start_turn(text, self.job_id), "start_turn")
+                self._send(lambda: thread.start_turn(text, self.job_id), "start_turn")
             case policy.Arm(timer=timer, delay=delay, generation=generation):
                 self._disarm(timer)
                 self._timers[timer] = self._later(delay, policy.TimerFired(timer, generation))
@@ -284,7 +286,7 @@ class Worker:
         if (handle := self._timers.pop(timer, None)) is not None:
             handle.cancel()
 
-    def _send(self, request: Any, kind: Any) -> None:
+    def _send(self, request: Callable[[], Awaitable[Acted]], kind: Literal["compact", "start_turn"]) -> None:
         async def run() -> None:
             try:
                 acted = await request()
