@@ -23,7 +23,7 @@ from typing import Any, Literal, Protocol
 import attrs
 
 from rekall import events as ev
-from rekall.adapters.facts import ThreadFacts
+from rekall.thread.facts import ThreadFacts
 
 #: What is known about a failed request: provably never sent, or it may have reached the owner.
 Delivery = Literal["not_delivered", "unknown"]

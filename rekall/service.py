@@ -83,8 +83,8 @@ def headroom_now(tokens: int | None, window: int | None) -> dict[str, Any]:
 
 async def probe(thread_id: str, *, env: Mapping[str, str] | None = None) -> dict[str, Any]:
     """Read-only preflight: reach the owner, read the thread, check compatibility. Never compacts."""
-    from rekall.adapters.facts import RUNTIME_NULL
     from rekall.platform import platform_for
+    from rekall.thread.facts import RUNTIME_NULL
     from rekall.states.rules import SYSTEM_ERROR_WAY_OUT
 
     env = _env(env)

@@ -12,7 +12,7 @@ import attrs
 import pytest
 
 from rekall import events as ev
-from rekall.adapters.facts import ThreadFacts
+from rekall.thread.facts import ThreadFacts
 from rekall.config import WorkerSettings
 from rekall.platform import Acted, Failure, ThreadSnapshot
 from rekall.policy import (

@@ -1,4 +1,5 @@
-"""Protocol adapters: from frames to thread state and domain events, and commands back.
+"""Protocol adapters: from frames to protocol messages, and commands back; the session
+feeds the thread model (:mod:`rekall.thread`) and hands on its domain events.
 
 Public surface::
 
@@ -24,9 +25,6 @@ from rekall.adapters.errors import (
     SnapshotTimeout,
     VersionMismatch,
 )
-from rekall.adapters.facts import ThreadFacts, derive_facts
-from rekall.adapters.mirror import RevisionGap, ThreadMirror
-from rekall.adapters.patches import PatchError, apply_patches
 from rekall.adapters.registry import ADAPTERS, adapter_for_state_version, adapter_named
 from rekall.adapters.session import RESPONSE_MARGIN_S, StartedTurn, ThreadSession, connect_thread
 
@@ -36,19 +34,13 @@ __all__ = [
     "ConnectionLostError",
     "HandshakeFailed",
     "NoOwner",
-    "PatchError",
     "RequestFailed",
-    "RevisionGap",
     "SessionClosed",
     "SnapshotTimeout",
     "StartedTurn",
-    "ThreadFacts",
-    "ThreadMirror",
     "ThreadSession",
     "VersionMismatch",
     "adapter_for_state_version",
     "adapter_named",
-    "apply_patches",
     "connect_thread",
-    "derive_facts",
 ]

@@ -4,20 +4,20 @@ here. See ``docs/adapters.md``."""
 
 from __future__ import annotations
 
-from types import ModuleType
-
 from rekall.adapters import v11
+from rekall.adapters.contract import Adapter
 
 #: Newest first. The session uses the first; the others are kept for reference and replay.
-ADAPTERS: tuple[ModuleType, ...] = (v11,)
-DEFAULT: ModuleType = ADAPTERS[0]
+#: mypy checks each module against :class:`~rekall.adapters.contract.Adapter` here.
+ADAPTERS: tuple[Adapter, ...] = (v11,)
+DEFAULT: Adapter = ADAPTERS[0]
 
 
-def adapter_named(name: str) -> ModuleType | None:
+def adapter_named(name: str) -> Adapter | None:
     return next((a for a in ADAPTERS if a.NAME == name), None)
 
 
-def adapter_for_state_version(version: object) -> ModuleType | None:
+def adapter_for_state_version(version: object) -> Adapter | None:
     """The adapter whose ``thread-stream-state-changed`` has this version, if any."""
     return next((a for a in ADAPTERS if a.STATE_VERSION == version), None)
 

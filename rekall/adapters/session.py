@@ -2,7 +2,7 @@
 
 The session does the I/O for a protocol adapter (today :mod:`rekall.adapters.v11`): it
 connects, runs the handshake (``initialize``, owner discovery, follow), keeps the
-:class:`~rekall.adapters.mirror.ThreadMirror` up to date from the owner's broadcasts,
+:class:`~rekall.thread.mirror.ThreadMirror` up to date from the owner's broadcasts,
 turns fact changes into domain events, and sends the two commands rekall needs.
 
 Rules it keeps:
@@ -45,10 +45,10 @@ from rekall.adapters.errors import (
     SnapshotTimeout,
     VersionMismatch,
 )
-from rekall.adapters.mirror import RevisionGap, ThreadMirror
-from rekall.adapters.patches import PatchError
 from rekall.errors import InvalidInput, IpcError
 from rekall.ids import thread_id as validate_thread_id
+from rekall.thread.mirror import RevisionGap, ThreadMirror
+from rekall.thread.patches import PatchError
 from rekall.transports import (
     Endpoint,
     MessageChannel,
@@ -120,7 +120,7 @@ class ThreadSession:
 
         self.client_id: str | None = None
         self.owner_id: str | None = None
-        self.mirror = ThreadMirror()
+        self.mirror = ThreadMirror(self._adapter.LAYOUT)
         self.observed_versions: dict[str, set[Any]] = {}
         self.unknown_versions: dict[str, int] = {}
         self.resync_count = 0

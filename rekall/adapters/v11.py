@@ -24,9 +24,18 @@ from __future__ import annotations
 
 from typing import Any
 
-import attrs
-
 from rekall.adapters.errors import Delivery, HandshakeFailed, NoOwner, RequestFailed, VersionMismatch
+# The inbound records, re-exported: the session classifies through the adapter alone.
+from rekall.adapters.messages import FollowStatusRequested as FollowStatusRequested
+from rekall.adapters.messages import ForeignState as ForeignState
+from rekall.adapters.messages import Ignored as Ignored
+from rekall.adapters.messages import Inbound
+from rekall.adapters.messages import Reply as Reply
+from rekall.adapters.messages import Response as Response
+from rekall.adapters.messages import StartedTurn as StartedTurn
+from rekall.adapters.messages import StateChange as StateChange
+from rekall.adapters.messages import UnknownVersion as UnknownVersion
+from rekall.thread.layout import V11
 
 NAME = "v11"
 HOST_ID = "local"
@@ -50,6 +59,8 @@ METHOD_VERSIONS: dict[str, int] = {
     START_TURN: 3,
 }
 STATE_VERSION = METHOD_VERSIONS[STATE_CHANGED]
+#: The conversation state of v11 uses the thread model's default field names.
+LAYOUT = V11
 
 #: Router errors that prove the owner never acted on the request.
 NOT_DELIVERED_ERRORS = frozenset({"no-client-found", "request-version-mismatch", "no-handler-for-request"})
@@ -134,54 +145,6 @@ def no_handler_response(request_id: Any) -> dict[str, Any]:
 # --- incoming ---------------------------------------------------------------------------
 
 
-@attrs.frozen
-class Response:
-    request_id: str
-    ok: bool
-    result: Any
-    error: str | None
-    handled_by: str | None
-    message: dict[str, Any]
-
-
-@attrs.frozen
-class StateChange:
-    change: Any
-
-
-@attrs.frozen
-class UnknownVersion:
-    method: str
-    version: Any
-    from_owner: bool
-
-
-@attrs.frozen
-class FollowStatusRequested:
-    source: Any
-
-
-@attrs.frozen
-class ForeignState:
-    """A state broadcast for our thread from a client that is not our owner."""
-
-    source: Any
-
-
-@attrs.frozen
-class Reply:
-    """Send ``message`` back (discovery probes and requests addressed to us)."""
-
-    message: dict[str, Any]
-    why: str
-
-
-@attrs.frozen
-class Ignored:
-    reason: str
-
-
-Inbound = Response | StateChange | UnknownVersion | FollowStatusRequested | ForeignState | Reply | Ignored
 
 
 def classify(message: Any, *, thread_id: str, owner_id: str | None) -> Inbound:
@@ -265,12 +228,6 @@ def check_compact_ack(response: Response) -> None:
     result = response.result
     if not (isinstance(result, dict) and result.get("ok") is True):
         raise _bad_ack(COMPACT, f"acknowledgement lacks ok:true (got {_short(result)})")
-
-
-@attrs.frozen
-class StartedTurn:
-    turn_id: str
-    status: str
 
 
 def started_turn_from(response: Response) -> StartedTurn:

@@ -33,7 +33,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from rekall.adapters.patches import apply_patches
+from rekall.thread.patches import apply_patches
 from rekall.codex.appserver import Message, ServerRequest
 
 Patch = dict[str, Any]

@@ -40,7 +40,7 @@ import itertools
 import uuid
 from typing import Any, Protocol
 
-from rekall.adapters.patches import apply_patches
+from rekall.thread.patches import apply_patches
 
 
 class RouterError(Exception):

@@ -6,7 +6,7 @@ import importlib.util
 import json
 from pathlib import Path
 
-from rekall.adapters import ThreadMirror, derive_facts
+from rekall.thread import ThreadMirror, derive_facts
 
 PATH = Path(__file__).resolve().parents[2] / "bench" / "ipc.py"
 spec = importlib.util.spec_from_file_location("bench_ipc", PATH)

@@ -20,9 +20,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rekall import events as ev
-from rekall.adapters import PatchError, RevisionGap, ThreadMirror, connect_thread, derive_facts
+from rekall.adapters import connect_thread
+from rekall.thread import PatchError, RevisionGap, ThreadMirror, derive_facts
 from rekall.adapters import v11
-from rekall.adapters.patches import MISSING
+from rekall.thread.patches import MISSING
 from rekall.sim import SimulatedOwner
 from rekall.sim import protocol as p
 from rekall.testing import MemoryTransport

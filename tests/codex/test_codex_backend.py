@@ -10,7 +10,7 @@ import pytest
 
 from rekall import events as ev
 from rekall.adapters import RequestFailed, connect_thread
-from rekall.adapters.facts import derive_facts
+from rekall.thread.facts import derive_facts
 from rekall.codex.appserver import AppServerError
 from rekall.errors import CodexError
 from rekall.sim import SimulatedOwner

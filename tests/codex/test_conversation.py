@@ -9,8 +9,8 @@ from typing import Any
 import anyio
 import pytest
 
-from rekall.adapters.facts import derive_facts
-from rekall.adapters.patches import apply_patches
+from rekall.thread.facts import derive_facts
+from rekall.thread.patches import apply_patches
 from rekall.codex.appserver import Message, Notification, ServerRequest, open_app_server
 from rekall.codex.conversation import ConversationProjection
 from tests.support.mock_model import MockModel, escalated_command

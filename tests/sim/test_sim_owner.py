@@ -15,7 +15,7 @@ import pytest
 
 from rekall import events as ev
 from rekall.adapters import connect_thread
-from rekall.adapters.patches import apply_patches
+from rekall.thread.patches import apply_patches
 from rekall.sim import ScriptedBackend, SimError, SimulatedOwner, start_sim_in_thread
 from rekall.transports import MemoryTransport, MessageChannel
 

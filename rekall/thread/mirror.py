@@ -1,8 +1,8 @@
 """ThreadMirror: the owner's conversation state, kept in place, with derived facts.
 
 The mirror holds the state exactly as the owner describes it (a snapshot, then patches
-applied in place; see :mod:`rekall.adapters.patches`) and the facts the worker needs
-(:class:`~rekall.adapters.facts.ThreadFacts`). Each accepted change returns the domain
+applied in place; see :mod:`rekall.thread.patches`) and the facts the worker needs
+(:class:`~rekall.thread.facts.ThreadFacts`). Each accepted change returns the domain
 events for the facts that changed, in this order: layout, user boundary, user turn running,
 telemetry, completed compactions, idle/busy.
 
@@ -16,9 +16,10 @@ from __future__ import annotations
 from typing import Any
 
 from rekall import events as ev
-from rekall.adapters.facts import EMPTY, ThreadFacts
-from rekall.adapters.index import FactIndex
-from rekall.adapters.patches import MISSING, apply_patches
+from rekall.thread.facts import EMPTY, ThreadFacts
+from rekall.thread.index import FactIndex
+from rekall.thread.layout import V11, Layout
+from rekall.thread.patches import MISSING, apply_patches
 from rekall.errors import IpcError
 
 
@@ -50,11 +51,14 @@ def diff_events(old: ThreadFacts, new: ThreadFacts, revision: int | None) -> lis
 
 
 class ThreadMirror:
-    """One thread's state and facts. Read the facts through the properties."""
+    """One thread's state and facts. Read the facts through the properties.
 
-    def __init__(self) -> None:
+    ``layout`` names the fields the rules read (the protocol adapter's ``LAYOUT``)."""
+
+    def __init__(self, layout: Layout = V11) -> None:
+        self.layout = layout
         self._state: Any = MISSING
-        self._index = FactIndex()
+        self._index = FactIndex(layout)
         self._facts: ThreadFacts = EMPTY
         self.revision: int | None = None
         self.snapshots = 0
@@ -102,7 +106,7 @@ class ThreadMirror:
 
     def apply_patches(self, patches: Any, *, base_revision: Any, revision: Any) -> list[ev.DomainEvent]:
         """Apply one ``patches`` change. Raises :class:`RevisionGap` or
-        :class:`~rekall.adapters.patches.PatchError`, leaving the mirror unchanged."""
+        :class:`~rekall.thread.patches.PatchError`, leaving the mirror unchanged."""
         if not self.has_state:
             raise RevisionGap("patches arrived before any snapshot", hint="the session asks for a snapshot")
         if not (_is_revision(base_revision) and _is_revision(revision)):

@@ -4,7 +4,7 @@ import copy
 
 import pytest
 
-from rekall.adapters.patches import MISSING, PatchError, apply_patches
+from rekall.thread.patches import MISSING, PatchError, apply_patches
 
 
 def state():

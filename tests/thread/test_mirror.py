@@ -9,9 +9,9 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from rekall import events as ev
-from rekall.adapters import PatchError, RevisionGap, ThreadMirror, derive_facts
-from rekall.adapters import facts as f
-from rekall.adapters.patches import MISSING, apply_patches
+from rekall.thread import PatchError, RevisionGap, ThreadMirror, derive_facts
+from rekall.thread import facts as f
+from rekall.thread.patches import MISSING, apply_patches
 
 def fresh(value):
     """A copy as the wire would deliver it: no object appears twice (hypothesis reuses them)."""

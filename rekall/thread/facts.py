@@ -1,8 +1,12 @@
 """What rekall derives from a conversation state, and the rules for deriving it.
 
 This module is the single statement of the rules. :func:`derive_facts` applies them the
-obvious way, walking the whole state; the :class:`~rekall.adapters.mirror.ThreadMirror`
+obvious way, walking the whole state; the :class:`~rekall.thread.mirror.ThreadMirror`
 keeps the same facts up to date incrementally and is tested against it.
+
+The rules read every field name from a :class:`~rekall.thread.layout.Layout` (the v11
+names by default; they are the names used below), so a protocol generation that renames
+a field passes another layout and changes nothing here.
 
 Idle
     ``threadRuntimeStatus.type == "idle"``, no pending request and no unconfirmed
@@ -59,7 +63,8 @@ from typing import Any
 
 import attrs
 
-from rekall.adapters.patches import MISSING
+from rekall.thread.layout import V11, Layout
+from rekall.thread.patches import MISSING
 
 NO_USER_INPUT = hashlib.sha256(b"no-user-input").hexdigest()
 STOPPED_STATUSES = frozenset({"interrupted", "failed"})
@@ -79,21 +84,72 @@ _SEMANTIC_INPUT_FIELDS = {
 }
 _COSMETIC_FIELDS = frozenset({"text_elements", "detail"})
 
-# Layout problems (one sentence each, stable wording: they reach status files).
+
+
+@attrs.frozen
+class Problems:
+    """Layout problems, one sentence each, naming the layout's fields (stable wording: they
+    reach status files)."""
+
+    runtime_not_string: str
+    requests_not_array: str
+    turns_not_array: str
+    submissions_not_array: str
+    items_not_array: str
+    compaction_without_id: str
+    live_compaction_without_flag: str
+    history_compaction_bad_flag: str
+    history_not_object: str
+    islands_not_array: str
+    entities_not_object: str
+
+    @classmethod
+    def of(cls, lay: Layout) -> Problems:
+        history = f"{lay.turn_history}.{lay.history}"
+        compaction = f"a {lay.compaction_type} item"
+        return cls(
+            runtime_not_string=f"{lay.runtime_status}.{lay.runtime_type} is not a string",
+            requests_not_array=f"{lay.requests} is not an array",
+            turns_not_array=f"{lay.turns} is not an array",
+            submissions_not_array=f"{lay.submissions} is not an array",
+            items_not_array=f"a turn's {lay.items} is not an array",
+            compaction_without_id=f"{compaction} has no string {lay.item_id}",
+            live_compaction_without_flag=f"{compaction} in {lay.turns} has no boolean {lay.compaction_completed}",
+            history_compaction_bad_flag=(f"{compaction} in {lay.turn_history} has a non-boolean "
+                                         f"{lay.compaction_completed}"),
+            history_not_object=f"{history} is not an object",
+            islands_not_array=f"{history}.{lay.islands} is not an array",
+            entities_not_object=f"{history}.{lay.entities} is not an object",
+        )
+
+
+_PROBLEMS: dict[Layout, Problems] = {}
+
+
+def problems_of(lay: Layout) -> Problems:
+    """The problem sentences for a layout (built once per layout)."""
+    found = _PROBLEMS.get(lay)
+    if found is None:
+        found = _PROBLEMS[lay] = Problems.of(lay)
+    return found
+
+
+# Problems that name no field, and the v11 sentences by name (tests and callers compare them).
 NO_STATE = "conversation state is missing"
 STATE_NOT_OBJECT = "conversation state is not an object"
-RUNTIME_NOT_STRING = "threadRuntimeStatus.type is not a string"
-REQUESTS_NOT_ARRAY = "requests is not an array"
-TURNS_NOT_ARRAY = "turns is not an array"
-SUBMISSIONS_NOT_ARRAY = "unconfirmedTurnSubmissions is not an array"
 TURN_NOT_OBJECT = "a turn is not an object"
-ITEMS_NOT_ARRAY = "a turn's items is not an array"
-COMPACTION_WITHOUT_ID = "a contextCompaction item has no string id"
-LIVE_COMPACTION_WITHOUT_FLAG = "a contextCompaction item in turns has no boolean completed"
-HISTORY_COMPACTION_BAD_FLAG = "a contextCompaction item in turnHistory has a non-boolean completed"
-HISTORY_NOT_OBJECT = "turnHistory.history is not an object"
-ISLANDS_NOT_ARRAY = "turnHistory.history.islands is not an array"
-ENTITIES_NOT_OBJECT = "turnHistory.history.entitiesByKey is not an object"
+_V11 = problems_of(V11)
+RUNTIME_NOT_STRING = _V11.runtime_not_string
+REQUESTS_NOT_ARRAY = _V11.requests_not_array
+TURNS_NOT_ARRAY = _V11.turns_not_array
+SUBMISSIONS_NOT_ARRAY = _V11.submissions_not_array
+ITEMS_NOT_ARRAY = _V11.items_not_array
+COMPACTION_WITHOUT_ID = _V11.compaction_without_id
+LIVE_COMPACTION_WITHOUT_FLAG = _V11.live_compaction_without_flag
+HISTORY_COMPACTION_BAD_FLAG = _V11.history_compaction_bad_flag
+HISTORY_NOT_OBJECT = _V11.history_not_object
+ISLANDS_NOT_ARRAY = _V11.islands_not_array
+ENTITIES_NOT_OBJECT = _V11.entities_not_object
 
 
 @attrs.frozen
@@ -133,13 +189,13 @@ def as_int(value: Any, *, minimum: int) -> int | None:
     return value if isinstance(value, int) and value >= minimum else None
 
 
-def telemetry(state: Any) -> tuple[int | None, int | None]:
-    info = state.get("latestTokenUsageInfo") if isinstance(state, dict) else None
+def telemetry(state: Any, lay: Layout = V11) -> tuple[int | None, int | None]:
+    info = state.get(lay.token_usage) if isinstance(state, dict) else None
     if not isinstance(info, dict):
         return None, None
-    last = info.get("last")
-    tokens = as_int(last.get("totalTokens"), minimum=0) if isinstance(last, dict) else None
-    return tokens, as_int(info.get("modelContextWindow"), minimum=1)
+    last = info.get(lay.token_last)
+    tokens = as_int(last.get(lay.total_tokens), minimum=0) if isinstance(last, dict) else None
+    return tokens, as_int(info.get(lay.context_window), minimum=1)
 
 
 @attrs.frozen
@@ -151,30 +207,32 @@ class RuntimeFacts:
     problems: tuple[str, ...]
 
 
-def runtime_facts(state: Any) -> RuntimeFacts:
+def runtime_facts(state: Any, lay: Layout = V11) -> RuntimeFacts:
     """Idle-related facts; reads three small top-level fields, never the turns."""
     if state is MISSING:
         return RuntimeFacts(None, "no_state", 0, 0, (NO_STATE,))
     if not isinstance(state, dict):
         return RuntimeFacts(None, "no_state", 0, 0, (STATE_NOT_OBJECT,))
+    sentences = problems_of(lay)
     problems = []
-    status = state.get("threadRuntimeStatus", MISSING)
-    runtime = status.get("type") if isinstance(status, dict) else None
+    status = state.get(lay.runtime_status, MISSING)
+    runtime = status.get(lay.runtime_type) if isinstance(status, dict) else None
     if not isinstance(runtime, str):
         runtime = None
         if status is not None:  # null: the thread is not loaded yet, which is a state, not a layout
-            problems.append(RUNTIME_NOT_STRING)
-    requests = state.get("requests")
+            problems.append(sentences.runtime_not_string)
+    requests = state.get(lay.requests)
     if not isinstance(requests, list):
-        problems.append(REQUESTS_NOT_ARRAY)
-    submissions = state.get("unconfirmedTurnSubmissions")
+        problems.append(sentences.requests_not_array)
+    submissions = state.get(lay.submissions)
     if submissions is None:
         submissions = []
     elif not isinstance(submissions, list):
-        problems.append(SUBMISSIONS_NOT_ARRAY)
-    unconfirmed = (sum(1 for s in submissions if not (isinstance(s, dict) and s.get("terminal") is True))
+        problems.append(sentences.submissions_not_array)
+    terminal = lay.submission_terminal
+    unconfirmed = (sum(1 for s in submissions if not (isinstance(s, dict) and s.get(terminal) is True))
                    if isinstance(submissions, list) else 0)
-    pending = sum(1 for r in requests if pending_request(r)) if isinstance(requests, list) else 0
+    pending = sum(1 for r in requests if pending_request(r, lay)) if isinstance(requests, list) else 0
     if status is None:
         reason: str | None = RUNTIME_NULL
     elif runtime is None:
@@ -194,9 +252,9 @@ def runtime_facts(state: Any) -> RuntimeFacts:
     return RuntimeFacts(runtime, reason, pending, unconfirmed, tuple(problems))
 
 
-def pending_request(request: Any) -> bool:
+def pending_request(request: Any, lay: Layout = V11) -> bool:
     """A request waits for the user unless it says it is done (an answered approval)."""
-    return not (isinstance(request, dict) and request.get("completed") is True)
+    return not (isinstance(request, dict) and request.get(lay.request_completed) is True)
 
 
 @attrs.frozen
@@ -213,58 +271,60 @@ NOT_RELEVANT = ItemFacts()
 USER_MESSAGE = ItemFacts(is_user_message=True)
 
 
-def item_facts(item: Any, *, in_history: bool) -> ItemFacts:
+def item_facts(item: Any, *, in_history: bool, lay: Layout = V11) -> ItemFacts:
     if not isinstance(item, dict):
         return NOT_RELEVANT
-    if is_user_message(item):
+    kind = item.get(lay.item_type)
+    if kind == lay.user_message_type:
         return USER_MESSAGE
-    kind = item.get("type")
-    if kind != "contextCompaction":
+    if kind != lay.compaction_type:
         return NOT_RELEVANT
-    item_id = item.get("id")
+    sentences = problems_of(lay)
+    item_id = item.get(lay.item_id)
     if not isinstance(item_id, str) or not item_id:
-        return ItemFacts(problem=COMPACTION_WITHOUT_ID)
-    if "completed" not in item:
-        return NOT_RELEVANT if in_history else ItemFacts(problem=LIVE_COMPACTION_WITHOUT_FLAG)
-    completed = item["completed"]
+        return ItemFacts(problem=sentences.compaction_without_id)
+    if lay.compaction_completed not in item:
+        return NOT_RELEVANT if in_history else ItemFacts(problem=sentences.live_compaction_without_flag)
+    completed = item[lay.compaction_completed]
     if not isinstance(completed, bool):
-        return ItemFacts(problem=HISTORY_COMPACTION_BAD_FLAG if in_history else LIVE_COMPACTION_WITHOUT_FLAG)
+        return ItemFacts(problem=sentences.history_compaction_bad_flag if in_history
+                         else sentences.live_compaction_without_flag)
     return ItemFacts(completed_id=item_id) if completed else ItemFacts(running_id=item_id)
 
 
-def turn_items(turn: Any) -> list[Any] | None:
+def turn_items(turn: Any, lay: Layout = V11) -> list[Any] | None:
     """A turn's items; ``None`` when the turn or its items have the wrong type."""
     if not isinstance(turn, dict):
         return None
-    items = turn.get("items")
+    items = turn.get(lay.items)
     if items is None:
         return []
     return items if isinstance(items, list) else None
 
 
-def turn_problem(turn: Any) -> str | None:
+def turn_problem(turn: Any, lay: Layout = V11) -> str | None:
     if not isinstance(turn, dict):
         return TURN_NOT_OBJECT
-    return ITEMS_NOT_ARRAY if turn_items(turn) is None else None
+    return problems_of(lay).items_not_array if turn_items(turn, lay) is None else None
 
 
-def turn_input(turn: Any) -> Any:
-    params = turn.get("params") if isinstance(turn, dict) else None
-    return params.get("input") if isinstance(params, dict) else None
+def turn_input(turn: Any, lay: Layout = V11) -> Any:
+    params = turn.get(lay.turn_params) if isinstance(turn, dict) else None
+    return params.get(lay.turn_input) if isinstance(params, dict) else None
 
 
-def has_user_input(turn: Any) -> bool:
-    value = turn_input(turn)
+def has_user_input(turn: Any, lay: Layout = V11) -> bool:
+    value = turn_input(turn, lay)
     return isinstance(value, list) and len(value) > 0
 
 
-def turn_identity(turn: dict[str, Any]) -> Any:
-    if turn.get("turnId") is not None:
-        return turn["turnId"]
-    params = turn.get("params")
-    if isinstance(params, dict) and params.get("clientUserMessageId") is not None:
-        return params["clientUserMessageId"]
-    return turn.get("turnStartedAtMs")
+def turn_identity(turn: dict[str, Any], lay: Layout = V11) -> Any:
+    if turn.get(lay.turn_id) is not None:
+        return turn[lay.turn_id]
+    params = turn.get(lay.turn_params)
+    if isinstance(params, dict) and params.get(lay.client_message_id) is not None:
+        return params[lay.client_message_id]
+    return turn.get(lay.turn_started_at)
 
 
 def normalise_input(value: Any) -> Any:
@@ -288,64 +348,66 @@ def _digest(value: Any) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def message_digest(message: dict[str, Any]) -> str:
+def message_digest(message: dict[str, Any], lay: Layout = V11) -> str:
     """Digest of one user message: its id and its normalised content."""
-    return _digest({"id": message.get("id"), "content": normalise_input(message.get("content"))})
+    return _digest({"id": message.get(lay.item_id),
+                    "content": normalise_input(message.get(lay.user_message_content))})
 
 
-def fingerprint_of(turn: dict[str, Any], message_digests: list[str]) -> str:
+def fingerprint_of(turn: dict[str, Any], message_digests: list[str], lay: Layout = V11) -> str:
     """The user-boundary fingerprint of a user-bearing turn (its status plays no part).
 
     Messages enter through their digests, so a turn with many steering messages costs one
     short digest per message when another is appended, not a re-serialisation of them all.
     """
-    return _digest({"id": turn_identity(turn), "input": normalise_input(turn_input(turn)),
+    return _digest({"id": turn_identity(turn, lay), "input": normalise_input(turn_input(turn, lay)),
                     "messages": message_digests})
 
 
-def stopped(turn: dict[str, Any]) -> bool:
-    status = turn.get("status")
+def stopped(turn: dict[str, Any], lay: Layout = V11) -> bool:
+    status = turn.get(lay.turn_status)
     return isinstance(status, str) and status in STOPPED_STATUSES
 
 
-def running(turn: dict[str, Any]) -> bool:
-    return turn.get("status") == RUNNING_STATUS
+def running(turn: dict[str, Any], lay: Layout = V11) -> bool:
+    return turn.get(lay.turn_status) == RUNNING_STATUS
 
 
-def is_user_message(item: Any) -> bool:
-    return isinstance(item, dict) and item.get("type") == "userMessage"
+def is_user_message(item: Any, lay: Layout = V11) -> bool:
+    return isinstance(item, dict) and item.get(lay.item_type) == lay.user_message_type
 
 
-def user_messages(turn: Any) -> list[dict[str, Any]]:
+def user_messages(turn: Any, lay: Layout = V11) -> list[dict[str, Any]]:
     """A turn's ``userMessage`` items, in order."""
-    return [item for item in (turn_items(turn) or []) if is_user_message(item)]
+    return [item for item in (turn_items(turn, lay) or []) if is_user_message(item, lay)]
 
 
-def history_container(state: Any) -> tuple[Any, list[str]]:
+def history_container(state: Any, lay: Layout = V11) -> tuple[Any, list[str]]:
     """The ``turnHistory.history`` object (or ``None``) and its layout problems.
 
     Read by its structure: ``turnHistory.kind`` is not consulted (which kinds exist is not
     published, and the paginated history is where every turn lives)."""
-    history = state.get("turnHistory") if isinstance(state, dict) else None
-    inner = history.get("history") if isinstance(history, dict) else None
+    history = state.get(lay.turn_history) if isinstance(state, dict) else None
+    inner = history.get(lay.history) if isinstance(history, dict) else None
     if inner is None:
         return None, []
+    sentences = problems_of(lay)
     if not isinstance(inner, dict):
-        return None, [HISTORY_NOT_OBJECT]
+        return None, [sentences.history_not_object]
     problems = []
-    if not isinstance(inner.get("islands"), list):
-        problems.append(ISLANDS_NOT_ARRAY)
-    if not isinstance(inner.get("entitiesByKey"), dict):
-        problems.append(ENTITIES_NOT_OBJECT)
+    if not isinstance(inner.get(lay.islands), list):
+        problems.append(sentences.islands_not_array)
+    if not isinstance(inner.get(lay.entities), dict):
+        problems.append(sentences.entities_not_object)
     return inner, problems
 
 
-def island_keys(island: Any) -> Iterator[Any]:
-    entries = island.get("entries") if isinstance(island, dict) else None
+def island_keys(island: Any, lay: Layout = V11) -> Iterator[Any]:
+    entries = island.get(lay.island_entries) if isinstance(island, dict) else None
     if isinstance(entries, list):
         for entry in entries:
             if isinstance(entry, dict):
-                yield entry.get("value")
+                yield entry.get(lay.entry_key)
 
 
 def join_problems(problems: Any) -> str | None:
@@ -356,9 +418,9 @@ def join_problems(problems: Any) -> str | None:
 # --- the naive derivation ---------------------------------------------------------------
 
 
-def derive_facts(state: Any) -> ThreadFacts:
+def derive_facts(state: Any, lay: Layout = V11) -> ThreadFacts:
     """All facts, recomputed from scratch by walking the whole state."""
-    runtime = runtime_facts(state)
+    runtime = runtime_facts(state, lay)
     if not isinstance(state, dict):
         return attrs.evolve(EMPTY, layout_problem=join_problems(runtime.problems))
     problems = list(runtime.problems)
@@ -367,10 +429,10 @@ def derive_facts(state: Any) -> ThreadFacts:
     ordered_turns: list[Any] = []
 
     def visit(turn: Any, in_history: bool) -> None:
-        if (problem := turn_problem(turn)) is not None:
+        if (problem := turn_problem(turn, lay)) is not None:
             problems.append(problem)
-        for item in turn_items(turn) or []:
-            facts = item_facts(item, in_history=in_history)
+        for item in turn_items(turn, lay) or []:
+            facts = item_facts(item, in_history=in_history, lay=lay)
             if facts.problem:
                 problems.append(facts.problem)
             if facts.completed_id:
@@ -378,39 +440,39 @@ def derive_facts(state: Any) -> ThreadFacts:
             if facts.running_id:
                 compacting.add(facts.running_id)
 
-    inner, history_problems = history_container(state)
+    inner, history_problems = history_container(state, lay)
     problems += history_problems
     if inner is not None:
-        entities = inner.get("entitiesByKey")
+        entities = inner.get(lay.entities)
         if isinstance(entities, dict):
             for entity in entities.values():
                 visit(entity, True)
-            islands = inner.get("islands")
+            islands = inner.get(lay.islands)
             for island in islands if isinstance(islands, list) else []:
-                for key in island_keys(island):
+                for key in island_keys(island, lay):
                     if isinstance(key, str) and key in entities:
                         ordered_turns.append(entities[key])
-    turns = state.get("turns")
+    turns = state.get(lay.turns)
     if isinstance(turns, list):
         for turn in turns:
             visit(turn, False)
         ordered_turns += turns
     else:
-        problems.append(TURNS_NOT_ARRAY)
+        problems.append(problems_of(lay).turns_not_array)
 
     fingerprint, interrupted, turn_running, latest_id = NO_USER_INPUT, False, False, None
     for turn in reversed(ordered_turns):
-        if not isinstance(turn, dict) or turn_items(turn) is None:
+        if not isinstance(turn, dict) or turn_items(turn, lay) is None:
             continue
-        messages = user_messages(turn)
-        if has_user_input(turn) or messages:
-            fingerprint = fingerprint_of(turn, [message_digest(m) for m in messages])
-            interrupted = stopped(turn)
-            turn_running = running(turn)
-            latest_id = turn_identity(turn)
+        messages = user_messages(turn, lay)
+        if has_user_input(turn, lay) or messages:
+            fingerprint = fingerprint_of(turn, [message_digest(m, lay) for m in messages], lay)
+            interrupted = stopped(turn, lay)
+            turn_running = running(turn, lay)
+            latest_id = turn_identity(turn, lay)
             break
 
-    tokens, window = telemetry(state)
+    tokens, window = telemetry(state, lay)
     return ThreadFacts(
         runtime_status=runtime.runtime_status,
         busy_reason=runtime.busy_reason,

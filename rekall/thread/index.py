@@ -1,8 +1,8 @@
 """Incremental maintenance of the mirror's derived facts.
 
-:func:`rekall.adapters.facts.derive_facts` states the rules by walking the whole state.
+:func:`rekall.thread.facts.derive_facts` states the rules by walking the whole state.
 :class:`FactIndex` keeps the same facts current from the stream of applied changes
-(:class:`~rekall.adapters.patches.Change`), with work proportional to each change:
+(:class:`~rekall.thread.patches.Change`), with work proportional to each change:
 
 * Top-level fields (runtime status, requests, submissions, telemetry) are re-read when a
   change touches them; they are small.
@@ -26,10 +26,9 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from rekall.adapters import facts as f
-from rekall.adapters.patches import MISSING, Change
-
-_RUNTIME_FIELDS = frozenset({"threadRuntimeStatus", "requests", "unconfirmedTurnSubmissions"})
+from rekall.thread import facts as f
+from rekall.thread.layout import V11, Layout
+from rekall.thread.patches import MISSING, Change
 
 
 class _TurnEntry:
@@ -44,12 +43,14 @@ class _TurnEntry:
         self.user_list: list[str] | None = None  # digests of the user messages in order, lazily
         self.fingerprint: str | None = None  # lazily
 
-    def user_bearing(self) -> bool:
-        return self.problem is None and (self.user_messages > 0 or f.has_user_input(self.turn))
+    def user_bearing(self, lay: Layout) -> bool:
+        return self.problem is None and (self.user_messages > 0 or f.has_user_input(self.turn, lay))
 
 
 class FactIndex:
-    def __init__(self) -> None:
+    def __init__(self, layout: Layout = V11) -> None:
+        self._lay = layout
+        self._runtime_fields = frozenset({layout.runtime_status, layout.requests, layout.submissions})
         self._root: Any = MISSING
         self._turns: dict[int, _TurnEntry] = {}
         self._history_scalars = 0  # history entities that are not objects (each one a problem)
@@ -57,7 +58,7 @@ class FactIndex:
         self._running: Counter[str] = Counter()
         self._problems: Counter[str] = Counter()
         self._static_problems: dict[str, tuple[str, ...]] = {}
-        self._runtime = f.runtime_facts(MISSING)
+        self._runtime = f.runtime_facts(MISSING, layout)
         self._telemetry: tuple[int | None, int | None] = (None, None)
         self._latest: _TurnEntry | None = None
         self._facts = f.EMPTY
@@ -90,25 +91,25 @@ class FactIndex:
         if not path:
             self.rebuild(change.new)
             return
-        head = path[0]
-        if head in _RUNTIME_FIELDS:
+        head, lay = path[0], self._lay
+        if head in self._runtime_fields:
             self._dirty_runtime = True
-        elif head == "latestTokenUsageInfo":
+        elif head == lay.token_usage:
             self._dirty_telemetry = True
-        elif head == "turns":
+        elif head == lay.turns:
             self._observe_turns(change)
-        elif head == "turnHistory":
+        elif head == lay.turn_history:
             self._observe_history(change)
 
     def settle(self, root: Any) -> None:
         """Bring the facts up to date after a batch of changes."""
         self._root = root
         if self._dirty_runtime:
-            self._runtime = f.runtime_facts(root)
+            self._runtime = f.runtime_facts(root, self._lay)
             self._set_static("runtime", self._runtime.problems)
             self._dirty_runtime = False
         if self._dirty_telemetry:
-            self._telemetry = f.telemetry(root)
+            self._telemetry = f.telemetry(root, self._lay)
             self._dirty_telemetry = False
         if self._dirty_latest:
             self._latest = self._find_latest()
@@ -133,15 +134,15 @@ class FactIndex:
         if not isinstance(self._root, dict):
             return f.ThreadFacts(layout_problem=f.join_problems(runtime.problems))
         fingerprint, interrupted, turn_running, latest_id = f.NO_USER_INPUT, False, False, None
-        latest = self._latest
+        latest, lay = self._latest, self._lay
         if latest is not None:
             if latest.fingerprint is None:
                 if latest.user_list is None:
-                    latest.user_list = [f.message_digest(m) for m in f.user_messages(latest.turn)]
-                latest.fingerprint = f.fingerprint_of(latest.turn, latest.user_list)
-            fingerprint, interrupted = latest.fingerprint, f.stopped(latest.turn)
-            turn_running = f.running(latest.turn)
-            latest_id = f.turn_identity(latest.turn)
+                    latest.user_list = [f.message_digest(m, lay) for m in f.user_messages(latest.turn, lay)]
+                latest.fingerprint = f.fingerprint_of(latest.turn, latest.user_list, lay)
+            fingerprint, interrupted = latest.fingerprint, f.stopped(latest.turn, lay)
+            turn_running = f.running(latest.turn, lay)
+            latest_id = f.turn_identity(latest.turn, lay)
         tokens, window = self._telemetry
         return f.ThreadFacts(
             runtime_status=runtime.runtime_status,
@@ -160,22 +161,23 @@ class FactIndex:
         )
 
     def _find_latest(self) -> _TurnEntry | None:
+        lay = self._lay
         for turn in reversed(self._live_turns()):
             entry = self._turns.get(id(turn))
-            if entry is not None and entry.user_bearing():
+            if entry is not None and entry.user_bearing(lay):
                 return entry
-        inner, _ = f.history_container(self._root)
-        entities = inner.get("entitiesByKey") if inner is not None else None
-        islands = inner.get("islands") if inner is not None else None
+        inner, _ = f.history_container(self._root, lay)
+        entities = inner.get(lay.entities) if inner is not None else None
+        islands = inner.get(lay.islands) if inner is not None else None
         if not isinstance(entities, dict) or not isinstance(islands, list):
             return None
         for island in reversed(islands):
-            entries = island.get("entries") if isinstance(island, dict) else None
+            entries = island.get(lay.island_entries) if isinstance(island, dict) else None
             for ref in reversed(entries) if isinstance(entries, list) else ():
-                key = ref.get("value") if isinstance(ref, dict) else None
+                key = ref.get(lay.entry_key) if isinstance(ref, dict) else None
                 if isinstance(key, str) and key in entities:
                     entry = self._turns.get(id(entities[key]))
-                    if entry is not None and entry.user_bearing():
+                    if entry is not None and entry.user_bearing(lay):
                         return entry
         return None
 
@@ -188,13 +190,13 @@ class FactIndex:
 
     def _check_turns_container(self) -> None:
         root = self._root
-        broken = isinstance(root, dict) and not isinstance(root.get("turns"), list)
-        self._set_static("turns", (f.TURNS_NOT_ARRAY,) if broken else ())
+        broken = isinstance(root, dict) and not isinstance(root.get(self._lay.turns), list)
+        self._set_static("turns", (f.problems_of(self._lay).turns_not_array,) if broken else ())
 
     # -- turns and items ---------------------------------------------------------------
 
     def _live_turns(self) -> list[Any]:
-        turns = self._root.get("turns") if isinstance(self._root, dict) else None
+        turns = self._root.get(self._lay.turns) if isinstance(self._root, dict) else None
         return turns if isinstance(turns, list) else []
 
     def _count(self, counter: Counter[str], key: str | None, delta: int) -> None:
@@ -203,7 +205,7 @@ class FactIndex:
             self._dirty_sets = True
 
     def _add_item(self, entry: _TurnEntry, item: Any, *, appended: bool = False) -> None:
-        facts = f.item_facts(item, in_history=entry.in_history)
+        facts = f.item_facts(item, in_history=entry.in_history, lay=self._lay)
         if facts is f.NOT_RELEVANT:
             return
         entry.items[id(item)] = (item, facts)
@@ -214,7 +216,7 @@ class FactIndex:
             entry.user_messages += 1
             entry.fingerprint = None
             if appended and entry.user_list is not None:  # steering appends: extend the list
-                entry.user_list.append(f.message_digest(item))
+                entry.user_list.append(f.message_digest(item, self._lay))
             else:
                 entry.user_list = None
 
@@ -243,9 +245,9 @@ class FactIndex:
         self._dirty_latest = True
 
     def _index_items(self, entry: _TurnEntry) -> None:
-        entry.problem = f.turn_problem(entry.turn)
+        entry.problem = f.turn_problem(entry.turn, self._lay)
         self._count(self._problems, entry.problem, 1)
-        for item in f.turn_items(entry.turn) or []:
+        for item in f.turn_items(entry.turn, self._lay) or []:
             self._add_item(entry, item)
         entry.fingerprint = None
         entry.user_list = None
@@ -286,7 +288,7 @@ class FactIndex:
             self._check_turns_container()
             self._dirty_latest = True
             return
-        turns = self._root.get("turns") if isinstance(self._root, dict) else None
+        turns = self._root.get(self._lay.turns) if isinstance(self._root, dict) else None
         if not isinstance(turns, list):
             return  # no live turns are indexed while `turns` is not an array
         if len(path) == 2:
@@ -299,17 +301,17 @@ class FactIndex:
         entry = self._turns.get(id(turn))
         if entry is None or not isinstance(turn, dict):
             return
-        if rest[0] == "status":
+        if rest[0] == self._lay.turn_status:
             return  # `interrupted` and `user_turn_running` are read from the turn on every settle
         self._dirty_latest = True  # user-bearing-ness may have changed
-        if rest[0] != "items":
+        if rest[0] != self._lay.items:
             entry.fingerprint = None  # header: id, input
             return
         if len(rest) == 1:  # the items array itself
             self._unindex_items(entry)
             self._index_items(entry)
             return
-        items = turn.get("items")
+        items = turn.get(self._lay.items)
         if not isinstance(items, list) or entry.problem is not None:
             return
         if len(rest) == 2:  # one item added, replaced or removed
@@ -325,9 +327,9 @@ class FactIndex:
     # -- history (read by its structure, whatever its kind) ------------------------------
 
     def _index_history(self) -> None:
-        inner, problems = f.history_container(self._root)
+        inner, problems = f.history_container(self._root, self._lay)
         self._set_static("history", tuple(problems))
-        entities = inner.get("entitiesByKey") if inner is not None else None
+        entities = inner.get(self._lay.entities) if inner is not None else None
         if isinstance(entities, dict):
             for entity in entities.values():
                 self._add_turn(entity, True)
@@ -342,20 +344,20 @@ class FactIndex:
         self._dirty_latest = True
 
     def _entities(self) -> dict[str, Any] | None:
-        inner, _ = f.history_container(self._root)
-        entities = inner.get("entitiesByKey") if inner is not None else None
+        inner, _ = f.history_container(self._root, self._lay)
+        entities = inner.get(self._lay.entities) if inner is not None else None
         return entities if isinstance(entities, dict) else None
 
     def _observe_history(self, change: Change) -> None:
-        path = change.path
+        path, lay = change.path, self._lay
         self._dirty_latest = True
-        is_entities = len(path) >= 3 and path[1] == "history" and path[2] == "entitiesByKey"
+        is_entities = len(path) >= 3 and path[1] == lay.history and path[2] == lay.entities
         if len(path) <= 2 or (len(path) == 3 and is_entities):  # the container: re-index history
             self._drop_history()
             self._index_history()
             return
-        if len(path) == 3 and path[1] == "history" and path[2] == "islands":
-            self._set_static("history", tuple(f.history_container(self._root)[1]))
+        if len(path) == 3 and path[1] == lay.history and path[2] == lay.islands:
+            self._set_static("history", tuple(f.history_container(self._root, lay)[1]))
             return
         entities = self._entities() if is_entities else None
         if entities is None:

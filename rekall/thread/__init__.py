@@ -1,0 +1,34 @@
+"""The thread model: what a conversation thread *is*, apart from any protocol.
+
+Sans-I/O. An adapter's session hands it the owner's state (a snapshot, then patches);
+it keeps the state, derives the facts the worker needs and returns domain events for
+the facts that changed::
+
+    mirror = ThreadMirror(layout)                    # layout: the field names it reads
+    events = mirror.load_snapshot(state, revision)
+    events = mirror.apply_patches(patches, base_revision=r, revision=r + 1)
+    mirror.facts.idle, .boundary_fingerprint, .completed_compaction_ids, ...
+
+Modules: :mod:`~rekall.thread.layout` (the field names), :mod:`~rekall.thread.facts` (the
+rules, stated once), :mod:`~rekall.thread.index` (the same facts kept incrementally),
+:mod:`~rekall.thread.patches` (applying patches in place), :mod:`~rekall.thread.mirror`
+(the three together, and the domain events).
+"""
+
+from __future__ import annotations
+
+from rekall.thread.facts import ThreadFacts, derive_facts
+from rekall.thread.layout import V11, Layout
+from rekall.thread.mirror import RevisionGap, ThreadMirror
+from rekall.thread.patches import PatchError, apply_patches
+
+__all__ = [
+    "V11",
+    "Layout",
+    "PatchError",
+    "RevisionGap",
+    "ThreadFacts",
+    "ThreadMirror",
+    "apply_patches",
+    "derive_facts",
+]
