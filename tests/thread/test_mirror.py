@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 
+import attrs
 import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from rekall import events as ev
-from rekall.thread import PatchError, RevisionGap, ThreadMirror, derive_facts
+from rekall.thread import V11, Layout, PatchError, RevisionGap, ThreadMirror, derive_facts
 from rekall.thread import facts as f
 from rekall.thread.patches import MISSING, apply_patches
 
@@ -581,3 +582,119 @@ def test_work_per_patch_does_not_grow_with_a_paginated_history(monkeypatch):
     assert calls == {"item_facts": 3, "fingerprint_of": 0}
     assert "c7" not in mirror.completed_compaction_ids and len(mirror.completed_compaction_ids) == 2999
     assert mirror.latest_user_turn_id == "t2999"
+
+
+# --- the layout: a generation that renames every field keeps every rule -----------------
+
+# Every field the thread model reads gets a new name ("turns" -> "zturns", ...). Data stays as
+# it is: values (the item kinds are values, renamed in a test of their own), what lies under a
+# turn's input or a message's content (user input elements, hashed into the fingerprint), the
+# keys of entitiesByKey (island entries name them), indices, "-" and the keys a patch may never use.
+_KINDS = ("compaction_type", "user_message_type")
+RENAMED = Layout(**{field.name: "z" + field.default for field in attrs.fields(Layout) if field.name not in _KINDS})
+_DATA_UNDER = frozenset({"input", "content"})
+_KEEP = frozenset({"-", "__proto__", "prototype", "constructor"})
+
+
+def _rename_key(key):
+    if not isinstance(key, str) or key in _KEEP or key.lstrip("-").isdigit():
+        return key
+    return "z" + key
+
+
+def renamed(value, *, verbatim=False, keys_verbatim=False):
+    """``value`` as the renaming generation would send it."""
+    if verbatim:
+        return value
+    if isinstance(value, dict):
+        return {(key if keys_verbatim else _rename_key(key)):
+                renamed(v, verbatim=key in _DATA_UNDER, keys_verbatim=key == "entitiesByKey")
+                for key, v in value.items()}
+    if isinstance(value, list):
+        return [renamed(v) for v in value]
+    return value
+
+
+def renamed_path(path):
+    out, verbatim, keys_verbatim = [], False, False
+    for key in path:
+        out.append(key if verbatim or keys_verbatim else _rename_key(key))
+        verbatim = verbatim or key in _DATA_UNDER
+        keys_verbatim = key == "entitiesByKey" and not verbatim
+    return out
+
+
+def renamed_batch(batch):
+    out = []
+    for p in batch:
+        path = p["path"]
+        under_data = any(key in _DATA_UNDER for key in path)
+        after_entities = bool(path) and path[-1] == "entitiesByKey"
+        q = {"op": p["op"], "path": renamed_path(path)}
+        if "value" in p:
+            q["value"] = renamed(p["value"], verbatim=under_data, keys_verbatim=after_entities)
+        out.append(q)
+    return out
+
+
+_V11_SENTENCES, _RENAMED_SENTENCES = attrs.asdict(f.problems_of(V11)), attrs.asdict(f.problems_of(RENAMED))
+_SENTENCE_MAP = {_V11_SENTENCES[name]: _RENAMED_SENTENCES[name] for name in _V11_SENTENCES}
+
+
+def as_renamed(facts: f.ThreadFacts) -> f.ThreadFacts:
+    """The facts the renamed generation must derive: the same, with problems naming its fields."""
+    if facts.layout_problem is None:
+        return facts
+    sentences = [_SENTENCE_MAP.get(s, s) for s in facts.layout_problem.split("; ")]
+    return attrs.evolve(facts, layout_problem=f.join_problems(sentences))
+
+
+def test_a_renamed_layout_names_its_own_fields_in_layout_problems():
+    assert RENAMED.turns == "zturns" and RENAMED.compaction_type == "contextCompaction"
+    assert derive_facts({"zturns": {}}, RENAMED).layout_problem.split("; ")[-1] == "zturns is not an array"
+    assert f.problems_of(RENAMED).islands_not_array == "zturnHistory.zhistory.zislands is not an array"
+
+
+def test_the_v11_layout_does_not_read_a_renamed_state():
+    state = renamed(thread(turns=[{"turnId": "t", "status": "completed", "params": {"input": []},
+                                   "items": [{"type": "contextCompaction", "id": "c", "completed": True}]}]))
+    assert derive_facts(state, RENAMED).completed_compaction_ids == {"c"}
+    assert derive_facts(state).completed_compaction_ids == frozenset()
+    assert derive_facts(state).layout_problem is not None
+
+
+def test_renamed_item_kinds_are_read_from_the_layout():
+    kinds = attrs.evolve(V11, compaction_type="compaction", user_message_type="userInput")
+    turn = {"turnId": "t", "status": "inProgress", "params": {"input": []},
+            "items": [{"type": "userInput", "id": "m", "content": [{"type": "text", "text": "hi"}]},
+                      {"type": "compaction", "id": "c", "completed": True}]}
+    facts = derive_facts(thread(turns=[turn]), kinds)
+    assert facts.completed_compaction_ids == {"c"} and facts.user_turn_running and facts.latest_user_turn_id == "t"
+    v11 = derive_facts(thread(turns=[turn]))
+    assert v11.completed_compaction_ids == frozenset() and v11.latest_user_turn_id is None
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(initial=any_states, data=st.data())
+def test_a_renamed_layout_derives_the_same_facts_from_the_renamed_stream(initial, data):
+    original, other = ThreadMirror(), ThreadMirror(RENAMED)
+    original.load_snapshot(fresh(initial), 1)
+    other.load_snapshot(renamed(fresh(initial)), 1)
+    assert other.facts == as_renamed(original.facts) == as_renamed(derive_facts(initial))
+    assert other.facts == derive_facts(renamed(fresh(initial)), RENAMED)
+    for _ in range(data.draw(st.integers(1, 8))):
+        batch = [draw_patch(data, original.state) for _ in range(data.draw(st.integers(1, 3)))]
+        outcomes = []
+        for mirror, sent in ((original, fresh(batch)), (other, renamed_batch(fresh(batch)))):
+            try:
+                mirror.apply_patches(sent, base_revision=mirror.revision, revision=mirror.revision + 1)
+                outcomes.append(True)
+            except PatchError:
+                outcomes.append(False)
+        assert outcomes[0] == outcomes[1]
+        if not original.has_state:
+            assert not other.has_state
+            return
+        assert other.state == renamed(original.state)
+        assert other.facts == as_renamed(original.facts)
+        assert other.facts == derive_facts(other.state, RENAMED)
