@@ -71,3 +71,18 @@ def test_the_codex_fixture_fails_in_ci_and_skips_elsewhere(tmp_path: Path, monke
     monkeypatch.delenv("CI")
     with pytest.raises(pytest.skip.Exception, match="real Codex not found"):
         real_codex()
+
+
+def test_the_type_check_runs_before_the_tests_and_a_type_error_stops_the_run(tmp_path: Path):
+    root = _fake_checkout(tmp_path / "repo")
+    done = _run(root)
+    assert done.returncode == 0, done.stderr
+    calls = (root / "calls").read_text().splitlines()
+    assert calls.index("-m mypy") < calls.index("-m pytest -q")
+    failing = _fake_checkout(tmp_path / "failing")
+    python = failing / ".venv" / "bin" / "python"
+    python.write_text(f"#!/bin/sh\necho \"$*\" >> {failing / 'calls'}\n"
+                      "[ \"$2\" = mypy ] && { echo 'registry.py: error: Incompatible types' >&2; exit 1; }\nexit 0\n")
+    done = _run(failing)
+    assert done.returncode == 1 and "Incompatible types" in done.stderr
+    assert "-m pytest" not in (failing / "calls").read_text()

@@ -24,7 +24,7 @@
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any
+from typing import Any, cast
 
 from rekall.thread import facts as f
 from rekall.thread.layout import V11, Layout
@@ -294,7 +294,7 @@ class FactIndex:
         if len(path) == 2:
             self._replace_value(change, False)
             return
-        self._observe_in_turn(turns[path[1]], path[2:], change)
+        self._observe_in_turn(turns[cast(int, path[1])], path[2:], change)  # an index: normalised by patches
 
     def _observe_in_turn(self, turn: Any, rest: tuple[Any, ...], change: Change) -> None:
         """A change inside one turn; ``rest`` is the path relative to the turn."""
@@ -365,4 +365,4 @@ class FactIndex:
         if len(path) == 4:
             self._replace_value(change, True)
             return
-        self._observe_in_turn(entities[path[3]], path[4:], change)
+        self._observe_in_turn(entities[cast(str, path[3])], path[4:], change)  # an object key

@@ -108,7 +108,7 @@ def _check_path(path: Any, index: int) -> Sequence[Any]:
 
 def _walk(state: Any, path: Sequence[Any], index: int) -> tuple[Any, list[Key]]:
     """The parent of the target, and the normalised keys leading to it."""
-    node, keys = state, []
+    node, keys = state, list[Key]()
     for key in path:
         if isinstance(node, dict):
             name = _object_key(key, index)
