@@ -22,13 +22,7 @@ from typing import Any
 import anyio
 import pytest
 
-<<<<<<< HEAD
 from rekall.thread.facts import derive_facts
-=======
-from rekall.thread.facts import derive_facts
-from rekall.sim.codex_backend import CodexSimHandle, start_codex_sim_in_thread
-from rekall.sim.mock_model import escalated_command
->>>>>>> 9465b16 (The thread model gets its own package, rekall/thread, reading field names from a Layout record; the adapter contract is a typing.Protocol)
 from tests.mcpkit import HANDOFF, job_env, rekall_mcp, wait_for_worker_exit
 from tests.support.codex_backend import CodexSimHandle, start_codex_sim_in_thread
 from tests.support.mock_model import escalated_command
