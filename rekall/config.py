@@ -146,10 +146,6 @@ SETTINGS: tuple[NumberSetting, ...] = (IDLE_STABLE_MS, DEADLINE_S, REQUEST_TIMEO
 
 DEFAULT_IDLE_STABLE_MS = IDLE_STABLE_MS.default
 DEFAULT_DEADLINE_S = DEADLINE_S.default
-DEFAULT_REQUEST_TIMEOUT_S = REQUEST_TIMEOUT_S.default
-DEFAULT_SYSTEM_ERROR_WINDOW_S = SYSTEM_ERROR_WINDOW_S.default
-DEFAULT_RECONNECT_WINDOW_S = RECONNECT_WINDOW_S.default
-DEFAULT_SETTLE_S = SETTLE_S.default
 
 
 def check_settings(env: Mapping[str, str] | None = None) -> None:
@@ -167,11 +163,11 @@ def check_settings(env: Mapping[str, str] | None = None) -> None:
 class WorkerSettings:
     idle_stable_s: float
     deadline_s: float
-    request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S
+    request_timeout_s: float = REQUEST_TIMEOUT_S.default
     reconnect_delays_s: tuple[float, ...] = RECONNECT_DELAYS_S
-    system_error_window_s: float = DEFAULT_SYSTEM_ERROR_WINDOW_S
-    reconnect_window_s: float = DEFAULT_RECONNECT_WINDOW_S
-    settle_s: float = DEFAULT_SETTLE_S
+    system_error_window_s: float = SYSTEM_ERROR_WINDOW_S.default
+    reconnect_window_s: float = RECONNECT_WINDOW_S.default
+    settle_s: float = SETTLE_S.default
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> WorkerSettings:

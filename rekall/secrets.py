@@ -13,7 +13,7 @@ text appears to hold (never the secret itself). Three sorts of rule:
 
 The corpus in ``tests/store/secret_corpus.py`` decides these rules: every refused form is
 caught and no legitimate text (SHAs, UUIDs, paths, prose about password fields or token
-budgets, code identifiers) is. ``bench/secrets.py`` compares them with ``detect-secrets``.
+budgets, code identifiers) is. ``bench/secret_detectors.py`` compares them with ``detect-secrets``.
 """
 
 from __future__ import annotations

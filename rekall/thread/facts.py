@@ -142,14 +142,9 @@ _V11 = problems_of(V11)
 RUNTIME_NOT_STRING = _V11.runtime_not_string
 REQUESTS_NOT_ARRAY = _V11.requests_not_array
 TURNS_NOT_ARRAY = _V11.turns_not_array
-SUBMISSIONS_NOT_ARRAY = _V11.submissions_not_array
-ITEMS_NOT_ARRAY = _V11.items_not_array
 COMPACTION_WITHOUT_ID = _V11.compaction_without_id
 LIVE_COMPACTION_WITHOUT_FLAG = _V11.live_compaction_without_flag
-HISTORY_COMPACTION_BAD_FLAG = _V11.history_compaction_bad_flag
 HISTORY_NOT_OBJECT = _V11.history_not_object
-ISLANDS_NOT_ARRAY = _V11.islands_not_array
-ENTITIES_NOT_OBJECT = _V11.entities_not_object
 
 
 @attrs.frozen

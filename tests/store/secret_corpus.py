@@ -3,7 +3,7 @@
 Every value here is a made-up example in the real format of its family. ``REFUSED`` pairs
 a family with a text; ``LEGITIMATE`` is what real handoffs carry and must never be taken
 for a credential. ``tests/store/test_secrets.py`` runs both through the handoff validator;
-``bench/secrets.py`` runs them through ``detect-secrets`` for comparison.
+``bench/secret_detectors.py`` runs them through ``detect-secrets`` for comparison.
 """
 
 from __future__ import annotations
@@ -166,7 +166,7 @@ LEGITIMATE: tuple[str, ...] = (
 )
 
 #: Full-size texts built to make a careless pattern backtrack (quadratic time): none is a
-#: credential. ``bench/secrets.py`` reports the slowest scan among them.
+#: credential. ``bench/secret_detectors.py`` reports the slowest scan among them.
 ADVERSARIAL: tuple[str, ...] = tuple(
     (unit * (31_000 // len(unit)))[:31_000]
     for unit in ("a_", "a.", "ab-", "x", "sk-", "eyJ", "a:", "a://b:", "postgres://", "password=", '"password": ',

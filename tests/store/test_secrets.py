@@ -48,5 +48,5 @@ def test_legitimate_handoff_text_is_never_taken_for_a_credential(text):
 @pytest.mark.parametrize("text", ADVERSARIAL, ids=lambda text: repr(text[:12]))
 def test_full_size_texts_built_to_make_patterns_backtrack_are_scanned_and_pass(text):
     # Each pattern's runs are bounded or anchored, so this scan is linear; a quadratic
-    # pattern would take minutes here (bench/secrets.py reports the time).
+    # pattern would take minutes here (bench/secret_detectors.py reports the time).
     assert credential_kind(text) is None

@@ -1,6 +1,6 @@
 """rekall's credential rules against ``detect-secrets`` on the secret corpus.
 
-    pip install -e '.[bench]' && python bench/secrets.py [--json]
+    pip install -e '.[bench]' && python bench/secret_detectors.py [--json]
 
 Runs ``tests/store/secret_corpus.py`` (credentials that must be refused, legitimate handoff
 text that must pass) through ``rekall.secrets.credential_kind`` and through every
