@@ -15,7 +15,7 @@ Rows, in the order a problem in one makes the next meaningless:
                    ``schedule`` writes), no group or other access, no symlinks in it
 ``locks``          every ``<thread>.lock`` (in ``~/.rekall/locks``): held by a live worker,
                    stale, or undecidable
-``workers``        running ``rekall worker`` processes (Linux, from ``/proc``) of this jobs
+``workers``        running ``rekall worker`` processes (Linux) of this jobs
                    directory whose job does not hold its thread's lock
 =================  =========================================================================
 
@@ -46,6 +46,7 @@ from rekall.errors import RekallError
 from rekall.ids import is_uuid
 from rekall.store import JobStore, Liveness, LockBusy, resolve_jobs_dir
 from rekall.store.fsio import O_NOFOLLOW
+from rekall.store.owner import worker_processes
 from rekall.store.paths import inspect_jobs_dir, resolve_lock_dir
 from rekall.platform import Level, Row, platform_for
 from rekall.transports.endpoint import override_endpoint
@@ -267,60 +268,14 @@ def check_locks(root: Path | None, lock_root: Path) -> Row:
     return Row("locks", "AMBER", f"{len(threads)} lock(s): " + "; ".join(problems), hint)
 
 
-@attrs.frozen
-class WorkerProcess:
-    pid: int
-    thread_id: str
-    job_id: str
-    jobs_dir: Path
-
-
-def worker_processes(proc: Path = Path("/proc")) -> list[WorkerProcess]:
-    """Our running ``rekall worker THREAD JOB`` processes (Linux), with the jobs directory each uses."""
-    found = []
-    for entry in _entries(proc):
-        if not entry.name.isdigit():
-            continue
-        try:
-            if entry.stat().st_uid != os.geteuid():
-                continue
-            argv = (entry / "cmdline").read_bytes().decode(errors="replace").split("\0")
-            ids = _worker_ids(argv)
-            if ids is None or _is_zombie(entry):
-                continue
-            environ = dict(v.split("=", 1) for v in (entry / "environ").read_bytes().decode(errors="replace")
-                           .split("\0") if "=" in v)
-            jobs_dir = resolve_jobs_dir(environ)
-        except OSError:
-            continue  # gone meanwhile, or not ours to read
-        except RekallError:
-            continue  # its environment names no usable jobs directory (e.g. a relative CODEX_HOME)
-        found.append(WorkerProcess(int(entry.name), *ids, jobs_dir))
-    return found
-
-
-def _worker_ids(argv: list[str]) -> tuple[str, str] | None:
-    """``(thread, job)`` when ``argv`` is ``… rekall worker THREAD JOB`` (module or entry point)."""
-    for i in range(len(argv) - 3):
-        if (argv[i] == "rekall" or argv[i].endswith("/rekall")) and argv[i + 1] == "worker" \
-                and is_uuid(argv[i + 2]) and is_uuid(argv[i + 3]):
-            return argv[i + 2].lower(), argv[i + 3].lower()
-    return None
-
-
-def _is_zombie(entry: Path) -> bool:
-    stat_line = (entry / "stat").read_text(errors="replace")
-    return stat_line[stat_line.rfind(")") + 2:][:1] in ("Z", "X")
-
-
-def check_workers(root: Path | None, lock_root: Path, proc: Path = Path("/proc")) -> Row:
-    if not proc.is_dir():
-        return Row("workers", "AMBER", f"not checked: no {proc} on {sys.platform}",
+def check_workers(root: Path | None, lock_root: Path) -> Row:
+    if not sys.platform.startswith("linux"):  # the scan runs elsewhere too, but is only tested on Linux
+        return Row("workers", "AMBER", f"not checked on {sys.platform}",
                    "look for `rekall worker` processes with ps; each should hold its thread's lock")
     if root is None:
         return Row.green("workers", "no jobs directory yet, so no workers")
     store = JobStore(root, lock_root=lock_root)
-    ours = [w for w in worker_processes(proc) if w.jobs_dir == root]
+    ours = [w for w in worker_processes() if w.jobs_dir == root]
     orphans = []
     for worker in ours:
         try:

@@ -1,4 +1,4 @@
-"""Who holds a lock, and whether that process is provably gone.
+"""Who holds a lock, and whether that process is provably gone; and which rekall workers run.
 
 A PID alone cannot name a process: PIDs are reused. An owner is (machine, pid, process start
 time), read with ``psutil`` on every platform. It is declared dead only on proof: the same
@@ -20,6 +20,9 @@ The start-time token:
 ``ps -o lstart`` (the earlier macOS/BSD source) printed local time, so a reader with another
 ``TZ`` judged a live worker dead; tokens written that way (``ps:``, ``win:``) can no longer be
 compared and make the verdict "unknown", never "dead".
+
+:func:`worker_processes` lists this user's running ``rekall worker`` processes with the same
+"still running" rule (``doctor`` compares them with the locks).
 """
 
 from __future__ import annotations
@@ -28,9 +31,14 @@ import os
 import socket
 import sys
 from enum import Enum
+from pathlib import Path
 
 import attrs
 import psutil
+
+from rekall.errors import RekallError
+from rekall.ids import is_uuid
+from rekall.store.paths import resolve_jobs_dir
 
 #: Readings of one process's start differ by rounding and by the boot time moving a second
 #: between two reads; a PID is never reused that fast.
@@ -121,12 +129,17 @@ def token_boot_id(token: str | None) -> str | None:
     return parsed[1] if parsed is not None and parsed[0] == "linux" else None
 
 
+def _running(process: psutil.Process) -> bool:
+    """The one rule for "still running": a zombie has finished running, whatever its PID says."""
+    return process.status() not in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD)
+
+
 def pid_exists(pid: int) -> bool | None:
     """True, False, or None when it cannot be told. A zombie has finished running."""
     if pid <= 0:
         return False
     try:
-        return psutil.Process(pid).status() not in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD)
+        return _running(psutil.Process(pid))
     except psutil.NoSuchProcess:
         return False
     except psutil.AccessDenied:
@@ -161,3 +174,47 @@ def liveness(owner: LockOwner, *, host: str | None = None) -> Liveness:
     if same is None:
         return Liveness.UNKNOWN  # a token of an earlier rekall that cannot be compared
     return Liveness.ALIVE if same else Liveness.DEAD
+
+
+# --- rekall's worker processes ------------------------------------------------------------
+
+
+@attrs.frozen
+class WorkerProcess:
+    pid: int
+    thread_id: str
+    job_id: str
+    #: The jobs directory its environment resolves to.
+    jobs_dir: Path
+
+
+def worker_processes() -> list[WorkerProcess]:
+    """This user's running ``rekall worker THREAD JOB`` processes, with the jobs directory each uses.
+
+    "Running" is :func:`pid_exists`'s rule (a zombie is not). ``doctor`` compares them with the locks.
+    """
+    uid = os.geteuid()
+    found = []
+    for process in psutil.process_iter():
+        try:
+            if process.uids().effective != uid:
+                continue
+            ids = _worker_ids(process.cmdline())
+            if ids is None or not _running(process):
+                continue
+            jobs_dir = resolve_jobs_dir(process.environ())
+        except (psutil.Error, OSError):
+            continue  # gone meanwhile, or not ours to read
+        except RekallError:
+            continue  # its environment names no usable jobs directory (e.g. a relative CODEX_HOME)
+        found.append(WorkerProcess(process.pid, *ids, jobs_dir))
+    return found
+
+
+def _worker_ids(argv: list[str]) -> tuple[str, str] | None:
+    """``(thread, job)`` when ``argv`` is ``… rekall worker THREAD JOB`` (module or entry point)."""
+    for i in range(len(argv) - 3):
+        if (argv[i] == "rekall" or argv[i].endswith("/rekall")) and argv[i + 1] == "worker" \
+                and is_uuid(argv[i + 2]) and is_uuid(argv[i + 3]):
+            return argv[i + 2].lower(), argv[i + 3].lower()
+    return None

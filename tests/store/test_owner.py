@@ -101,3 +101,38 @@ def test_a_pid_reused_by_a_process_started_at_another_time_is_dead_on_every_plat
 
 def test_a_start_token_of_an_earlier_version_that_cannot_be_compared_is_unknown_not_dead():
     assert liveness(_owner(process_start_time="ps:Mon Nov 30 17:00:00 2026")) is Liveness.UNKNOWN
+
+
+# --- the worker scan ----------------------------------------------------------------------
+
+_THREAD, _JOB = "0199a5c2-2222-7000-8000-0000000000a1", "0199a5c2-3333-7000-8000-0000000000a2"
+
+
+def _lookalike(jobs_dir) -> subprocess.Popen:
+    """A process that looks like `python -m rekall worker THREAD JOB` and waits for its stdin to close."""
+    return subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()", "-m", "rekall", "worker",
+                             _THREAD, _JOB], stdin=subprocess.PIPE,
+                            env={**os.environ, "REKALL_JOBS_DIR": str(jobs_dir)})
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the worker scan is checked on Linux")
+def test_the_worker_scan_names_each_workers_ids_and_the_jobs_directory_its_environment_resolves(tmp_path):
+    child = _lookalike(tmp_path / "jobs")
+    try:
+        found = [w for w in owner_module.worker_processes() if w.pid == child.pid]
+    finally:
+        child.communicate(b"", timeout=30)
+    assert found == [owner_module.WorkerProcess(child.pid, _THREAD, _JOB, tmp_path / "jobs")]
+
+
+@pytest.mark.skipif(not (sys.platform.startswith("linux") and hasattr(os, "waitid")), reason="Linux, waitid")
+def test_the_worker_scan_and_the_lock_judge_share_one_rule_a_zombie_worker_has_stopped(tmp_path):
+    child = _lookalike(tmp_path / "jobs")
+    try:
+        child.stdin.close()
+        os.waitid(os.P_PID, child.pid, os.WEXITED | os.WNOWAIT)  # exited, not yet reaped: a zombie
+        listed = [w for w in owner_module.worker_processes() if w.pid == child.pid]
+        assert owner_module.pid_exists(child.pid) is False
+        assert listed == []
+    finally:
+        child.wait(timeout=30)

@@ -1,0 +1,174 @@
+"""The ``worker_lost`` rule: a job whose worker is provably gone is recorded as failed.
+
+If the owner of a thread's lock is provably dead (same host; PID gone or reused), its job
+becomes ``failed`` with ``errorCode`` ``worker_lost`` (its ``outcomeMayBeUnknown`` per the
+outcome rule) and the lock is removed. If liveness cannot be proven either way (another
+host, a lock without a PID), nothing is done: a lock is never removed on a guess.
+
+Readers (status, history, explain) record a provably dead worker first, so every reader tells
+the truth; when even that record cannot be written (a full disk), the job is remembered in
+the store's ``unrecorded`` and reported from what can be proven, without crashing.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rekall.errors import StoreError
+from rekall.ids import thread_id as valid_thread
+from rekall.states import JobState
+from rekall.states.rules import outcome_may_be_unknown
+from rekall.store.errors import LockBusy
+from rekall.store.locks import job_liveness
+from rekall.store.owner import Liveness, LockOwner
+from rekall.store.paths import inspect_jobs_dir
+from rekall.store.replay import Replay
+
+if TYPE_CHECKING:
+    from rekall.store.jobstore import JobStore
+
+log = logging.getLogger("rekall.store")
+
+
+def reap_if_dead(store: JobStore, thread_id: str) -> dict[str, Any] | None:
+    """Apply the ``worker_lost`` rule to the thread if its job's process is provably gone.
+
+    Returns what was done (``jobId``, ``reaped``, ``lockRemoved``, ``state``) or ``None``
+    when there was nothing to do. A lock whose owner cannot be judged is left alone. Never
+    raises for a write that fails: the job is then reported from what can be proven
+    (see :func:`unrecorded_loss`).
+    """
+    thread = valid_thread(thread_id)
+    if not _may_need_reaping(store, thread):
+        return None  # the common case takes no guard, so a reader creates nothing
+    with store.locks.guarded():
+        try:
+            found = store.locks.find(thread)
+        except LockBusy as exc:
+            log.warning("cannot judge the lock of thread %s: %s", thread, exc.message)
+            return None
+        if found is not None:
+            return reap_lock_if_dead(store, thread, *found)
+        return _reap_orphan_if_dead(store, thread)
+
+
+def reap_all(store: JobStore) -> list[dict[str, Any]]:
+    """``reap_if_dead`` for every thread that has a job here."""
+    threads = {thread for thread, _ in store.layout.journals()}
+    done = []
+    for thread in sorted(threads):
+        try:
+            result = reap_if_dead(store, thread)
+        except StoreError as exc:  # one unreadable journal must not hide the others
+            log.warning("cannot judge thread %s: %s", thread, exc.message)
+            continue
+        if result is not None:
+            done.append(result)
+    return done
+
+
+def _may_need_reaping(store: JobStore, thread: str) -> bool:
+    if store.locks.exists(thread):
+        return True
+    try:
+        latest = store.catalog.latest(thread)
+    except StoreError:
+        return False  # an unreadable journal proves nothing; readers report it
+    return latest is not None and not latest.state.terminal and latest.job_id not in store.unrecorded
+
+
+def lock_job(store: JobStore, thread: str, owner: LockOwner) -> tuple[JobStore | None, Replay | None]:
+    """The store holding the lock's job and the job, each ``None`` when it cannot be read."""
+    home = home_of(store, owner)
+    return home, (home.catalog.load_if_exists(thread, owner.job_id) if home is not None else None)
+
+
+def reap_lock_if_dead(store: JobStore, thread: str, path: Path, owner: LockOwner) -> dict[str, Any] | None:
+    """Record the lock's job as ``worker_lost`` and remove the lock, if its processes are provably gone
+    (call under the guard)."""
+    home, job = lock_job(store, thread, owner)
+    if job_liveness(owner, job, host=store.host) is not Liveness.DEAD:
+        return None
+    reaped = job is not None and not job.state.terminal
+    if reaped:
+        assert job is not None and home is not None
+        job = mark_worker_lost(home, job)
+        store.unrecorded.update(home.unrecorded)
+    if job is not None and job.job_id in store.unrecorded:
+        return {"jobId": owner.job_id, "reaped": False, "lockRemoved": False, "state": job.state.value,
+                "journalUnwritable": store.unrecorded[job.job_id]}
+    store.locks.remove(path)
+    log.warning("removed the stale lock of thread %s (job %s, pid %s)", thread, owner.job_id, owner.pid)
+    return {"jobId": owner.job_id, "reaped": reaped, "lockRemoved": True,
+            "state": None if job is None else job.state.value}
+
+
+def home_of(store: JobStore, owner: LockOwner) -> JobStore | None:
+    """The store holding the lock's job: ``store``, or the jobs directory the lock names
+    (another ``CODEX_HOME``); ``None`` when that directory cannot be used."""
+    if owner.jobs_dir is None or Path(owner.jobs_dir) == store.root:
+        return store
+    other = Path(owner.jobs_dir)
+    try:
+        inspect_jobs_dir(other)
+    except StoreError as exc:
+        log.warning("the lock of job %s names the jobs directory %s: %s", owner.job_id, other, exc.message)
+        return None
+    return type(store)(other, lock_root=store.lock_root, clock=store.clock, fs=store.fs)
+
+
+def _reap_orphan_if_dead(store: JobStore, thread: str) -> dict[str, Any] | None:
+    """A job that is not over but has no lock: reap it if its worker is gone."""
+    latest = store.catalog.latest(thread)
+    if latest is None or latest.state.terminal or job_liveness(None, latest, host=store.host) is not Liveness.DEAD:
+        return None
+    job = mark_worker_lost(store, latest)
+    return {"jobId": job.job_id, "reaped": job.job_id not in store.unrecorded, "lockRemoved": False,
+            "state": job.state.value}
+
+
+def mark_worker_lost(store: JobStore, job: Replay) -> Replay:
+    """Journal ``fail`` (``worker_lost``), saying what the dead worker had already done.
+
+    When the journal cannot be written (a full disk), nothing changes on disk, the job is
+    remembered in ``store.unrecorded`` and returned as it was: readers report it without crashing.
+    """
+    before = job.state
+    try:
+        with store.open_lifecycle(job.thread_id, job.job_id) as lifecycle:
+            lifecycle.fire("fail", errorCode="worker_lost", error=_lost_words(before), delivery="unknown")
+    except (OSError, StoreError) as exc:
+        problem = exc.message if isinstance(exc, StoreError) else f"{exc.strerror or exc}"
+        log.error("job %s: its worker is gone, and this could not be journaled: %s", job.job_id, problem)
+        store.unrecorded[job.job_id] = problem
+        return job
+    return store.catalog.load(job.thread_id, job.job_id)
+
+
+def unrecorded_loss(job: Replay, problem: str) -> dict[str, Any]:
+    """What can be proven of a job whose worker is gone when the journal cannot take the record:
+    it failed (``worker_lost``), and the outcome rule of its last journaled state."""
+    state = job.state.value
+    may_have = {"requesting": "the compaction request may have reached the extension",
+                "accepted": "the compaction may still complete",
+                "resuming": "a continuation may have started"}.get(state, "nothing was sent after it")
+    return {"status": "failed", "state": "failed", "errorCode": "worker_lost",
+            "error": f"the worker process is gone and the journal could not be written after `{state}` "
+                     f"({problem}); {may_have}",
+            "outcomeMayBeUnknown": outcome_may_be_unknown(job.state, {"delivery": "unknown"}),
+            "lastJournaledState": state, "journalUnwritable": problem}
+
+
+def _lost_words(state: JobState) -> str:
+    """What a dead worker had done, in the words its ``worker_lost`` record keeps."""
+    done = {
+        JobState.ACCEPTED: ", after the extension accepted the compaction request; the compaction may still "
+                           "complete",
+        JobState.WAITING_FOR_RESUME_IDLE: ", after the compaction completed: the thread was compacted, and the "
+                                          "continuation did not run",
+        JobState.RESUMING: ", after the compaction completed: the thread was compacted, and a continuation may "
+                           "have started",
+    }.get(state, "")
+    return f"the worker process ended while the job was {state.value}{done}; nothing is retried automatically"
