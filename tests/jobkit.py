@@ -115,6 +115,11 @@ def dead_process() -> tuple[int, str | None]:
     return child.pid, started
 
 
+def dead_pid() -> int:
+    """The pid of a process that has exited."""
+    return dead_process()[0]
+
+
 #: The triggers that bring a resuming job to each state it can be in while its worker runs.
 _UP_TO = ["worker_started", "idle_stable", "compaction_accepted", "compaction_completed", "idle_stable"]
 _STATE_AFTER = {"waiting_for_idle": 1, "requesting": 2, "accepted": 3, "waiting_for_resume_idle": 4, "resuming": 5}

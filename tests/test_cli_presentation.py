@@ -10,8 +10,7 @@ import pytest
 from rekall.cli import main
 from rekall.testing import FakeClock
 
-from tests.jobkit import new_thread, open_store, schedule, scheduled_run
-from tests.store.test_jobstore import dead_pid
+from tests.jobkit import dead_pid, new_thread, open_store, schedule, scheduled_run
 
 
 @pytest.fixture

@@ -2,21 +2,12 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 
 from rekall.states import JobState
 from rekall.store import JobStore, LockBusy
 
-from tests.jobkit import idle, me, schedule
-
-
-def dead_pid() -> int:
-    child = subprocess.Popen([sys.executable, "-c", ""])
-    child.wait(timeout=30)
-    return child.pid
+from tests.jobkit import dead_pid, idle, me, schedule
 
 
 @pytest.mark.parametrize(("steps", "was", "unknown"), [

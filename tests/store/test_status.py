@@ -3,21 +3,13 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 
 from rekall.store import HISTORY_LIMIT, JobStore, StatusCorrupt
 from rekall.testing import FakeClock
 
-from tests.jobkit import schedule, scheduled_run
-
-
-def dead_pid() -> int:
-    child = subprocess.Popen([sys.executable, "-c", ""])
-    child.wait(timeout=30)
-    return child.pid
+from tests.jobkit import dead_pid, schedule, scheduled_run
 
 
 def test_a_thread_without_jobs_is_not_scheduled(store: JobStore, thread: str):
