@@ -264,6 +264,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = _add(sub, "sim", cmd_sim, "run the simulated extension owner for manual use")
     p.add_argument("--socket", help="Unix socket path to listen on (default: a private temp dir)")
     p.add_argument("--backend", choices=("scripted", "codex"), default="scripted")
+    p.add_argument("--generation", default="26.9xx",
+                   help="the extension build to play: 26.9xx (default) or 26.721 (rekall protocol lists them)")
 
     return parser
 

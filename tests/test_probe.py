@@ -50,7 +50,7 @@ def test_probe_reports_the_owner_the_connection_and_the_headroom_now() -> None:
     assert result["threadId"] == thread and result["connected"] is True and result["ownerId"] == owner
     assert result["endpoint"] == {"kind": "test", "path": socket_path, "note": "from REKALL_PIPE",
                                   "peerCheck": f"uid {os.geteuid()} matches ours"}
-    assert result["adapter"] == "v11"
+    assert result["adapter"] == "26.9xx"
     assert result["methodVersions"] == {"initialize": 0, "thread-owner-discovery": 1,
                                         "thread-stream-following-changed": 1, "thread-stream-state-changed": 11,
                                         "thread-stream-following-status-requested": 1,

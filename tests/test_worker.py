@@ -314,4 +314,4 @@ async def test_the_journal_names_the_platform_the_worker_followed_the_thread_on(
         started = next(t for t in replay.transitions if t.trigger == "worker_started")
         connected = next(n for n in replay.notes if n.kind == "connected")
         assert started.evidence["platform"] == connected.detail["platform"] == "extension-ipc"
-        assert connected.detail["adapter"] == "v11" and connected.detail["ownerId"]
+        assert connected.detail["adapter"] == "26.9xx" and connected.detail["ownerId"]

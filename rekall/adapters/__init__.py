@@ -25,7 +25,7 @@ from rekall.adapters.errors import (
     SnapshotTimeout,
     VersionMismatch,
 )
-from rekall.adapters.registry import ADAPTERS, adapter_for_state_version, adapter_named
+from rekall.adapters.registry import ADAPTERS, adapter_named
 from rekall.adapters.session import RESPONSE_MARGIN_S, StartedTurn, ThreadSession, connect_thread
 
 __all__ = [
@@ -40,7 +40,6 @@ __all__ = [
     "StartedTurn",
     "ThreadSession",
     "VersionMismatch",
-    "adapter_for_state_version",
     "adapter_named",
     "connect_thread",
 ]

@@ -1,9 +1,9 @@
 """What a protocol adapter provides: the contract the session is written against.
 
-An adapter is a sans-I/O module (``rekall.adapters.v11`` is the reference). The module
-itself satisfies :class:`Adapter`: mypy checks ``registry.ADAPTERS`` against it (a module
-is a valid implementation of a protocol whose members are its names), so a new adapter
-that forgets a name, or gives a function another signature, fails ``scripts/test``.
+An adapter is sans-I/O. :class:`rekall.adapters.ipc.IpcAdapter` is the one implementation:
+it speaks any generation from its record (:mod:`rekall.adapters.generations`). mypy checks
+``registry.ADAPTERS`` against this protocol, so an adapter that forgets a name, or gives a
+function another signature, fails ``scripts/test``.
 
 The inbound message records (``Response``, ``StateChange`` ...) are shared by all
 adapters (:mod:`rekall.adapters.messages`); an adapter re-exports them so the session
@@ -44,6 +44,9 @@ class Adapter(Protocol):
     #: The conversation-state field names this generation's thread model reads.
     @property
     def LAYOUT(self) -> Layout: ...  # noqa: N802
+    #: Whether the generation has ``thread-owner-discovery`` (else the owner is who answers a follow).
+    @property
+    def owner_discovery(self) -> bool: ...
 
     # The inbound records, re-exported from rekall.adapters.messages.
     @property
@@ -70,7 +73,7 @@ class Adapter(Protocol):
     def owner_discovery_params(self, thread_id: str) -> dict[str, Any]: ...
     def compact_params(self, thread_id: str) -> dict[str, Any]: ...
     def start_turn_params(self, thread_id: str, text: str, client_user_message_id: str) -> dict[str, Any]: ...
-    def follow_broadcast(self, thread_id: str, *, source: str, owner: str) -> dict[str, Any]: ...
+    def follow_broadcast(self, thread_id: str, *, source: str, owner: str | None) -> dict[str, Any]: ...
     def discovery_response(self, request_id: Any) -> dict[str, Any]: ...
     def no_handler_response(self, request_id: Any) -> dict[str, Any]: ...
 

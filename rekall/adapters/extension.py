@@ -95,7 +95,8 @@ class ExtensionIpc:
             return _snapshot(session, {
                 "endpoint": attrs.asdict(session.endpoint),
                 "adapter": session.adapter,
-                "methodVersions": dict(registry.adapter_named(session.adapter).METHOD_VERSIONS),
+                "generationReason": session.generation_reason,
+                "methodVersions": dict(session.protocol.METHOD_VERSIONS),
                 "observedVersions": {method: sorted(versions)
                                      for method, versions in session.observed_versions.items()},
             })
@@ -141,7 +142,7 @@ def _mode(path: Path) -> str:
 
 async def _initialize(endpoint: Endpoint) -> tuple[str, str]:
     """Connect and run ``initialize``; return our client id and the peer check."""
-    adapter = registry.DEFAULT
+    adapter = registry.ADAPTERS[0]  # initialize is the same in every generation
     stream = await transport_for(endpoint).connect()
     channel = MessageChannel(stream)
     try:

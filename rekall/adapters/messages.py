@@ -41,9 +41,11 @@ class FollowStatusRequested:
 
 @attrs.frozen
 class ForeignState:
-    """A state broadcast for our thread from a client that is not our owner."""
+    """A state broadcast for our thread from a client that is not our owner (or before the
+    owner is known: a generation without owner discovery learns it from who answers)."""
 
     source: Any
+    change: Any = None
 
 
 @attrs.frozen

@@ -1,26 +1,19 @@
-"""Known protocol adapters. Adding a protocol version means: one module (like
-:mod:`rekall.adapters.v11`), its transcripts under ``fixtures/ipc/<name>/``, and one entry
-here. See ``docs/adapters.md``."""
+"""The known protocol generations, each spoken by the shared adapter.
+
+Adding a generation means one record in :mod:`rekall.adapters.generations` and its
+transcripts under ``fixtures/ipc/<name>/``. See ``docs/adapters.md``. Which adapter a
+connection uses is chosen from evidence (:mod:`rekall.adapters.choice`), never from order.
+"""
 
 from __future__ import annotations
 
-from rekall.adapters import v11
 from rekall.adapters.contract import Adapter
+from rekall.adapters.generations import GENERATIONS
+from rekall.adapters.ipc import IpcAdapter
 
-#: Newest first. The session uses the first; the others are kept for reference and replay.
-#: mypy checks each module against :class:`~rekall.adapters.contract.Adapter` here.
-ADAPTERS: tuple[Adapter, ...] = (v11,)
-DEFAULT: Adapter = ADAPTERS[0]
+#: mypy checks the shared adapter against :class:`~rekall.adapters.contract.Adapter` here.
+ADAPTERS: tuple[Adapter, ...] = tuple(IpcAdapter(g) for g in GENERATIONS)
 
 
 def adapter_named(name: str) -> Adapter | None:
     return next((a for a in ADAPTERS if a.NAME == name), None)
-
-
-def adapter_for_state_version(version: object) -> Adapter | None:
-    """The adapter whose ``thread-stream-state-changed`` has this version, if any."""
-    return next((a for a in ADAPTERS if a.STATE_VERSION == version), None)
-
-
-def known_state_versions() -> tuple[int, ...]:
-    return tuple(a.STATE_VERSION for a in ADAPTERS)

@@ -1,6 +1,7 @@
 """ThreadSession: one follower connection to the owner of one thread.
 
-The session does the I/O for a protocol adapter (today :mod:`rekall.adapters.v11`): it
+The session does the I/O for a protocol adapter (:mod:`rekall.adapters.ipc`, one per
+generation; when the caller has not chosen one, the owner's answer to discovery does): it
 connects, runs the handshake (``initialize``, owner discovery, follow), keeps the
 :class:`~rekall.thread.mirror.ThreadMirror` up to date from the owner's broadcasts,
 turns fact changes into domain events, and sends the two commands rekall needs.
@@ -20,7 +21,9 @@ Rules it keeps:
   while we wait for that snapshot are dropped, not answered with more re-follows.
 * If the owner asks for followers from another client id (the thread moved to another
   window), or another client broadcasts this thread's state, the session rediscovers the
-  owner and follows the new one. It never guesses: the router names the owner.
+  owner and follows the new one. It never guesses: the router names the owner. In a
+  generation without owner discovery (26.721) the owner is the client that answers our
+  follow with the thread's snapshot, or that asks for this thread's followers.
 * ``ConnectionLost`` is emitted exactly once per connection that dies (not when we close it).
 """
 
@@ -29,17 +32,18 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import AsyncIterator, Callable, Mapping
-from types import ModuleType
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any
 
 import attrs
 
 from rekall import events as ev
-from rekall.adapters import registry
+from rekall.adapters import messages, registry
+from rekall.adapters.contract import Adapter
 from rekall.adapters.errors import (
     ConnectionLostError,
     HandshakeFailed,
+    NoOwner,
     RequestFailed,
     SessionClosed,
     SnapshotTimeout,
@@ -65,7 +69,7 @@ log = logging.getLogger("rekall.adapters")
 #: How much longer than the ``timeoutMs`` we send we wait for a response ourselves.
 RESPONSE_MARGIN_S = 2.0
 MAX_RESYNCS_PER_CONNECTION = 5
-StartedTurn = registry.DEFAULT.StartedTurn
+StartedTurn = messages.StartedTurn
 Tap = Callable[[str, Any], None]
 
 _CLOSED = object()
@@ -99,7 +103,8 @@ class ThreadSession:
         request_timeout_s: float = 10.0,
         snapshot_timeout_s: float = 12.0,
         peer_uid_lookup: PeerUidLookup = peer_uid,
-        adapter: ModuleType | None = None,
+        adapter: Adapter | None = None,
+        candidates: Sequence[Adapter] | None = None,
         max_resyncs: int = MAX_RESYNCS_PER_CONNECTION,
         tap: Tap | None = None,
     ) -> None:
@@ -111,7 +116,12 @@ class ThreadSession:
         self._env = env
         self._explicit_endpoint = explicit_endpoint
         self._peer_uid_lookup = peer_uid_lookup
-        self._adapter = adapter or registry.DEFAULT
+        #: Undecided (no ``adapter``): the owner's answer to discovery chooses among these.
+        self._candidates: tuple[Adapter, ...] = () if adapter is not None else tuple(candidates or registry.ADAPTERS)
+        self._adapter: Adapter = adapter if adapter is not None else self._candidates[0]
+        #: Why this generation is spoken (shown by probe and doctor).
+        self.generation_reason = "chosen by the caller" if adapter is not None else "not decided yet"
+        self._owner_unanswered = False  # discovery said no-client-found; following must find the owner
         self.client_type = client_type
         self.request_timeout_s = request_timeout_s
         self.snapshot_timeout_s = snapshot_timeout_s
@@ -144,8 +154,16 @@ class ThreadSession:
 
     @property
     def adapter(self) -> str:
-        """The protocol adapter in use, e.g. ``"v11"``."""
+        """The protocol generation in use, e.g. ``"26.9xx"``."""
         return self._adapter.NAME
+
+    @property
+    def protocol(self) -> Adapter:
+        return self._adapter
+
+    @property
+    def decided(self) -> bool:
+        return not self._candidates
 
     @property
     def connected(self) -> bool:
@@ -245,13 +263,54 @@ class ThreadSession:
                                       "refused: request-version-mismatch",
                                       hint="the extension changed its protocol; update rekall")
             self.client_id = adapter.client_id_from(response)
-            response = await self._exchange(link, adapter.OWNER_DISCOVERY,
-                                            adapter.owner_discovery_params(self.thread_id), targeted=False)
-            self.owner_id = adapter.owner_from(response, self.thread_id)
+            if self._candidates:
+                await self._decide_by_discovery(link)
+            elif adapter.owner_discovery:
+                response = await self._exchange(link, adapter.OWNER_DISCOVERY,
+                                                adapter.owner_discovery_params(self.thread_id), targeted=False)
+                self.owner_id = adapter.owner_from(response, self.thread_id)
+            # else: a generation without owner discovery; the owner answers our follow.
         except RequestFailed as exc:  # a timeout or a dropped connection during the handshake
             raise HandshakeFailed(f"handshake with the IPC router failed: {exc.message}", code=exc.code,
                                   hint=exc.hint) from None
-        self._checked_sources = {self.owner_id}
+        self._checked_sources = {self.owner_id} if self.owner_id is not None else set()
+
+    def _decide(self, adapter: Adapter, reason: str) -> None:
+        if adapter.LAYOUT != self.mirror.layout:
+            self.mirror = ThreadMirror(adapter.LAYOUT)
+        self._adapter, self._candidates, self.generation_reason = adapter, (), reason
+
+    async def _decide_by_discovery(self, link: _Link) -> None:
+        """Evidence (b): the owner's answer to discovery. Answered: a generation with owner
+        discovery. ``no-client-found``: a generation without it, *if* a client then answers
+        our follow with the thread's state; otherwise nobody owns the thread."""
+        with_discovery = [a for a in self._candidates if a.owner_discovery]
+        without = [a for a in self._candidates if not a.owner_discovery]
+        if not with_discovery:
+            self._decide_without(without, "no candidate generation has owner discovery")
+            return
+        probe = with_discovery[0]
+        self._adapter = probe
+        response = await self._exchange(link, probe.OWNER_DISCOVERY, probe.owner_discovery_params(self.thread_id),
+                                        targeted=False)
+        if response.ok:
+            if len(with_discovery) > 1:
+                raise VersionMismatch(f"the owner answered {probe.OWNER_DISCOVERY}, which generations "
+                                      f"{' and '.join(a.NAME for a in with_discovery)} all have",
+                                      hint="set REKALL_GENERATION to the installed extension's generation")
+            self.owner_id = probe.owner_from(response, self.thread_id)
+            self._decide(probe, f"the owner answered {probe.OWNER_DISCOVERY}")
+        elif response.error == "no-client-found" and without:
+            self._decide_without(without, f"{probe.OWNER_DISCOVERY} answered no-client-found")
+        else:
+            probe.owner_from(response, self.thread_id)  # raises the precise error
+
+    def _decide_without(self, without: list[Adapter], why: str) -> None:
+        if len(without) != 1:
+            raise VersionMismatch(f"{why}; cannot tell generations {' and '.join(a.NAME for a in without)} apart",
+                                  hint="set REKALL_GENERATION to the installed extension's generation")
+        self._decide(without[0], f"{why}; generation {without[0].NAME} has no owner discovery")
+        self._owner_unanswered = True
 
     async def _follow_and_wait(self, link: _Link, *, emit: bool) -> None:
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -264,6 +323,12 @@ class ThreadSession:
             async with asyncio.timeout(self.snapshot_timeout_s):
                 await waiter
         except TimeoutError:
+            if self._owner_unanswered and self.owner_id is None:
+                raise NoOwner(f"no client owns thread {self.thread_id}: owner discovery answered no-client-found and "
+                              f"no client answered following within {self.snapshot_timeout_s:g} s (generation "
+                              f"{self._adapter.NAME}, which has no owner discovery, would answer following)",
+                              hint="open the thread in a VS Code window with the Codex extension; "
+                                   "never guess an owner") from None
             raise SnapshotTimeout(self._snapshot_timeout_text(),
                                   hint="the owner did not send the thread's state; check that the thread is open "
                                   "in VS Code and the extension is up to date") from None
@@ -286,7 +351,7 @@ class ThreadSession:
         return text
 
     def _follow_message(self) -> dict[str, Any]:
-        assert self.client_id is not None and self.owner_id is not None
+        assert self.client_id is not None and (self.owner_id is not None or not self._adapter.owner_discovery)
         return self._adapter.follow_broadcast(self.thread_id, source=self.client_id, owner=self.owner_id)
 
     # -- requests ----------------------------------------------------------------------
@@ -333,11 +398,31 @@ class ThreadSession:
         response = await self._exchange(link, method, params, targeted=True)
         if not response.ok:
             delivery = self._adapter.delivery_of(response.error)
+            version_doubt = self._version_doubt(method, response.error)
+            if version_doubt is not None:
+                raise RequestFailed(f"{method} failed: {response.error}; {version_doubt}", code=response.error,
+                                    delivery=delivery, method=method,
+                                    hint="the owner did not act on it; run `rekall protocol` to compare the "
+                                         "extension's table with rekall's before scheduling again")
             hint = ("the owner did not act on it; it is safe to schedule again" if delivery == "not_delivered"
                     else "the owner may have acted on it; check the thread before scheduling again")
             raise RequestFailed(f"{method} failed: {response.error}", code=response.error, delivery=delivery,
                                 method=method, hint=hint)
         return response
+
+    def _version_doubt(self, method: str, error: str) -> str | None:
+        """What a refusal says about versions: a mismatch, or (routed by discovery) possibly one."""
+        generation = getattr(self._adapter, "generation", None)
+        targeted = generation is None or generation.follower_envelope_host_id
+        if error == "request-version-mismatch" or (error == "no-client-found" and not targeted):
+            sent = self._adapter.METHOD_VERSIONS.get(method)
+            base = generation.base(method) if generation is not None else None
+            how = (f"sent at version {sent} (base {base} + 1 for the envelope hostId)" if targeted and base != sent
+                   else f"sent at version {sent} (the base version)")
+            what = "the extension expects another version" if error == "request-version-mismatch" else (
+                "either no client owns the thread now or the extension expects another version")
+            return f"{method} {how}, generation {self._adapter.NAME}: {what}"
+        return None
 
     # -- receiving ---------------------------------------------------------------------
 
@@ -436,13 +521,38 @@ class ThreadSession:
         elif isinstance(inbound, adapter.FollowStatusRequested):
             if inbound.source == self.owner_id:
                 await self._send_quietly(link, self._follow_message())
+            elif not adapter.owner_discovery and isinstance(inbound.source, str):
+                # Without owner discovery, the client asking for this thread's followers owns it.
+                await self._adopt_owner(link, inbound.source, "it asked for this thread's followers")
             else:
                 self._maybe_rediscover(link, inbound.source, "another client asked for followers")
         elif isinstance(inbound, adapter.ForeignState):
+            if self._answers_our_follow(inbound):
+                self.owner_id = inbound.source
+                self._checked_sources = {inbound.source}
+                if self._owner_unanswered:
+                    self.generation_reason += f"; client {inbound.source} answered following"
+                log.info("thread %s: owner %s answered following", self.thread_id, inbound.source)
+                await self._on_state_change(link, inbound.change)
+                return
             self.foreign_broadcasts += 1
-            self._maybe_rediscover(link, inbound.source, "another client broadcast this thread's state")
+            if adapter.owner_discovery:
+                self._maybe_rediscover(link, inbound.source, "another client broadcast this thread's state")
         else:
             self.ignored_messages += 1
+
+    def _answers_our_follow(self, inbound: Any) -> bool:
+        """A snapshot of our thread while we follow without knowing the owner (no discovery)."""
+        change = inbound.change
+        return (self.owner_id is None and not self._adapter.owner_discovery and self._awaiting_snapshot
+                and isinstance(inbound.source, str) and isinstance(change, dict) and change.get("type") == "snapshot")
+
+    async def _adopt_owner(self, link: _Link, owner: str, why: str) -> None:
+        log.info("thread %s moved from owner %s to %s (%s)", self.thread_id, self.owner_id, owner, why)
+        self.owner_id = owner
+        self.owner_changes += 1
+        self._checked_sources = {owner}
+        await self._resync(link, f"the owner changed to {owner} ({why})")
 
     async def _send_quietly(self, link: _Link, message: dict[str, Any]) -> None:
         try:
@@ -458,8 +568,11 @@ class ThreadSession:
             log.warning("%s", text)
             self._emit(ev.ProtocolChanged(inbound.method, inbound.version, text))
         waiter = self._snapshot_waiter
-        if inbound.from_owner and inbound.method == self._adapter.STATE_CHANGED and waiter and not waiter.done():
-            waiter.set_exception(VersionMismatch(text, hint="update rekall, or report the extension version"))
+        # Without owner discovery the owner is not known before its first answer: any answer counts.
+        from_owner = inbound.from_owner or (self.owner_id is None and not self._adapter.owner_discovery)
+        if from_owner and inbound.method == self._adapter.STATE_CHANGED and waiter and not waiter.done():
+            waiter.set_exception(VersionMismatch(text, hint="see the message for which side to update; "
+                                                            "`rekall protocol` compares the tables"))
 
     async def _on_state_change(self, link: _Link, change: Any) -> None:
         kind = change.get("type") if isinstance(change, dict) else None
@@ -525,11 +638,7 @@ class ThreadSession:
             self._rediscovering = False
         if owner == self.owner_id or link.dead:
             return
-        log.info("thread %s moved from owner %s to %s", self.thread_id, self.owner_id, owner)
-        self.owner_id = owner
-        self.owner_changes += 1
-        self._checked_sources = {owner}
-        await self._resync(link, f"the owner changed to {owner} ({why})")
+        await self._adopt_owner(link, owner, why)
 
 
 async def connect_thread(
@@ -544,7 +653,8 @@ async def connect_thread(
     peer_uid_lookup: PeerUidLookup = peer_uid,
     max_resyncs: int = MAX_RESYNCS_PER_CONNECTION,
     tap: Tap | None = None,
-    adapter: str | None = None,
+    adapter: str | Adapter | None = None,
+    candidates: Sequence[Adapter] | None = None,
 ) -> ThreadSession:
     """Connect to the owner of ``thread_id``, follow it and wait for its first snapshot.
 
@@ -552,13 +662,13 @@ async def connect_thread(
     snapshot's facts are readable from ``session.mirror`` on return; no events are emitted
     for them (they are the caller's baseline). ``tap(direction, message)`` sees every
     message sent (``"send"``) and received (``"recv"``, then ``"handled"`` once processed);
-    ``adapter`` names a registered
-    protocol adapter (default: the newest).
+    ``adapter`` is the generation to speak (an adapter or its name); without it the owner's
+    answer to discovery chooses among ``candidates`` (default: every known generation).
     """
     thread_id = validate_thread_id(thread_id)
-    module = registry.DEFAULT if adapter is None else registry.adapter_named(adapter)
-    if module is None:
-        raise InvalidInput(f"no protocol adapter named {adapter!r}", field="adapter",
+    module = registry.adapter_named(adapter) if isinstance(adapter, str) else adapter
+    if isinstance(adapter, str) and module is None:
+        raise InvalidInput(f"no protocol generation named {adapter!r}", field="adapter",
                            hint=f"known: {', '.join(a.NAME for a in registry.ADAPTERS)}")
     explicit = endpoint is not None or transport is not None
     if endpoint is None:
@@ -566,6 +676,6 @@ async def connect_thread(
     session = ThreadSession(
         thread_id, endpoint=endpoint, transport=transport, env=env, explicit_endpoint=explicit,
         client_type=client_type, request_timeout_s=request_timeout_s, snapshot_timeout_s=snapshot_timeout_s,
-        peer_uid_lookup=peer_uid_lookup, adapter=module, max_resyncs=max_resyncs, tap=tap)
+        peer_uid_lookup=peer_uid_lookup, adapter=module, candidates=candidates, max_resyncs=max_resyncs, tap=tap)
     await session._open(emit=False)
     return session

@@ -431,7 +431,10 @@ class ScriptedBackend:
         return info.get("modelContextWindow", 100000) if isinstance(info, dict) else 100000
 
     def _begin_requested_turn(self, params: dict[str, Any]) -> Any:
-        request = params.get("turnStart", {}).get("request", {}) if isinstance(params.get("turnStart"), dict) else {}
+        # 26.9xx: turnStart.request; 26.721: turnStartParams (the owner checked its own build's shape).
+        turn_start = params.get("turnStart")
+        request = (turn_start.get("request", {}) if isinstance(turn_start, dict)
+                   else params.get("turnStartParams") if isinstance(params.get("turnStartParams"), dict) else {})
         turn_id = f"resumed-turn-{next(self._ids)}" if self.start_turn_reply is None else "resumed-turn"
         reply = self.start_turn_reply or {"result": {"turn": {"id": turn_id, "status": "inProgress"}}}
         turn = {"turnId": turn_id, "turnStartedAtMs": next(self._clock), "status": "inProgress",

@@ -34,14 +34,16 @@ async def _serve(args: argparse.Namespace) -> None:
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
     async with SimulatedOwner(_backend(getattr(args, "backend", "scripted")),
-                              socket_path=getattr(args, "socket", None)) as sim:
+                              socket_path=getattr(args, "socket", None),
+                              generation=getattr(args, "generation", None) or "26.9xx") as sim:
         info = {"socket": str(sim.socket_path), "threadId": sim.thread_id, "ownerId": sim.owner_id,
-                "env": sim.env}
+                "generation": sim.generation, "env": sim.env}
         if getattr(args, "json", False):
             sys.stdout.write(json.dumps(info) + "\n")
         else:
             sys.stdout.write(f"rekall sim listening on {info['socket']}\n"
                              f"thread id: {info['threadId']}\n"
+                             f"extension generation: {info['generation']}\n"
                              f"use it with: REKALL_PIPE={info['socket']} CODEX_THREAD_ID={info['threadId']}\n"
                              "press Ctrl-C to stop\n")
         sys.stdout.flush()

@@ -4,7 +4,10 @@ It listens on a real Unix socket inside a private temporary directory (0700 dire
 0600 socket) and speaks the wire protocol exactly: length-prefixed JSON frames,
 ``initialize``, owner discovery, following, snapshots and patches with
 ``revision``/``baseRevision``, the follower requests, and the router's error strings.
-The thread itself comes from a backend (:mod:`rekall.sim.backend`).
+The thread itself comes from a backend (:mod:`rekall.sim.backend`). ``generation`` picks
+the build it plays (its own tables in :mod:`rekall.sim.protocol`): ``26.9xx`` answers owner
+discovery and takes targeted follower requests; ``26.721`` has no owner discovery, routes
+follower requests by discovery and wants start-turn's ``turnStartParams``.
 
 Faults are scripted on the owner (see the *faults* section below): router errors for a
 method, slow or missing replies, dropped connections, broken frames, revision gaps,
@@ -94,10 +97,18 @@ class SimulatedOwner:
         router_timeouts: bool = True,
         snapshot_on_connect: bool = False,
         foreign_batches: bool = False,
+        generation: str = p.DEFAULT_GENERATION,
+        discovery_delay_s: float = 0.0,
         **backend_options: Any,
     ) -> None:
         if mode not in ("patches", "snapshots"):
             raise SimError(f"mode must be 'patches' or 'snapshots', got {mode!r}")
+        if generation not in p.TABLES:
+            raise SimError(f"unknown generation {generation!r}", hint=f"choose one of {', '.join(p.TABLES)}")
+        self.generation = generation
+        #: How long the router takes to answer ``no-client-found`` after discovery probes
+        #: (about 10 s was seen on 26.901).
+        self.discovery_delay_s = discovery_delay_s
         self.backend: Backend = backend if backend is not None else ScriptedBackend(**backend_options)
         self.mode = mode
         self.router_timeouts = router_timeouts
@@ -108,8 +119,9 @@ class SimulatedOwner:
         self.foreign_batches_sent = 0
         self.foreign_client_id = f"client-{uuid.uuid4()}"  # the other window
         self.owner_id = f"owner-{uuid.uuid4()}"
-        self.state_version = p.STATE_VERSION
-        self.request_versions = dict(p.REQUEST_VERSIONS)
+        #: The build's method table (base versions); tests may change it to play another build.
+        self.request_versions = dict(p.TABLES[generation])
+        self.state_version = self.request_versions[p.STATE_CHANGED]
         self.no_owner = False  # owner discovery answers no-client-found
         self.revision = 1
         self._requested_path = Path(socket_path) if socket_path is not None else None
@@ -292,7 +304,13 @@ class SimulatedOwner:
             if self.snapshot_on_connect:
                 self.publish_snapshot(jump=True)
             return
-        expected = self.request_versions.get(method) if isinstance(method, str) else None
+        if not isinstance(method, str):
+            self._send(client, p.failure(request_id, "no-handler-for-request"))
+            return
+        expected = p.accepted_version(self.request_versions, method, message)
+        if "targetClientId" not in message and (expected is None or method.startswith("thread-follower-")):
+            await self._route_by_discovery(client, message, expected)
+            return
         if expected is not None and message.get("version") != expected:
             self._send(client, p.failure(request_id, "request-version-mismatch"))
             return
@@ -317,6 +335,28 @@ class SimulatedOwner:
         self._notify()
         await self._answer_owner_request(client, message)
 
+    async def _route_by_discovery(self, client: _Client, message: dict[str, Any], expected: int | None) -> None:
+        """An untargeted request: the owner can handle it only when it has a handler at this
+        version and owns the conversation; otherwise the router answers ``no-client-found``
+        (a wrong version looks exactly like nobody owning the thread)."""
+        params = message.get("params")
+        mine = isinstance(params, dict) and params.get("conversationId") == self.thread_id
+        if expected is not None and message.get("version") == expected and mine and not self.no_owner:
+            self.requests.append(RecordedRequest(str(message.get("method")), params, message, client.id))
+            self._notify()
+            await self._answer_owner_request(client, message)
+            return
+        if self.discovery_delay_s:
+            await asyncio.sleep(self.discovery_delay_s)
+        self._send(client, p.failure(message.get("requestId"), "no-client-found"))
+
+    def _malformed(self, method: str, params: Any) -> str | None:
+        """What the owner's handler would throw for params of another build's shape."""
+        key = p.START_TURN_KEYS[self.generation]
+        if method == p.START_TURN and not (isinstance(params, dict) and isinstance(params.get(key), dict)):
+            return f"invalid-request: {p.START_TURN} needs {key}"
+        return None
+
     async def _answer_owner_request(self, client: _Client, message: dict[str, Any]) -> None:
         request_id, method = message.get("requestId"), str(message.get("method"))
         fault = self._next_fault(method)
@@ -325,6 +365,9 @@ class SimulatedOwner:
             return
         if fault.error is not None and not fault.deliver:
             self._send(client, p.failure(request_id, fault.error))
+            return
+        if (thrown := self._malformed(method, message.get("params"))) is not None:
+            self._send(client, p.failure(request_id, thrown))
             return
         work = asyncio.create_task(self._call_backend(method, message.get("params")))
         self._tasks.add(work)  # it may outlive this request (a router timeout), never the owner
@@ -362,12 +405,16 @@ class SimulatedOwner:
         params = message.get("params")
         if message.get("method") != p.FOLLOWING_CHANGED or not isinstance(params, dict):
             return
-        if params.get("conversationId") != self.thread_id or self.owner_id not in (message.get("targetClientIds") or []):
+        targets = message.get("targetClientIds")  # absent: to every client, the owner included
+        if params.get("conversationId") != self.thread_id or (targets is not None and self.owner_id not in targets):
             return
         if params.get("following") is not True:
             client.following = False
             return
         self.follow_count += 1
+        if self.no_owner:  # nobody owns the thread: nobody answers
+            self._notify()
+            return
         client.following = True
         self._notify()
         if self._ignore_follows:
@@ -532,7 +579,8 @@ class SimulatedOwner:
         self.owner_id = f"owner-{uuid.uuid4()}"
         for client in self._clients:
             client.following = False
-        frame = encode_message(p.broadcast(p.FOLLOWING_STATUS_REQUESTED, self.owner_id, 1,
+        frame = encode_message(p.broadcast(p.FOLLOWING_STATUS_REQUESTED, self.owner_id,
+                                           self.request_versions[p.FOLLOWING_STATUS_REQUESTED],
                                            {"hostId": p.HOST_ID, "conversationId": self.thread_id}))
         for client in list(self._clients):
             self._send(client, frame)

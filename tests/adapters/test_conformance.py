@@ -31,7 +31,7 @@ async def test_the_transcript_replays_through_its_adapter(path):
 
 @pytest.mark.anyio
 async def test_a_client_that_sends_something_else_fails_the_replay():
-    entries = load(FIXTURES / "v11" / "compaction.jsonl")
+    entries = load(FIXTURES / "26.9xx" / "compaction.jsonl")
     tampered = copy.deepcopy(entries)
     compact = next(e for e in tampered if e.get("send", {}).get("method") == "thread-follower-compact-thread")
     compact["send"]["version"] = 1
@@ -41,7 +41,7 @@ async def test_a_client_that_sends_something_else_fails_the_replay():
 
 @pytest.mark.anyio
 async def test_different_events_fail_the_replay():
-    tampered = load(FIXTURES / "v11" / "compaction.jsonl")
+    tampered = load(FIXTURES / "26.9xx" / "compaction.jsonl")
     event = next(e for e in tampered if "event" in e)
     event["event"]["revision"] = 999
     with pytest.raises(ConformanceError, match="events differ"):

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from rekall import events as ev
 from rekall.adapters import connect_thread
 from rekall.thread import PatchError, RevisionGap, ThreadMirror, derive_facts
-from rekall.adapters import v11
+from rekall.adapters import registry
 from rekall.thread.patches import MISSING
 from rekall.sim import SimulatedOwner
 from rekall.sim import protocol as p
@@ -125,11 +125,11 @@ hostile_messages = st.one_of(
 
 
 @FUZZ
-@given(message=hostile_messages, owner=st.sampled_from([OWNER, None]))
-def test_classifying_any_message_gives_a_meaning_never_an_exception(message, owner):
-    inbound = v11.classify(message, thread_id=THREAD, owner_id=owner)
-    assert isinstance(inbound, (v11.Response, v11.StateChange, v11.UnknownVersion, v11.FollowStatusRequested,
-                                v11.ForeignState, v11.Reply, v11.Ignored))
+@given(message=hostile_messages, owner=st.sampled_from([OWNER, None]), adapter=st.sampled_from(registry.ADAPTERS))
+def test_classifying_any_message_gives_a_meaning_never_an_exception(message, owner, adapter):
+    inbound = adapter.classify(message, thread_id=THREAD, owner_id=owner)
+    assert isinstance(inbound, (adapter.Response, adapter.StateChange, adapter.UnknownVersion,
+                                adapter.FollowStatusRequested, adapter.ForeignState, adapter.Reply, adapter.Ignored))
 
 
 patches = st.lists(st.one_of(
@@ -220,7 +220,7 @@ def _aimed(message: Any, sim: SimulatedOwner, data: Any) -> Any:
         st.fixed_dictionaries({"type": st.just("patches"), "baseRevision": json_values, "revision": json_values,
                                "patches": patches}),
     ))
-    return {**message, "sourceClientId": sim.owner_id, "method": p.STATE_CHANGED, "version": p.STATE_VERSION,
+    return {**message, "sourceClientId": sim.owner_id, "method": p.STATE_CHANGED, "version": p.TABLES[p.DEFAULT_GENERATION][p.STATE_CHANGED],
             "params": {"conversationId": sim.thread_id, "hostId": p.HOST_ID, "change": change}}
 
 

@@ -5,8 +5,8 @@ Each scenario drives a real :class:`~rekall.adapters.session.ThreadSession` agai
 sent and received, the calls and how they ended, the events and the final facts, in the
 format :mod:`tests.support.conformance` replays. Regenerate with::
 
-    python -m tests.support.record --out fixtures/ipc/v11            # every scenario
-    python -m tests.support.record --out fixtures/ipc/v11 compaction # just one
+    python -m tests.support.record --generation 26.9xx --out fixtures/ipc/26.9xx             # every scenario
+    python -m tests.support.record --generation 26.721 --out fixtures/ipc/26.721 compaction  # just one
 """
 
 from __future__ import annotations
@@ -21,21 +21,25 @@ from typing import Any
 import attrs
 
 from rekall import events as ev
-from rekall.adapters import connect_thread, registry
+from rekall.adapters import connect_thread
 from rekall.adapters.session import ThreadSession
 from rekall.errors import RekallError
+from rekall.sim import protocol as p
 from rekall.sim.owner import GARBAGE, SimulatedOwner
 from tests.support.conformance import dump, error_json, event_json, facts_json, result_json
 
 THREAD_ID = "0199a5c2-7e11-4000-8000-0000000000b1"
 COMPACT = "thread-follower-compact-thread"
 START_TURN = "thread-follower-start-turn"
+#: A state version newer than any build the simulator plays.
+NEWER_STATE = max(table[p.STATE_CHANGED] for table in p.TABLES.values()) + 1
 
 
 class Recorder:
-    def __init__(self, name: str, description: str, env: dict[str, str]) -> None:
+    def __init__(self, name: str, description: str, env: dict[str, str], generation: str) -> None:
         self.env = env
-        self.entries: list[dict[str, Any]] = [{"transcript": name, "adapter": registry.DEFAULT.NAME,
+        self.generation = generation
+        self.entries: list[dict[str, Any]] = [{"transcript": name, "adapter": generation,
                                                "threadId": THREAD_ID, "description": description}]
         self.session: ThreadSession | None = None
         self.events: list[Any] = []
@@ -54,7 +58,7 @@ class Recorder:
         self.entries.append({"call": number, "name": name, "args": args})
         try:
             if name == "connect":
-                value = await connect_thread(THREAD_ID, env=self.env, tap=self.tap, **args)
+                value = await connect_thread(THREAD_ID, env=self.env, tap=self.tap, adapter=self.generation, **args)
                 self.session = value
                 self._collector = asyncio.create_task(self._collect(value))
             else:
@@ -234,27 +238,31 @@ async def _owner_moved(rec: Recorder, sim: SimulatedOwner) -> None:
 async def _foreign(rec: Recorder, sim: SimulatedOwner) -> None:
     await rec.call("connect")
     sim.broadcast_foreign_state("client-somebody-else")
-    await sim.wait_until(lambda s: s.discovery_count == 2)  # the session asked the router who owns the thread
+    if p.OWNER_DISCOVERY in sim.request_versions:
+        await sim.wait_until(lambda s: s.discovery_count == 2)  # the session asked the router who owns the thread
     sim.backend.set_runtime("active")
     await rec.until(ev.ThreadBusy)
 
 
-@scenario("version_bump", "state broadcasts in v12 after connecting: reported, not applied")
+@scenario("version_bump", "state broadcasts in a newer version after connecting: reported, not applied")
 async def _version_bump(rec: Recorder, sim: SimulatedOwner) -> None:
     await rec.call("connect")
-    sim.state_version = 12
+    sim.state_version = NEWER_STATE
     sim.backend.set_runtime("active")
     await rec.until(ev.ProtocolChanged)
 
 
-@scenario("version_bump_at_connect", "the first snapshot arrives in v12: connect fails at once", state_version=12)
+@scenario("version_bump_at_connect", "the first snapshot arrives in a newer version: connect fails at once",
+          state_version=NEWER_STATE)
 async def _version_bump_connect(rec: Recorder, sim: SimulatedOwner) -> None:
     await rec.call("connect")
 
 
-@scenario("no_owner", "owner discovery answers no-client-found", no_owner=True)
+@scenario("no_owner", "nobody owns the thread: discovery answers no-client-found, nobody answers a follow",
+          no_owner=True)
 async def _no_owner(rec: Recorder, sim: SimulatedOwner) -> None:
-    await rec.call("connect")
+    # Without owner discovery only following can tell, and it waits for the snapshot timeout.
+    await rec.call("connect", {} if p.OWNER_DISCOVERY in sim.request_versions else {"snapshot_timeout_s": 0.5})
 
 
 @scenario("probes", "client-discovery-request gets canHandle:false, a request gets no-handler-for-request")
@@ -282,7 +290,8 @@ async def _extension_shapes(rec: Recorder, sim: SimulatedOwner) -> None:
     await rec.call("connect")
     backend.load_thread()
     await rec.until(ev.ThreadIdle)
-    await sim.wait_until(lambda s: s.discovery_count == 2)  # the other window's batch: the router was asked
+    if p.OWNER_DISCOVERY in sim.request_versions:
+        await sim.wait_until(lambda s: s.discovery_count == 2)  # the other window's batch: the router was asked
     request = backend.add_request()
     await rec.until(ev.ThreadBusy)
     backend.answer_request(request)
@@ -301,15 +310,15 @@ async def _extension_shapes(rec: Recorder, sim: SimulatedOwner) -> None:
     await rec.until(ev.ThreadBusy, 5)
 
 
-async def record(name: str) -> list[dict[str, Any]]:
+async def record(name: str, generation: str = p.DEFAULT_GENERATION) -> list[dict[str, Any]]:
     entry = SCENARIOS[name]
     sim = SimulatedOwner(thread_id=THREAD_ID, compaction_delay_s=0.01, turn_duration_s=0.01, mode=entry.mode,
-                         **entry.options)
+                         generation=generation, **entry.options)
     if entry.state_version is not None:
         sim.state_version = entry.state_version
     sim.no_owner = entry.no_owner
     async with sim:
-        rec = Recorder(name, entry.description, sim.env)
+        rec = Recorder(name, entry.description, sim.env, generation)
         await entry.run(rec, sim)
         await rec.finish()
     return rec.entries
@@ -318,11 +327,13 @@ async def record(name: str) -> list[dict[str, Any]]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--generation", default=p.DEFAULT_GENERATION, choices=sorted(p.TABLES),
+                        help="the extension build the simulator plays and rekall speaks")
     parser.add_argument("names", nargs="*", help=f"scenarios (default: all of {', '.join(SCENARIOS)})")
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     for name in args.names or list(SCENARIOS):
-        entries = asyncio.run(record(name))
+        entries = asyncio.run(record(name, args.generation))
         dump(entries, args.out / f"{name}.jsonl")
         print(f"{args.out / (name + '.jsonl')}: {len(entries) - 1} entries")
     return 0

@@ -1,0 +1,269 @@
+"""The extension IPC, spoken for any known generation (:mod:`rekall.adapters.generations`).
+
+Sans-I/O, like h11: an :class:`IpcAdapter` builds outgoing messages and classifies incoming
+ones; the session (:mod:`rekall.adapters.session`) does the I/O. Everything that differs
+between builds is read from the adapter's :class:`~rekall.adapters.generations.Generation`
+record; nothing here is written per generation.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rekall import __version__
+from rekall.adapters import generations as gen
+from rekall.adapters.errors import Delivery, HandshakeFailed, NoOwner, RequestFailed, VersionMismatch
+from rekall.adapters.messages import (
+    FollowStatusRequested,
+    ForeignState,
+    Ignored,
+    Inbound,
+    Reply,
+    Response,
+    StartedTurn,
+    StateChange,
+    UnknownVersion,
+)
+from rekall.thread.layout import Layout
+
+HOST_ID = "local"
+INITIAL_CLIENT_ID = "initializing-client"
+
+#: Router errors that prove the owner never acted on the request.
+NOT_DELIVERED_ERRORS = frozenset({"no-client-found", "request-version-mismatch", "no-handler-for-request"})
+#: Router errors after which the request may or may not have been acted on.
+UNKNOWN_OUTCOME_ERRORS = frozenset({"client-disconnected", "request-timeout"})
+#: Errors that say the versions may disagree: after one, "safe to schedule again" is never said.
+VERSION_ERRORS = frozenset({"no-client-found", "request-version-mismatch"})
+NO_HANDLER = "no-handler-for-request"
+STARTED_TURN_STATUSES = frozenset({"inProgress", "completed"})
+
+
+def delivery_of(error: str) -> Delivery:
+    """What a router error proves. Anything unrecognised is treated as ``unknown``."""
+    return "not_delivered" if error in NOT_DELIVERED_ERRORS else "unknown"
+
+
+def behind_text(subject: str, method: str, seen: Any) -> str:
+    """Which side is behind, when ``subject`` uses ``method`` at base version ``seen``.
+
+    ``subject`` reads like "the installed extension (26.1201.3) expects" or "the extension sent"."""
+    having = [g for g in gen.GENERATIONS if g.base(method) is not None]
+    known = sorted({g.base(method) for g in having if g.base(method) is not None})
+    names = " and ".join(g.name for g in having) or "none"
+    noun = "generation" if len(having) == 1 else "generations"
+    knows = f"rekall {__version__} knows base {'/'.join(map(str, known)) or 'none'} ({noun} {names})"
+    head = f"{subject} {method} at base version {seen}"
+    if isinstance(seen, int) and not isinstance(seen, bool) and known:
+        if seen > known[-1]:
+            return f"{head}; {knows}: update rekall"
+        if seen < known[0]:
+            return f"{head}, older than any generation rekall knows ({knows}): update the extension"
+    return f"{head}; {knows}; neither side is simply behind: report the extension version"
+
+
+class IpcAdapter:
+    """One generation of the extension IPC (satisfies :class:`~rekall.adapters.contract.Adapter`)."""
+
+    INITIAL_CLIENT_ID = INITIAL_CLIENT_ID
+    INITIALIZE = gen.INITIALIZE
+    OWNER_DISCOVERY = gen.OWNER_DISCOVERY
+    FOLLOWING_CHANGED = gen.FOLLOWING_CHANGED
+    FOLLOWING_STATUS_REQUESTED = gen.FOLLOWING_STATUS_REQUESTED
+    STATE_CHANGED = gen.STATE_CHANGED
+    COMPACT = gen.COMPACT
+    START_TURN = gen.START_TURN
+    Response = Response
+    StateChange = StateChange
+    UnknownVersion = UnknownVersion
+    FollowStatusRequested = FollowStatusRequested
+    ForeignState = ForeignState
+    Reply = Reply
+    Ignored = Ignored
+    StartedTurn = StartedTurn
+
+    def __init__(self, generation: gen.Generation) -> None:
+        self.generation = generation
+        self.NAME: str = generation.name
+        self.LAYOUT: Layout = generation.layout
+        self.STATE_VERSION: int = generation.state_version
+        targeted = generation.follower_envelope_host_id
+        #: The versions as sent (requests) or expected (broadcasts in), for this generation.
+        self.METHOD_VERSIONS: dict[str, int] = {
+            method: generation.sent_version(method, envelope_host_id=targeted)
+            for method in (gen.INITIALIZE, *generation.base_versions)}
+        self._broadcasts = {m: v for m, v in self.METHOD_VERSIONS.items()
+                            if m in (gen.STATE_CHANGED, gen.FOLLOWING_CHANGED, gen.FOLLOWING_STATUS_REQUESTED)}
+
+    def __repr__(self) -> str:
+        return f"IpcAdapter({self.NAME})"
+
+    @property
+    def owner_discovery(self) -> bool:
+        return self.generation.owner_discovery
+
+    def delivery_of(self, error: str) -> Delivery:
+        return delivery_of(error)
+
+    # --- outgoing ---------------------------------------------------------------------
+
+    def request(self, method: str, params: dict[str, Any], *, request_id: str, source: str, timeout_ms: int,
+                target: str | None = None) -> dict[str, Any]:
+        """A request; ``target`` (the owner) is ignored for follower requests of a generation
+        that routes them by discovery."""
+        follower = method.startswith(gen.FOLLOWER_PREFIX)
+        if follower and not self.generation.follower_envelope_host_id:
+            target = None
+        message: dict[str, Any] = {
+            "type": "request",
+            "requestId": request_id,
+            "sourceClientId": source,
+            "version": self.generation.sent_version(method, envelope_host_id=target is not None),
+            "method": method,
+            "params": params,
+            "timeoutMs": timeout_ms,
+        }
+        if target is not None:
+            message["hostId"] = HOST_ID
+            message["targetClientId"] = target
+        return message
+
+    def initialize_params(self, client_type: str) -> dict[str, Any]:
+        return {"clientType": client_type}
+
+    def owner_discovery_params(self, thread_id: str) -> dict[str, Any]:
+        return {"hostId": HOST_ID, "conversationId": thread_id}
+
+    def compact_params(self, thread_id: str) -> dict[str, Any]:
+        return {"conversationId": thread_id}
+
+    def start_turn_params(self, thread_id: str, text: str, client_user_message_id: str) -> dict[str, Any]:
+        """Exactly one text input; no model, approval, sandbox or cwd: the turn inherits them."""
+        text_input = [{"type": "text", "text": text, "text_elements": []}]
+        if self.generation.start_turn_shape == "turnStartParams":
+            return {"conversationId": thread_id,
+                    "turnStartParams": {"input": text_input, "clientUserMessageId": client_user_message_id}}
+        return {
+            "conversationId": thread_id,
+            "turnStart": {
+                "request": {"threadId": thread_id, "clientUserMessageId": client_user_message_id, "input": text_input},
+                "context": {"inheritThreadSettings": True},
+            },
+        }
+
+    def follow_broadcast(self, thread_id: str, *, source: str, owner: str | None) -> dict[str, Any]:
+        """Follow the thread; to every client while the owner is not known yet (generations
+        without owner discovery learn it from who answers)."""
+        message: dict[str, Any] = {
+            "type": "broadcast",
+            "method": gen.FOLLOWING_CHANGED,
+            "sourceClientId": source,
+            "version": self.METHOD_VERSIONS[gen.FOLLOWING_CHANGED],
+            "params": {"hostId": HOST_ID, "conversationId": thread_id, "following": True},
+        }
+        if owner is not None:
+            message["targetClientIds"] = [owner]
+        return message
+
+    def discovery_response(self, request_id: Any) -> dict[str, Any]:
+        """We never offer to handle anything."""
+        return {"type": "client-discovery-response", "requestId": request_id, "response": {"canHandle": False}}
+
+    def no_handler_response(self, request_id: Any) -> dict[str, Any]:
+        return {"type": "response", "requestId": request_id, "resultType": "error", "error": NO_HANDLER}
+
+    # --- incoming ---------------------------------------------------------------------
+
+    def classify(self, message: Any, *, thread_id: str, owner_id: str | None) -> Inbound:
+        """What an incoming message means for a follower of ``thread_id`` owned by ``owner_id``."""
+        if not isinstance(message, dict):
+            return Ignored("not an object")
+        kind = message.get("type")
+        if kind == "response":
+            request_id = message.get("requestId")
+            if not isinstance(request_id, str):
+                return Ignored("response without requestId")
+            ok = message.get("resultType") == "success"
+            error = message.get("error")
+            handled_by = message.get("handledByClientId")
+            return Response(request_id, ok, message.get("result"),
+                            None if ok else (error if isinstance(error, str) and error else "request-failed"),
+                            handled_by if isinstance(handled_by, str) else None, message)
+        if kind == "client-discovery-request":
+            return Reply(self.discovery_response(message.get("requestId")), "client-discovery-request")
+        if kind == "request":
+            return Reply(self.no_handler_response(message.get("requestId")), f"request {message.get('method')!r}")
+        if kind != "broadcast":
+            return Ignored(f"unknown message type {kind!r}")
+        method, params = message.get("method"), message.get("params")
+        if not isinstance(method, str):
+            return Ignored("broadcast without a method name")
+        if not isinstance(params, dict) or params.get("conversationId") != thread_id:
+            return Ignored("broadcast for another conversation")
+        if params.get("hostId") != HOST_ID:
+            return Ignored(f"broadcast for host {params.get('hostId')!r}")
+        source = message.get("sourceClientId")
+        from_owner = owner_id is not None and source == owner_id
+        version = message.get("version")
+        if method in self._broadcasts and version != self._broadcasts[method]:
+            return UnknownVersion(method, version, from_owner)
+        if method == gen.STATE_CHANGED:
+            return StateChange(params.get("change")) if from_owner else ForeignState(source, params.get("change"))
+        if method == gen.FOLLOWING_STATUS_REQUESTED:
+            return FollowStatusRequested(source)
+        return Ignored(f"broadcast {method!r}")
+
+    def protocol_changed_text(self, method: str, version: Any) -> str:
+        return behind_text("the extension sent", method, version)
+
+    # --- interpreting results ---------------------------------------------------------
+
+    def client_id_from(self, response: Response) -> str:
+        result = response.result
+        client_id = result.get("clientId") if isinstance(result, dict) else None
+        if not response.ok or not isinstance(client_id, str) or not client_id:
+            raise HandshakeFailed(f"initialize failed: {response.error or 'no clientId in the result'}",
+                                  hint="the router did not accept us; reload the VS Code window and try again")
+        return client_id
+
+    def owner_from(self, response: Response, thread_id: str) -> str:
+        if not response.ok:
+            if response.error == "no-client-found":
+                raise NoOwner(f"no client owns thread {thread_id} (no-client-found)",
+                              hint="open the thread in a VS Code window with the Codex extension; never guess an owner")
+            if response.error == "request-version-mismatch":
+                raise VersionMismatch(
+                    f"{gen.OWNER_DISCOVERY} sent at version {self.METHOD_VERSIONS[gen.OWNER_DISCOVERY]} "
+                    f"(generation {self.NAME}) was refused: request-version-mismatch",
+                    hint="the extension speaks another generation; run `rekall protocol` to compare its table")
+            raise HandshakeFailed(f"owner discovery failed: {response.error}", hint="try again later")
+        if not isinstance(response.handled_by, str) or not response.handled_by:
+            raise NoOwner(f"owner discovery for thread {thread_id} named no owner",
+                          hint="open the thread in the Codex extension; never guess an owner")
+        return response.handled_by
+
+    def check_compact_ack(self, response: Response) -> None:
+        result = response.result
+        if not (isinstance(result, dict) and result.get(self.generation.compact_ack_field) is True):
+            raise _bad_ack(gen.COMPACT, f"acknowledgement lacks {self.generation.compact_ack_field}:true "
+                                        f"(got {_short(result)})")
+
+    def started_turn_from(self, response: Response) -> StartedTurn:
+        turn: Any = response.result
+        for key in self.generation.turn_path:
+            turn = turn.get(key) if isinstance(turn, dict) else None
+        turn_id = turn.get("id") if isinstance(turn, dict) else None
+        status = turn.get("status") if isinstance(turn, dict) else None
+        if not (isinstance(turn_id, str) and turn_id) or status not in STARTED_TURN_STATUSES:
+            raise _bad_ack(gen.START_TURN, f"no started turn in the acknowledgement (got {_short(response.result)})")
+        return StartedTurn(turn_id, status)
+
+
+def _bad_ack(method: str, detail: str) -> RequestFailed:
+    return RequestFailed(f"{method}: {detail}; outcome unknown", code="bad_ack", delivery="unknown", method=method,
+                         hint="check the thread in VS Code before scheduling again; nothing was retried")
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 120 else text[:117] + "..."
