@@ -290,8 +290,8 @@ class _Rules:
                 self.on_connection_lost(detail)
                 return
             case Observed(event=ev.ProtocolChanged(method=method, version=version, detail=detail)):
-                self.fail("protocol_version_unsupported",
-                          f"extension protocol changed: {method} v{version} seen, no adapter ({detail})")
+                # The detail says which side is behind (rekall.adapters.ipc.behind_text).
+                self.fail("protocol_version_unsupported", detail)
                 return
             case Observed(event=ev.LayoutIncompatible(detail=detail)):
                 self.fail("layout_incompatible", f"unsupported extension state layout: {detail}")

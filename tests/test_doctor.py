@@ -22,15 +22,17 @@ import pytest
 from rekall import service
 from rekall.doctor import Report, Row, diagnose
 from rekall.sim import SimulatedOwner, start_sim_in_thread
+from rekall.sim import protocol as p
 from rekall.store import JobStore, process_start_time
 from tests.codexkit import real_codex
 from tests.mcpkit import wait_for_worker_exit
+from tests.support.bundles import build_table, install_extension, minified
 
 pytestmark = pytest.mark.anyio
 
 EXTENSION_VERSION = "26.901.22334"
 SCHEMA_EXCERPT = Path(__file__).resolve().parents[1] / "fixtures" / "schema" / "codex-0.171.0"
-ALL_ROWS = ["settings", "codex_home", "ipc_endpoint", "router", "owner", "codex_binary", "public_schema", "jobs_dir", "locks",
+ALL_ROWS = ["settings", "codex_home", "ipc_endpoint", "extension_protocol", "router", "owner", "codex_binary", "public_schema", "jobs_dir", "locks",
             "workers"]
 
 
@@ -44,6 +46,8 @@ def fake_extension(root: Path, script: str, version: str = EXTENSION_VERSION) ->
     bin_dir.mkdir(parents=True)
     (extension / "package.json").write_text(json.dumps({"publisher": "openai", "name": "chatgpt",
                                                         "version": version}))
+    (extension / "out").mkdir()
+    (extension / "out" / "extension.js").write_text(minified(p.TABLES[p.DEFAULT_GENERATION]))
     codex = bin_dir / "codex"
     codex.write_text("#!/bin/sh\n" + script)
     codex.chmod(0o755)
@@ -123,7 +127,7 @@ def test_a_healthy_installation_is_green_on_every_row_with_the_real_codex(codex_
     rows = {r["name"]: r["detail"] for r in report["rows"]}
     assert "primary socket" in rows["ipc_endpoint"] and "directory 0700, socket 0600" in rows["ipc_endpoint"]
     assert "initialize answered" in rows["router"] and "matches ours" in rows["router"]
-    assert thread in rows["owner"] and "adapter v11" in rows["owner"]
+    assert thread in rows["owner"] and "generation 26.9xx (" in rows["owner"]
     assert f"openai.chatgpt {EXTENSION_VERSION}" in rows["codex_binary"] and "from PATH" in rows["codex_binary"]
     assert "Codex 0.171.0: all 7 checks pass" in rows["public_schema"]
     assert "item_completed.context_compaction" in rows["public_schema"]

@@ -281,11 +281,12 @@ async def test_a_protocol_version_bump_fails_the_job_with_its_code(jobs_dir):
         await rekall.schedule(HANDOFF)
         await rekall.wait_for({"waiting_for_idle"})
         await sim.wait_until(lambda s: s.followers >= 1, timeout=10)  # the worker follows, on v11
-        sim.state_version = 12
+        newer = sim.state_version + 1
+        sim.state_version = newer
         sim.backend.complete_turn("completed")
         done = await rekall.wait_terminal()
         assert done["state"] == "failed" and done["errorCode"] == "protocol_version_unsupported"
-        assert "v12" in done["error"]
+        assert f"at base version {newer};" in done["error"] and done["error"].endswith("update rekall")
         assert counts(sim) == (0, 0)
 
 

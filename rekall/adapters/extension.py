@@ -18,8 +18,10 @@ from typing import Any
 import attrs
 
 from rekall import events as ev
+from rekall.adapters import choice as evidence
 from rekall.adapters import registry
-from rekall.adapters.errors import ConnectionLostError
+from rekall.adapters.errors import ConnectionLostError, VersionMismatch
+from rekall.adapters.generations import COMPARED_METHODS
 from rekall.adapters.session import ThreadSession, connect_thread
 from rekall.config import env_value
 from rekall.errors import RekallError
@@ -27,6 +29,7 @@ from rekall.platform import Acted, Failure, Row, ThreadSnapshot
 from rekall.transports import Endpoint, MessageChannel, resolve_endpoint, transport_for
 
 NAME = "extension-ipc"
+_COMPARED = frozenset(COMPARED_METHODS)
 
 #: Bounds for the doctor's IPC checks: a healthy router answers in milliseconds.
 ROUTER_TIMEOUT_S = 5.0
@@ -55,7 +58,8 @@ class IpcThread:
         return _snapshot(self.session)
 
     def evidence(self) -> dict[str, Any]:
-        return {"platform": NAME, "ownerId": self.session.owner_id, "adapter": self.session.adapter}
+        return {"platform": NAME, "ownerId": self.session.owner_id, "adapter": self.session.adapter,
+                "generationReason": self.session.generation_reason}
 
     async def reconnect(self) -> None:
         await self.session.reconnect()
@@ -85,17 +89,41 @@ class ExtensionIpc:
 
     def __init__(self, env: Mapping[str, str] | None = None) -> None:
         self.env = os.environ if env is None else env
+        #: The evidence of the last connect (probe shows it).
+        self.last_choice: evidence.Choice = evidence.Choice(None, (), "not connected yet")
+
+    async def connect(self, thread_id: str, *, request_timeout_s: float, write_cache: bool,
+                      snapshot_timeout_s: float = 12.0, endpoint: Endpoint | None = None) -> ThreadSession:
+        """Connect speaking the generation the evidence supports (:mod:`rekall.adapters.choice`)."""
+        chosen = evidence.choose(self.env, write_cache=write_cache)
+        self.last_choice = chosen
+        if chosen.refusal is not None:
+            raise VersionMismatch(chosen.refusal, hint="rekall sends nothing the evidence does not support; "
+                                                       "`rekall protocol` shows the table and the differences")
+        adapter, candidates, reason = chosen.adapter, chosen.candidates, chosen.reason
+        where = endpoint.path if endpoint is not None else _endpoint_path(self.env)
+        if adapter is None and where is not None and (hit := evidence.remembered(where, thread_id, candidates)):
+            adapter, reason = hit
+        session = await connect_thread(thread_id, env=self.env, endpoint=endpoint, request_timeout_s=request_timeout_s,
+                                       snapshot_timeout_s=snapshot_timeout_s, adapter=adapter,
+                                       candidates=candidates or None)
+        session.generation_reason = reason if adapter is not None else f"{reason}: {session.generation_reason}"
+        if adapter is None:
+            evidence.remember(session.endpoint.path, thread_id, session.adapter, session.owner_id,
+                              session.generation_reason)
+        return session
 
     async def follow(self, thread_id: str, *, request_timeout_s: float) -> IpcThread:
-        return IpcThread(await connect_thread(thread_id, env=self.env, request_timeout_s=request_timeout_s))
+        return IpcThread(await self.connect(thread_id, request_timeout_s=request_timeout_s, write_cache=True))
 
     async def observe(self, thread_id: str, *, request_timeout_s: float) -> ThreadSnapshot:
-        session = await connect_thread(thread_id, env=self.env, request_timeout_s=request_timeout_s)
+        session = await self.connect(thread_id, request_timeout_s=request_timeout_s, write_cache=False)
         try:
             return _snapshot(session, {
                 "endpoint": attrs.asdict(session.endpoint),
                 "adapter": session.adapter,
                 "generationReason": session.generation_reason,
+                "extensions": [i.to_json() for i in self.last_choice.installs],
                 "methodVersions": dict(session.protocol.METHOD_VERSIONS),
                 "observedVersions": {method: sorted(versions)
                                      for method, versions in session.observed_versions.items()},
@@ -105,10 +133,17 @@ class ExtensionIpc:
 
     async def diagnose(self) -> list[Row]:
         endpoint_row, endpoint = check_endpoint(self.env)
-        rows = [endpoint_row, await check_router(endpoint)]
-        if (owner_row := await check_owner(self.env, endpoint)) is not None:
+        rows = [endpoint_row, check_extension(self.env), await check_router(endpoint)]
+        if (owner_row := await check_owner(self, endpoint)) is not None:
             rows.append(owner_row)
         return rows
+
+
+def _endpoint_path(env: Mapping[str, str]) -> str | None:
+    try:
+        return resolve_endpoint(env).path
+    except RekallError:
+        return None  # connecting reports it
 
 
 # --- doctor's rows ------------------------------------------------------------------------
@@ -177,8 +212,38 @@ async def check_router(endpoint: Endpoint | None) -> Row:
                                f"peer check: {peer_check}")
 
 
-async def check_owner(env: Mapping[str, str], endpoint: Endpoint | None) -> Row | None:
+def check_extension(env: Mapping[str, str]) -> Row:
+    """The installed extension: where, its version, the table read, the generation chosen and why."""
+    try:
+        chosen = evidence.choose(env, write_cache=False)
+    except RekallError as exc:
+        return Row.failed("extension_protocol", exc)
+    if chosen.refusal is not None:
+        return Row("extension_protocol", "RED", chosen.refusal, "rekall will not speak to this extension; "
+                   "`rekall protocol` shows the differences")
+    found = "; ".join(_install_text(i) for i in chosen.installs) or (
+        "no installed extension found in the known places (`rekall protocol` lists them)")
+    decided = (f"generation {chosen.adapter.NAME}" if chosen.adapter is not None
+               else f"generation from the owner's answer among {' and '.join(a.NAME for a in chosen.candidates)}")
+    detail = f"{found}; {decided}: {chosen.reason}"
+    unread = [i for i in chosen.installs if i.table is None]
+    if unread:
+        return Row("extension_protocol", "AMBER", detail, "rekall cannot read the installed extension's table; "
+                   "the owner's answer (or REKALL_GENERATION) decides instead")
+    return Row.green("extension_protocol", detail)
+
+
+def _install_text(install: Any) -> str:
+    head = f"{install.what} {install.version} at {install.path}"
+    if install.table is None:
+        return f"{head}: {install.problem}"
+    return f"{head}: table " + ", ".join(f"{m} {v}" for m, v in install.table.items()
+                                         if m in _COMPARED)
+
+
+async def check_owner(platform: ExtensionIpc, endpoint: Endpoint | None) -> Row | None:
     """Owner discovery for ``CODEX_THREAD_ID``; ``None`` (no row) when it is not set."""
+    env = platform.env
     thread = env_value(env, "CODEX_THREAD_ID")
     if thread is None:
         return None
@@ -186,14 +251,14 @@ async def check_owner(env: Mapping[str, str], endpoint: Endpoint | None) -> Row 
         return Row.not_checked("owner", f"no usable IPC endpoint to find the owner of {thread}",
                                "fix the ipc_endpoint row first")
     try:
-        session = await connect_thread(thread, endpoint=endpoint, request_timeout_s=OWNER_TIMEOUT_S,
-                                       snapshot_timeout_s=OWNER_TIMEOUT_S)
+        session = await platform.connect(thread, endpoint=endpoint, request_timeout_s=OWNER_TIMEOUT_S,
+                                         snapshot_timeout_s=OWNER_TIMEOUT_S, write_cache=False)
     except RekallError as exc:
         return Row.failed("owner", exc)
     try:
         mirror = session.mirror
-        found = (f"thread {session.thread_id} is owned by client {session.owner_id}; adapter {session.adapter}, "
-                 f"runtime {mirror.runtime_status or 'unknown'}")
+        found = (f"thread {session.thread_id} is owned by client {session.owner_id}; generation {session.adapter} "
+                 f"({session.generation_reason}), runtime {mirror.runtime_status or 'unknown'}")
         if mirror.layout_problem:
             return Row("owner", "RED", f"{found}; unsupported state layout: {mirror.layout_problem}",
                        "update rekall: the extension changed its conversation state")

@@ -323,10 +323,11 @@ class ThreadSession:
             async with asyncio.timeout(self.snapshot_timeout_s):
                 await waiter
         except TimeoutError:
-            if self._owner_unanswered and self.owner_id is None:
-                raise NoOwner(f"no client owns thread {self.thread_id}: owner discovery answered no-client-found and "
-                              f"no client answered following within {self.snapshot_timeout_s:g} s (generation "
-                              f"{self._adapter.NAME}, which has no owner discovery, would answer following)",
+            if self.owner_id is None and not self._adapter.owner_discovery:
+                asked = "owner discovery answered no-client-found and " if self._owner_unanswered else ""
+                raise NoOwner(f"no client owns thread {self.thread_id}: {asked}no client answered following within "
+                              f"{self.snapshot_timeout_s:g} s (in generation {self._adapter.NAME}, which has no owner "
+                              "discovery, the owner answers following)",
                               hint="open the thread in a VS Code window with the Codex extension; "
                                    "never guess an owner") from None
             raise SnapshotTimeout(self._snapshot_timeout_text(),
@@ -523,7 +524,7 @@ class ThreadSession:
                 await self._send_quietly(link, self._follow_message())
             elif not adapter.owner_discovery and isinstance(inbound.source, str):
                 # Without owner discovery, the client asking for this thread's followers owns it.
-                await self._adopt_owner(link, inbound.source, "it asked for this thread's followers")
+                await self._adopt_owner(link, inbound.source, "another client asked for followers")
             else:
                 self._maybe_rediscover(link, inbound.source, "another client asked for followers")
         elif isinstance(inbound, adapter.ForeignState):

@@ -262,7 +262,7 @@ async def _version_bump_connect(rec: Recorder, sim: SimulatedOwner) -> None:
           no_owner=True)
 async def _no_owner(rec: Recorder, sim: SimulatedOwner) -> None:
     # Without owner discovery only following can tell, and it waits for the snapshot timeout.
-    await rec.call("connect", {} if p.OWNER_DISCOVERY in sim.request_versions else {"snapshot_timeout_s": 0.5})
+    await rec.call("connect", {"snapshot_timeout_s": 0.5})
 
 
 @scenario("probes", "client-discovery-request gets canHandle:false, a request gets no-handler-for-request")

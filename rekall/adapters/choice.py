@@ -1,0 +1,132 @@
+"""Which generation to speak, from evidence, never guessed. In this order:
+
+(a) the installed extension's own table (:mod:`rekall.adapters.bundles`): one known
+    generation matches every table read → that one. A table that matches none is refused,
+    with the differences named. Installs whose tables match different generations: those
+    are the candidates, and (b) must settle it.
+(b) how the owner answers owner discovery (:class:`~rekall.adapters.session.ThreadSession`
+    decides among the candidates on connect). The answer is remembered per router and
+    thread in this process, so the delay of a ``no-client-found`` is paid once.
+(c) ``REKALL_GENERATION``, when no installed table was read (test endpoints, or an
+    extension rekall cannot find). It never overrides a table that was read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import attrs
+
+from rekall.adapters import generations as gen
+from rekall.adapters import registry
+from rekall.adapters.bundles import Install, find_installs
+from rekall.adapters.contract import Adapter
+from rekall.adapters.ipc import behind_text
+from rekall.config import env_value
+from rekall.errors import InvalidInput
+
+GENERATION_VAR = "REKALL_GENERATION"
+
+
+@attrs.frozen
+class Choice:
+    """The generation to speak, or the candidates for the owner's answer, or a refusal."""
+
+    adapter: Adapter | None
+    candidates: tuple[Adapter, ...]
+    reason: str
+    installs: tuple[Install, ...] = ()
+    #: Set when rekall must not speak at all: the text says which side is behind.
+    refusal: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"generation": self.adapter.NAME if self.adapter is not None else None,
+                "candidates": [a.NAME for a in self.candidates], "reason": self.reason, "refusal": self.refusal,
+                "installs": [i.to_json() for i in self.installs]}
+
+
+def pinned(env: Mapping[str, str]) -> Adapter | None:
+    name = env_value(env, GENERATION_VAR)
+    if name is None:
+        return None
+    adapter = registry.adapter_named(name)
+    if adapter is None:
+        raise InvalidInput(f"{GENERATION_VAR}={name!r} names no known generation", field=GENERATION_VAR,
+                           hint=f"use one of {gen.known_names()}, or unset it (`rekall protocol` lists them)")
+    return adapter
+
+
+def refusal_for(install: Install) -> str | None:
+    """Why ``install``'s table cannot be spoken, saying which side is behind; ``None`` if it can."""
+    table = install.table
+    if table is None or gen.matching(table):
+        return None
+    shown = ", ".join(f"{m} {table[m]}" for m in gen.COMPARED_METHODS if m in table)
+    return f"{_refusal(install, table)} (table read from {install.path}: {shown})"
+
+
+def _refusal(install: Install, table: Mapping[str, int]) -> str:
+    subject = f"the installed extension ({install.version}) expects"
+    for method in gen.COMPARED_METHODS:
+        known = {g.base(method) for g in gen.GENERATIONS}
+        if method in table and table[method] not in known:
+            return behind_text(subject, method, table[method])
+    differences = "; ".join(f"{g.name}: {', '.join(gen.differences(table, g))}" for g in gen.GENERATIONS)
+    return (f"the installed extension's table ({install.version}, {install.path}) matches no generation rekall "
+            f"knows ({differences}): report the extension version")
+
+
+def choose(env: Mapping[str, str], *, write_cache: bool) -> Choice:
+    """Evidence (a) and (c); (b) happens on connect when ``adapter`` is ``None``."""
+    installs = tuple(find_installs(env, write_cache=write_cache))
+    pin = pinned(env)
+    read = [i for i in installs if i.table is not None]
+    for install in read:
+        if (refusal := refusal_for(install)) is not None:
+            return Choice(None, (), f"the table of {install.what} {install.version} ({install.path})", installs,
+                          refusal)
+    found = {g.name: g for i in read for g in gen.matching(i.table or {})}
+    described = ", ".join(f"{i.what} {i.version} ({_names(gen.matching(i.table or {}))})" for i in read)
+    if len(found) == 1:
+        adapter = _adapter(next(iter(found)))
+        if pin is not None and pin.NAME != adapter.NAME:
+            return Choice(None, (), "installed table", installs,
+                          f"{GENERATION_VAR}={pin.NAME} disagrees with the installed extension's table "
+                          f"({described}): unset {GENERATION_VAR}, or install the extension you meant")
+        return Choice(adapter, (), f"the installed extension's table matches it: {described}", installs)
+    if found:
+        candidates = tuple(_adapter(name) for name in found)
+        return Choice(None, candidates, f"installed extensions disagree ({described}); the owner's answer to "
+                                        "owner discovery decides", installs)
+    if pin is not None:
+        return Choice(pin, (), f"pinned by {GENERATION_VAR} (no installed extension table was read)", installs)
+    return Choice(None, registry.ADAPTERS, "no installed extension table was read; the owner's answer to owner "
+                                           "discovery decides", installs)
+
+
+def _adapter(name: str) -> Adapter:
+    adapter = registry.adapter_named(name)
+    assert adapter is not None  # every generation has an adapter
+    return adapter
+
+
+def _names(generations: Sequence[gen.Generation]) -> str:
+    return " and ".join(g.name for g in generations) or "no known generation"
+
+
+#: (b) remembered: (endpoint path, thread id) → (generation name, owner id, why).
+_ANSWERS: dict[tuple[str, str], tuple[str, str | None, str]] = {}
+
+
+def remembered(endpoint: str, thread_id: str, candidates: Sequence[Adapter]) -> tuple[Adapter, str] | None:
+    entry = _ANSWERS.get((endpoint, thread_id))
+    if entry is None:
+        return None
+    name, owner, why = entry
+    adapter = next((a for a in candidates if a.NAME == name), None)
+    return (adapter, f"{why} (remembered for owner {owner})") if adapter is not None else None
+
+
+def remember(endpoint: str, thread_id: str, generation: str, owner: str | None, why: str) -> None:
+    _ANSWERS[(endpoint, thread_id)] = (generation, owner, why)
