@@ -189,6 +189,12 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     return run_doctor(as_json=args.json)
 
 
+def cmd_protocol(args: argparse.Namespace) -> int:
+    from rekall.adapters.report import run_protocol
+
+    return run_protocol(as_json=args.json)
+
+
 def cmd_sim(args: argparse.Namespace) -> int:
     from rekall.sim.cli import run_sim
 
@@ -260,6 +266,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--older-than", metavar="DAYS", help="only jobs that ended at least DAYS days ago")
     p.add_argument("--keep", metavar="N", help="keep the N newest jobs of each thread")
     p.add_argument("--dry-run", action="store_true", help="list what would be removed, remove nothing")
+
+    _add(sub, "protocol", cmd_protocol, "show the IPC generations rekall knows and the installed extension's table")
 
     p = _add(sub, "sim", cmd_sim, "run the simulated extension owner for manual use")
     p.add_argument("--socket", help="Unix socket path to listen on (default: a private temp dir)")

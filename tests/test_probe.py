@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from rekall.sim import protocol as p
 from rekall.sim import start_sim_in_thread
 from tests.codexkit import real_codex
 from tests.test_doctor import EXTENSION_VERSION, fake_extension, wrapping
@@ -51,11 +52,13 @@ def test_probe_reports_the_owner_the_connection_and_the_headroom_now() -> None:
     assert result["endpoint"] == {"kind": "test", "path": socket_path, "note": "from REKALL_PIPE",
                                   "peerCheck": f"uid {os.geteuid()} matches ours"}
     assert result["adapter"] == "26.9xx"
-    assert result["methodVersions"] == {"initialize": 0, "thread-owner-discovery": 1,
-                                        "thread-stream-following-changed": 1, "thread-stream-state-changed": 11,
-                                        "thread-stream-following-status-requested": 1,
-                                        "thread-follower-compact-thread": 2, "thread-follower-start-turn": 3}
-    assert result["observedVersions"] == {"thread-stream-state-changed": [11]}
+    # As the simulated build's own table says (follower requests carry hostId: base + 1).
+    table = p.TABLES[p.DEFAULT_GENERATION]
+    for method, version in result["methodVersions"].items():
+        assert version == p.accepted_version(table, method, {"hostId": "local"}), method
+    assert {p.COMPACT, p.START_TURN, p.OWNER_DISCOVERY} <= result["methodVersions"].keys()
+    assert result["observedVersions"] == {p.STATE_CHANGED: [table[p.STATE_CHANGED]]}
+    assert "the owner answered thread-owner-discovery" in result["generationReason"]
     assert (result["runtimeStatus"], result["idle"], result["busyReason"]) == ("idle", True, None)
     assert result["latestUserTurnStopped"] is False and result["completedCompactions"] == 1
     assert (result["contextTokens"], result["modelContextWindow"]) == (90000, 100000)

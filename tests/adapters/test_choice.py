@@ -1,0 +1,208 @@
+"""Choosing the generation from evidence: the installed extension's table, the owner's answer,
+``REKALL_GENERATION``; never a guess. Tables come from the simulator's copy (tests/support/bundles)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rekall.adapters import bundles
+from rekall.adapters import choice as evidence
+from rekall.adapters.extension import ExtensionIpc, check_extension
+from rekall.adapters.generations import GENERATIONS
+from rekall.errors import InvalidInput
+from rekall.sim import SimulatedOwner, start_sim_in_thread
+from rekall.sim import protocol as p
+from tests.support.bundles import build_table, install_extension, minified
+
+#: A compact version newer than any generation rekall or the simulator knows.
+NEWER_COMPACT = max([g.base_versions[p.COMPACT] for g in GENERATIONS] + [t[p.COMPACT] for t in p.TABLES.values()]) + 2
+
+
+def env_for(home: Path, **extra: str) -> dict[str, str]:
+    return {"HOME": str(home), "PATH": "/usr/bin:/bin", **extra}
+
+
+# --- reading a bundle ---------------------------------------------------------------------
+
+
+def test_the_table_is_read_from_minified_javascript_as_data():
+    table = build_table("26.721")
+    assert bundles.tables_in(minified(table).encode()) == [table]
+
+
+@pytest.mark.parametrize("script", [
+    '{"thread-stream-state-changed":1+1,"x":2}',  # an expression: nothing is evaluated
+    '{"thread-stream-state-changed":n,"x":2}',
+    '{"thread-stream-state-changed":11,f:function(){}}',
+    '"thread-stream-state-changed":11}',  # no opening brace
+])
+def test_anything_but_a_literal_of_names_and_integers_is_no_table(script):
+    assert bundles.tables_in(script.encode()) == []
+
+
+def test_reading_a_bundle_stops_at_the_bound(tmp_path, monkeypatch):
+    monkeypatch.setattr(bundles, "MAX_SCAN_BYTES", 64 * 1024)
+    monkeypatch.setattr(bundles, "_CHUNK", 16 * 1024)
+    script = tmp_path / "big.js"
+    table = build_table("26.9xx")
+    script.write_bytes(b"/*" + b"x" * (80 * 1024) + b"*/" + minified(table).encode())
+    assert bundles.scan_file(script) == []
+    monkeypatch.setattr(bundles, "MAX_SCAN_BYTES", 256 * 1024)
+    assert bundles.scan_file(script) == [table]  # across chunk boundaries too
+
+
+def test_a_read_only_look_never_creates_the_cache_but_uses_one_that_exists(tmp_path, monkeypatch):
+    home = tmp_path / "home"
+    install_extension(home, "26.721.41059", build_table("26.721"))
+    cache = home / ".cache" / "rekall" / bundles.CACHE_NAME
+    assert evidence.choose(env_for(home), write_cache=False).adapter.NAME == "26.721"
+    assert not cache.exists()
+    assert evidence.choose(env_for(home), write_cache=True).adapter.NAME == "26.721"
+    assert cache.exists() and (cache.stat().st_mode & 0o777) == 0o600
+
+    def no_reading(path):
+        raise AssertionError(f"read {path} again although the cache knows it")
+
+    monkeypatch.setattr(bundles, "scan_file", no_reading)
+    assert evidence.choose(env_for(home), write_cache=False).adapter.NAME == "26.721"
+
+
+def test_an_unreadable_or_tableless_bundle_is_an_amber_row(tmp_path):
+    home = tmp_path / "home"
+    install_extension(home, "26.999.1", None)
+    row = check_extension(env_for(home))
+    assert row.level == "AMBER" and "26.999.1" in row.detail and "no method table" in row.detail
+
+
+# --- the order of evidence ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("generation", sorted(p.TABLES))
+def test_the_installed_table_chooses_its_generation(tmp_path, generation):
+    home = tmp_path / "home"
+    install_extension(home, "26.1.1", build_table(generation))
+    chosen = evidence.choose(env_for(home), write_cache=False)
+    assert chosen.adapter.NAME == generation and chosen.refusal is None
+    assert "installed extension's table matches it" in chosen.reason
+
+
+def test_a_pin_never_overrides_an_installed_table(tmp_path):
+    home = tmp_path / "home"
+    install_extension(home, "26.721.41059", build_table("26.721"))
+    chosen = evidence.choose(env_for(home, REKALL_GENERATION="26.9xx"), write_cache=False)
+    assert chosen.adapter is None and "REKALL_GENERATION=26.9xx disagrees" in chosen.refusal
+
+
+def test_the_pin_is_used_when_no_table_was_read_and_an_unknown_pin_is_refused(tmp_path):
+    home = tmp_path / "home"
+    home.mkdir()
+    chosen = evidence.choose(env_for(home, REKALL_GENERATION="26.721"), write_cache=False)
+    assert chosen.adapter.NAME == "26.721" and "pinned by REKALL_GENERATION" in chosen.reason
+    with pytest.raises(InvalidInput) as caught:
+        evidence.choose(env_for(home, REKALL_GENERATION="27.1"), write_cache=False)
+    assert caught.value.field == "REKALL_GENERATION" and "26.721" in caught.value.hint
+
+
+def test_installs_that_disagree_are_named_and_the_owners_answer_settles_them(tmp_path):
+    home = tmp_path / "home"
+    install_extension(home, "26.901.1", build_table("26.9xx"))
+    install_extension(home, "26.721.2", build_table("26.721"), folder=".vscode-insiders/extensions")
+    env = env_for(home)
+    chosen = evidence.choose(env, write_cache=False)
+    assert chosen.adapter is None and sorted(a.NAME for a in chosen.candidates) == ["26.721", "26.9xx"]
+    assert "VS Code 26.901.1 (26.9xx)" in chosen.reason and "VS Code Insiders 26.721.2 (26.721)" in chosen.reason
+
+    async def observe():
+        async with SimulatedOwner(generation="26.721") as sim:
+            snapshot = await ExtensionIpc({**env, **sim.env}).observe(sim.thread_id, request_timeout_s=5)
+            return snapshot.details
+
+    import anyio
+    details = anyio.run(observe)
+    assert details["adapter"] == "26.721"
+    assert "installed extensions disagree" in details["generationReason"]
+    assert "no-client-found" in details["generationReason"] and "answered following" in details["generationReason"]
+
+
+@pytest.mark.anyio
+async def test_the_owners_answer_is_remembered_so_the_delay_is_paid_once(tmp_path):
+    home = tmp_path / "home"
+    home.mkdir()
+    async with SimulatedOwner(generation="26.721", discovery_delay_s=0.3) as sim:
+        platform = ExtensionIpc({**env_for(home), **sim.env})
+        first = await platform.observe(sim.thread_id, request_timeout_s=5)
+        second = await platform.observe(sim.thread_id, request_timeout_s=5)
+        assert first.details["adapter"] == second.details["adapter"] == "26.721"
+        assert len(sim.routed_for(p.OWNER_DISCOVERY)) == 1
+        assert "remembered for owner" in second.details["generationReason"]
+
+
+# --- refusing an unknown table --------------------------------------------------------------
+
+
+def test_a_table_newer_than_rekall_says_update_rekall_and_one_older_says_update_the_extension(tmp_path):
+    newer, older = tmp_path / "newer", tmp_path / "older"
+    install_extension(newer, "26.1201.3", build_table("26.9xx", thread_follower_compact_thread=NEWER_COMPACT))
+    install_extension(older, "26.101.1", build_table("26.9xx", thread_follower_compact_thread=0))
+    ahead = evidence.choose(env_for(newer), write_cache=False).refusal
+    behind = evidence.choose(env_for(older), write_cache=False).refusal
+    assert ahead.startswith(f"the installed extension (26.1201.3) expects thread-follower-compact-thread at base "
+                            f"version {NEWER_COMPACT}; rekall ")
+    assert ": update rekall (table read from" in ahead
+    assert "older than any generation rekall knows" in behind and ": update the extension (table read" in behind
+
+
+def test_a_mix_of_known_versions_matching_no_generation_names_the_differences(tmp_path):
+    home = tmp_path / "home"
+    mixed = build_table("26.9xx")
+    mixed[p.START_TURN] = p.TABLES["26.721"][p.START_TURN]
+    install_extension(home, "26.800.1", mixed)
+    refusal = evidence.choose(env_for(home), write_cache=False).refusal
+    assert "matches no generation rekall knows" in refusal
+    for generation in GENERATIONS:
+        assert f"{generation.name}: " in refusal
+
+
+def _cli(verb: str, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("REKALL_", "CONTEXT_COMPACT_", "CODEX_"))}
+    return subprocess.run([sys.executable, "-m", "rekall", verb, *args], env={**clean, **env, "COLUMNS": "200"},
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_doctor_and_probe_name_the_extension_its_table_and_the_refusal_and_send_nothing(tmp_path):
+    home = tmp_path / "home"
+    install_extension(home, "26.1201.3", build_table("26.9xx", thread_follower_compact_thread=NEWER_COMPACT))
+    with start_sim_in_thread() as sim:
+        env = {**env_for(home), **sim.env, "REKALL_JOBS_DIR": str(tmp_path / "jobs")}
+        probed = _cli("probe", env, sim.thread_id, "--json")
+        doctor = _cli("doctor", {**env, "CODEX_THREAD_ID": sim.thread_id}, "--json")
+        assert sim.call(lambda owner: [r.method for r in owner.routed if r.method != p.INITIALIZE]) == []
+    expected = (f"the installed extension (26.1201.3) expects thread-follower-compact-thread at base version "
+                f"{NEWER_COMPACT};")
+    table_text = f"thread-follower-compact-thread {NEWER_COMPACT}"
+    assert probed.returncode != 0
+    assert expected in probed.stdout + probed.stderr and table_text in probed.stdout + probed.stderr
+    rows = {row["name"]: row for row in json.loads(doctor.stdout)["rows"]}
+    assert rows["extension_protocol"]["level"] == "RED"
+    assert expected in rows["extension_protocol"]["detail"] and table_text in rows["extension_protocol"]["detail"]
+    assert "update rekall" in rows["extension_protocol"]["detail"]
+    assert rows["owner"]["level"] == "RED" and expected in rows["owner"]["detail"]
+
+
+def test_the_protocol_verb_lists_the_generations_and_the_installed_tables_differences(tmp_path):
+    home = tmp_path / "home"
+    install_extension(home, "26.1201.3", build_table("26.9xx", thread_follower_compact_thread=NEWER_COMPACT))
+    done = _cli("protocol", env_for(home))
+    assert done.returncode == 1
+    for generation in GENERATIONS:
+        assert f"  {generation.name} ({generation.builds}): " in done.stdout
+        assert (f"{p.COMPACT}: base {NEWER_COMPACT} in the table, "
+                f"base {generation.base_versions[p.COMPACT]} in {generation.name}") in done.stdout
+    assert "Installed: VS Code 26.1201.3 at " in done.stdout and "Refused: the installed extension" in done.stdout
+    assert not (home / ".cache").exists()
