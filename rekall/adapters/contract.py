@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 from rekall.adapters import messages as m
 from rekall.adapters.errors import Delivery
+from rekall.adapters.generations import Generation
 from rekall.thread.layout import Layout
 
 
@@ -47,6 +48,9 @@ class Adapter(Protocol):
     #: Whether the generation has ``thread-owner-discovery`` (else the owner is who answers a follow).
     @property
     def owner_discovery(self) -> bool: ...
+    #: The record everything above is derived from.
+    @property
+    def generation(self) -> Generation: ...
 
     # The inbound records, re-exported from rekall.adapters.messages.
     @property

@@ -13,17 +13,7 @@ from typing import Any
 from rekall import __version__
 from rekall.adapters import generations as gen
 from rekall.adapters.errors import Delivery, HandshakeFailed, NoOwner, RequestFailed, VersionMismatch
-from rekall.adapters.messages import (
-    FollowStatusRequested,
-    ForeignState,
-    Ignored,
-    Inbound,
-    Reply,
-    Response,
-    StartedTurn,
-    StateChange,
-    UnknownVersion,
-)
+from rekall.adapters import messages as m
 from rekall.thread.layout import Layout
 
 HOST_ID = "local"
@@ -48,8 +38,9 @@ def behind_text(subject: str, method: str, seen: Any) -> str:
     """Which side is behind, when ``subject`` uses ``method`` at base version ``seen``.
 
     ``subject`` reads like "the installed extension (26.1201.3) expects" or "the extension sent"."""
-    having = [g for g in gen.GENERATIONS if g.base(method) is not None]
-    known = sorted({g.base(method) for g in having if g.base(method) is not None})
+    bases = {g.name: base for g in gen.GENERATIONS if (base := g.base(method)) is not None}
+    having = [g for g in gen.GENERATIONS if g.name in bases]
+    known = sorted(set(bases.values()))
     names = " and ".join(g.name for g in having) or "none"
     noun = "generation" if len(having) == 1 else "generations"
     knows = f"rekall {__version__} knows base {'/'.join(map(str, known)) or 'none'} ({noun} {names})"
@@ -73,14 +64,15 @@ class IpcAdapter:
     STATE_CHANGED = gen.STATE_CHANGED
     COMPACT = gen.COMPACT
     START_TURN = gen.START_TURN
-    Response = Response
-    StateChange = StateChange
-    UnknownVersion = UnknownVersion
-    FollowStatusRequested = FollowStatusRequested
-    ForeignState = ForeignState
-    Reply = Reply
-    Ignored = Ignored
-    StartedTurn = StartedTurn
+    # The inbound records (shared by every generation), so the session classifies through the adapter.
+    Response = m.Response
+    StateChange = m.StateChange
+    UnknownVersion = m.UnknownVersion
+    FollowStatusRequested = m.FollowStatusRequested
+    ForeignState = m.ForeignState
+    Reply = m.Reply
+    Ignored = m.Ignored
+    StartedTurn = m.StartedTurn
 
     def __init__(self, generation: gen.Generation) -> None:
         self.generation = generation
@@ -174,51 +166,51 @@ class IpcAdapter:
 
     # --- incoming ---------------------------------------------------------------------
 
-    def classify(self, message: Any, *, thread_id: str, owner_id: str | None) -> Inbound:
+    def classify(self, message: Any, *, thread_id: str, owner_id: str | None) -> m.Inbound:
         """What an incoming message means for a follower of ``thread_id`` owned by ``owner_id``."""
         if not isinstance(message, dict):
-            return Ignored("not an object")
+            return m.Ignored("not an object")
         kind = message.get("type")
         if kind == "response":
             request_id = message.get("requestId")
             if not isinstance(request_id, str):
-                return Ignored("response without requestId")
+                return m.Ignored("response without requestId")
             ok = message.get("resultType") == "success"
             error = message.get("error")
             handled_by = message.get("handledByClientId")
-            return Response(request_id, ok, message.get("result"),
+            return m.Response(request_id, ok, message.get("result"),
                             None if ok else (error if isinstance(error, str) and error else "request-failed"),
                             handled_by if isinstance(handled_by, str) else None, message)
         if kind == "client-discovery-request":
-            return Reply(self.discovery_response(message.get("requestId")), "client-discovery-request")
+            return m.Reply(self.discovery_response(message.get("requestId")), "client-discovery-request")
         if kind == "request":
-            return Reply(self.no_handler_response(message.get("requestId")), f"request {message.get('method')!r}")
+            return m.Reply(self.no_handler_response(message.get("requestId")), f"request {message.get('method')!r}")
         if kind != "broadcast":
-            return Ignored(f"unknown message type {kind!r}")
+            return m.Ignored(f"unknown message type {kind!r}")
         method, params = message.get("method"), message.get("params")
         if not isinstance(method, str):
-            return Ignored("broadcast without a method name")
+            return m.Ignored("broadcast without a method name")
         if not isinstance(params, dict) or params.get("conversationId") != thread_id:
-            return Ignored("broadcast for another conversation")
+            return m.Ignored("broadcast for another conversation")
         if params.get("hostId") != HOST_ID:
-            return Ignored(f"broadcast for host {params.get('hostId')!r}")
+            return m.Ignored(f"broadcast for host {params.get('hostId')!r}")
         source = message.get("sourceClientId")
         from_owner = owner_id is not None and source == owner_id
         version = message.get("version")
         if method in self._broadcasts and version != self._broadcasts[method]:
-            return UnknownVersion(method, version, from_owner)
+            return m.UnknownVersion(method, version, from_owner)
         if method == gen.STATE_CHANGED:
-            return StateChange(params.get("change")) if from_owner else ForeignState(source, params.get("change"))
+            return m.StateChange(params.get("change")) if from_owner else m.ForeignState(source, params.get("change"))
         if method == gen.FOLLOWING_STATUS_REQUESTED:
-            return FollowStatusRequested(source)
-        return Ignored(f"broadcast {method!r}")
+            return m.FollowStatusRequested(source)
+        return m.Ignored(f"broadcast {method!r}")
 
     def protocol_changed_text(self, method: str, version: Any) -> str:
         return behind_text("the extension sent", method, version)
 
     # --- interpreting results ---------------------------------------------------------
 
-    def client_id_from(self, response: Response) -> str:
+    def client_id_from(self, response: m.Response) -> str:
         result = response.result
         client_id = result.get("clientId") if isinstance(result, dict) else None
         if not response.ok or not isinstance(client_id, str) or not client_id:
@@ -226,7 +218,7 @@ class IpcAdapter:
                                   hint="the router did not accept us; reload the VS Code window and try again")
         return client_id
 
-    def owner_from(self, response: Response, thread_id: str) -> str:
+    def owner_from(self, response: m.Response, thread_id: str) -> str:
         if not response.ok:
             if response.error == "no-client-found":
                 raise NoOwner(f"no client owns thread {thread_id} (no-client-found)",
@@ -242,13 +234,13 @@ class IpcAdapter:
                           hint="open the thread in the Codex extension; never guess an owner")
         return response.handled_by
 
-    def check_compact_ack(self, response: Response) -> None:
+    def check_compact_ack(self, response: m.Response) -> None:
         result = response.result
         if not (isinstance(result, dict) and result.get(self.generation.compact_ack_field) is True):
             raise _bad_ack(gen.COMPACT, f"acknowledgement lacks {self.generation.compact_ack_field}:true "
                                         f"(got {_short(result)})")
 
-    def started_turn_from(self, response: Response) -> StartedTurn:
+    def started_turn_from(self, response: m.Response) -> m.StartedTurn:
         turn: Any = response.result
         for key in self.generation.turn_path:
             turn = turn.get(key) if isinstance(turn, dict) else None
@@ -256,7 +248,7 @@ class IpcAdapter:
         status = turn.get("status") if isinstance(turn, dict) else None
         if not (isinstance(turn_id, str) and turn_id) or status not in STARTED_TURN_STATUSES:
             raise _bad_ack(gen.START_TURN, f"no started turn in the acknowledgement (got {_short(response.result)})")
-        return StartedTurn(turn_id, status)
+        return m.StartedTurn(turn_id, status)
 
 
 def _bad_ack(method: str, detail: str) -> RequestFailed:

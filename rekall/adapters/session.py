@@ -401,7 +401,8 @@ class ThreadSession:
             delivery = self._adapter.delivery_of(response.error)
             version_doubt = self._version_doubt(method, response.error)
             if version_doubt is not None:
-                raise RequestFailed(f"{method} failed: {response.error}; {version_doubt}", code=response.error,
+                raise RequestFailed(f"{method} failed: {response.error}; {version_doubt}; run `rekall protocol` "
+                                    "to compare the extension's table with rekall's", code=response.error,
                                     delivery=delivery, method=method,
                                     hint="the owner did not act on it; run `rekall protocol` to compare the "
                                          "extension's table with rekall's before scheduling again")
@@ -413,11 +414,11 @@ class ThreadSession:
 
     def _version_doubt(self, method: str, error: str) -> str | None:
         """What a refusal says about versions: a mismatch, or (routed by discovery) possibly one."""
-        generation = getattr(self._adapter, "generation", None)
-        targeted = generation is None or generation.follower_envelope_host_id
+        generation = self._adapter.generation
+        targeted = generation.follower_envelope_host_id
         if error == "request-version-mismatch" or (error == "no-client-found" and not targeted):
             sent = self._adapter.METHOD_VERSIONS.get(method)
-            base = generation.base(method) if generation is not None else None
+            base = generation.base(method)
             how = (f"sent at version {sent} (base {base} + 1 for the envelope hostId)" if targeted and base != sent
                    else f"sent at version {sent} (the base version)")
             what = "the extension expects another version" if error == "request-version-mismatch" else (

@@ -159,10 +159,29 @@ async def test_each_router_error_is_classified_for_both_commands(method, error, 
 @pytest.mark.anyio
 async def test_a_request_version_the_router_rejects_is_not_delivered():
     async with SimulatedOwner() as sim, await connect_thread(sim.thread_id, env=sim.env) as session:
-        sim.request_versions[COMPACT] = 3  # the extension moved on
+        sim.request_versions[COMPACT] += 2  # the extension moved on
         with pytest.raises(RequestFailed) as caught:
             await session.compact()
         assert (caught.value.code, caught.value.delivery) == ("request-version-mismatch", "not_delivered")
+        sent = sim.routed_for(COMPACT)[0].envelope["version"]
+        # Says the version sent and its base, carries the next step, and never "safe to schedule again".
+        assert f"sent at version {sent} (base {sent - 1} + 1 for the envelope hostId), generation 26.9xx" in (
+            caught.value.message)
+        assert "rekall protocol" in caught.value.message and "safe" not in caught.value.hint
+
+
+@pytest.mark.anyio
+async def test_without_owner_discovery_a_refused_follower_request_may_be_a_version_mismatch():
+    async with SimulatedOwner(generation="26.721") as sim, await connect_thread(sim.thread_id, env=sim.env) as session:
+        assert session.adapter == "26.721"
+        sim.request_versions[COMPACT] += 1
+        with pytest.raises(RequestFailed) as caught:
+            await session.compact()
+        assert (caught.value.code, caught.value.delivery) == ("no-client-found", "not_delivered")
+        sent = sim.routed_for(COMPACT)[0].envelope["version"]
+        assert f"sent at version {sent} (the base version), generation 26.721" in caught.value.message
+        assert "either no client owns the thread now or the extension expects another version" in caught.value.message
+        assert "safe" not in caught.value.hint and sim.compact_requests == []
 
 
 @pytest.mark.anyio

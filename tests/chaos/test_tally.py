@@ -29,6 +29,7 @@ def test_requests_the_router_refuses_count_in_the_duplicate_ledger(tmp_path: Pat
         job.schedule()
         end = job.finish()
         assert (end["state"], end["errorCode"]) == ("failed", "request-version-mismatch")
+        assert "the extension expects another version" in end["error"] and "rekall protocol" in end["error"]
         assert job.sim.call(lambda owner: len(owner.compact_requests)) == 0  # the owner never saw it
         assert job.job_counts() == (1, 0) and audit(job).compact_requests == 1
 
