@@ -206,3 +206,15 @@ def test_the_protocol_verb_lists_the_generations_and_the_installed_tables_differ
                 f"base {generation.base_versions[p.COMPACT]} in {generation.name}") in done.stdout
     assert "Installed: VS Code 26.1201.3 at " in done.stdout and "Refused: the installed extension" in done.stdout
     assert not (home / ".cache").exists()
+
+
+def test_the_behind_messages_in_the_docs_are_what_rekall_prints():
+    from rekall.adapters.ipc import behind_text
+    from tests.pluginkit import REPO_ROOT
+
+    doc = (REPO_ROOT / "docs" / "adapters.md").read_text(encoding="utf-8")
+    shown = [line.strip() for line in doc.splitlines() if line.startswith("    the installed extension (")]
+    assert len(shown) == 2
+    for line, version in zip(shown, ("26.1201.3", "26.101.1"), strict=True):
+        seen = int(line.split(" at base version ")[1].split(";")[0].split(",")[0])
+        assert line == behind_text(f"the installed extension ({version}) expects", p.COMPACT, seen)
