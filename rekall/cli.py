@@ -6,22 +6,25 @@ defaults to ``CODEX_THREAD_ID`` and is never guessed.
 
 Handlers are thin: they parse, call the shared service layer (the same one the MCP tools
 use), and print. Imports of heavier modules happen inside the handlers so that
-``rekall status`` starts fast.
+``rekall status`` starts fast: a handler imports its printer (rich) only after ``--json``
+has been ruled out.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import logging
 import os
 import re
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from rekall.errors import RekallError, UsageError, as_rekall_error
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -30,7 +33,7 @@ def _print_json(value: Any) -> None:
     sys.stdout.write(json.dumps(value, indent=2, ensure_ascii=False, default=str) + "\n")
 
 
-def _console():
+def _console() -> Console:
     from rich.console import Console
 
     return Console()
@@ -58,18 +61,23 @@ def for_terminal(text: str) -> str:
     return _TOOL_NAME.sub(lambda match: _TOOL_VERBS[match[1]], text)
 
 
-def _emit(args: argparse.Namespace, value: Any, show: str) -> int:
-    """JSON for scripts with ``--json``, else ``module:function(value, console)`` for people.
-
-    The printer is named, not imported, so that ``--json`` never loads rich.
-    """
+def _worded(value: Any) -> Any:
+    """``value`` with its ``message`` worded for a terminal (CLI verbs instead of MCP tool names)."""
     if isinstance(value, dict) and isinstance(value.get("message"), str):
-        value = {**value, "message": for_terminal(value["message"])}
+        return {**value, "message": for_terminal(value["message"])}
+    return value
+
+
+def _emitted_json(args: argparse.Namespace, value: Any) -> bool:
+    """With ``--json``, print ``value`` for scripts and say so. Otherwise the handler imports its
+    printer (so that ``--json`` never loads rich) and calls it with :func:`_show`."""
     if args.json:
         _print_json(value)
-    else:
-        module, _, name = show.partition(":")
-        getattr(importlib.import_module(module), name)(value, _console())
+    return bool(args.json)
+
+
+def _show(printer: Callable[[Any, Console], None], value: Any) -> int:
+    printer(value, _console())
     return 0
 
 
@@ -89,8 +97,12 @@ def cmd_explain(args: argparse.Namespace) -> int:
     from rekall.idprefix import resolve_job_or_thread
     from rekall.store import JobStore
 
-    wanted = resolve_job_or_thread(args.job)
-    return _emit(args, build_explanation(JobStore.open_reader(), wanted), "rekall.explain:print_explanation")
+    explanation = _worded(build_explanation(JobStore.open_reader(), resolve_job_or_thread(args.job)))
+    if _emitted_json(args, explanation):
+        return 0
+    from rekall.explain import print_explanation
+
+    return _show(print_explanation, explanation)
 
 
 def cmd_history(args: argparse.Namespace) -> int:
@@ -118,8 +130,12 @@ def cmd_prune(args: argparse.Namespace) -> int:
     from rekall.store.prune import check_rules, prune
 
     older_than, keep = check_rules(args.older_than, args.keep)
-    result = prune(JobStore.open_reader(), older_than=older_than, keep=keep, dry_run=args.dry_run)
-    return _emit(args, result, "rekall.history:print_prune")
+    result = _worded(prune(JobStore.open_reader(), older_than=older_than, keep=keep, dry_run=args.dry_run))
+    if _emitted_json(args, result):
+        return 0
+    from rekall.history import print_prune
+
+    return _show(print_prune, result)
 
 
 def cmd_probe(args: argparse.Namespace) -> int:
@@ -127,7 +143,12 @@ def cmd_probe(args: argparse.Namespace) -> int:
 
     from rekall import service
 
-    return _emit(args, asyncio.run(service.probe(_thread_arg(args))), "rekall.render:print_probe")
+    result = _worded(asyncio.run(service.probe(_thread_arg(args))))
+    if _emitted_json(args, result):
+        return 0
+    from rekall.render import print_probe
+
+    return _show(print_probe, result)
 
 
 def cmd_schedule(args: argparse.Namespace) -> int:
@@ -137,7 +158,12 @@ def cmd_schedule(args: argparse.Namespace) -> int:
     from rekall.store import read_handoff_file
 
     handoff = read_handoff_file(args.handoff) if args.handoff else None
-    return _emit(args, asyncio.run(service.schedule(_thread_arg(args), handoff)), "rekall.render:print_scheduled")
+    result = _worded(asyncio.run(service.schedule(_thread_arg(args), handoff)))
+    if _emitted_json(args, result):
+        return 0
+    from rekall.render import print_scheduled
+
+    return _show(print_scheduled, result)
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -146,7 +172,12 @@ def cmd_status(args: argparse.Namespace) -> int:
 
     thread = resolve_thread(_thread_arg(args))
     if not args.watch:
-        return _emit(args, service.status(thread), "rekall.render:print_job")
+        status = _worded(service.status(thread))
+        if _emitted_json(args, status):
+            return 0
+        from rekall.render import print_job
+
+        return _show(print_job, status)
     from rekall.render import watch_exit_status, watch_job
 
     result = watch_job(lambda: service.status_with_trail(thread), _console(), quiet=args.json)
@@ -162,7 +193,12 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     own_thread, job = resolve_job(args.job)
     # An explicit --thread wins; else the job's own thread (a fact from its journal, not a guess).
     thread = resolve_thread(args.thread) if args.thread else own_thread or _thread_arg(args)
-    return _emit(args, service.cancel(thread, job), "rekall.render:print_cancelled")
+    result = _worded(service.cancel(thread, job))
+    if _emitted_json(args, result):
+        return 0
+    from rekall.render import print_cancelled
+
+    return _show(print_cancelled, result)
 
 
 def cmd_mcp(args: argparse.Namespace) -> int:
@@ -184,9 +220,17 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
-    from rekall.doctor import run_doctor
+    """Exits 1 when any row is RED."""
+    import asyncio
 
-    return run_doctor(as_json=args.json)
+    from rekall.doctor import diagnose
+
+    report = asyncio.run(diagnose())
+    if not _emitted_json(args, report.to_json()):
+        from rekall.render import print_report
+
+        _show(print_report, report)
+    return 1 if report.verdict == "RED" else 0
 
 
 def cmd_protocol(args: argparse.Namespace) -> int:

@@ -21,7 +21,7 @@ Rows, in the order a problem in one makes the next meaningless:
 
 Each row is GREEN, AMBER (works, but look) or RED (rekall cannot work, or must not), with a
 one-line hint whenever it is not GREEN. The verdict is the worst row; ``rekall doctor`` exits
-1 on RED. The doctor changes nothing: it does not create or tighten the jobs directory and does
+1 on RED. This module makes the checks; ``rekall.render.print_report`` prints them for people. The doctor changes nothing: it does not create or tighten the jobs directory and does
 not reap stale locks (``rekall status`` does that); the only files it writes are the schema
 cache that ``probe`` and ``schedule`` also use, and a probe file it removes at once.
 """
@@ -52,8 +52,6 @@ from rekall.platform import Level, Row, platform_for
 from rekall.transports.endpoint import override_endpoint
 
 _RANK: dict[str, int] = {"GREEN": 0, "AMBER": 1, "RED": 2}
-_STYLE = {"GREEN": "bold green", "AMBER": "bold yellow", "RED": "bold red"}
-
 
 
 @attrs.frozen
@@ -317,32 +315,3 @@ async def diagnose(env: Mapping[str, str] | None = None) -> Report:
         lock_root = resolve_lock_dir(env)
         rows += [jobs_row, check_locks(root, lock_root), check_workers(root, lock_root)]
     return Report(tuple(rows))
-
-
-def print_report(report: Report, console: Any) -> None:
-    """One block per concern: its level and name, then the detail and the next step, wrapped
-    between words (a table's narrow columns would cut paths and words at 80 columns)."""
-    from rich.padding import Padding
-    from rich.text import Text
-
-    console.print(Text("rekall doctor", style="bold"))
-    for row in report.rows:
-        console.print(Text.assemble(Text(f"{row.level:<6}", style=_STYLE[row.level]), Text(row.name, style="bold")))
-        console.print(Padding(Text(row.detail), (0, 0, 0, 6)))
-        if row.hint:
-            console.print(Padding(Text("next: " + row.hint, style="dim"), (0, 0, 0, 6)))
-    console.print(Text.assemble("verdict: ", Text(report.verdict, style=_STYLE[report.verdict])))
-
-
-def run_doctor(as_json: bool, *, env: Mapping[str, str] | None = None, console: Any = None) -> int:
-    """The ``rekall doctor`` verb: 1 when any row is RED, else 0."""
-    import json
-
-    report = asyncio.run(diagnose(env))
-    if as_json:
-        sys.stdout.write(json.dumps(report.to_json(), indent=2, ensure_ascii=False) + "\n")
-    else:
-        from rich.console import Console
-
-        print_report(report, console or Console())
-    return 1 if report.verdict == "RED" else 0

@@ -1,9 +1,9 @@
-"""Readable output for people: probe results, job status, and the live status view."""
+"""Readable output for people: probe results, job status, the live status view, and the doctor's report."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
 from rich.live import Live
@@ -13,6 +13,9 @@ from rich.text import Text
 
 from rekall.states import SUCCESSFUL_END_STATES, TERMINAL_STATES
 from rekall.store.replay import ended_at
+
+if TYPE_CHECKING:
+    from rekall.doctor import Report
 
 _STATE_STYLE = {
     "resumed": "bold green",
@@ -260,5 +263,23 @@ def watch_exit_status(job: Mapping[str, Any]) -> int:
     return 1 if state in UNSUCCESSFUL_STATES or not ended else 0
 
 
-__all__ = ["Fields", "job_table", "print_cancelled", "print_job", "print_probe", "print_scheduled", "state_text",
-           "watch_exit_status", "watch_job"]
+# --- the doctor's report ------------------------------------------------------------------
+
+_LEVEL_STYLE = {"GREEN": "bold green", "AMBER": "bold yellow", "RED": "bold red"}
+
+
+def print_report(report: Report, console: Console) -> None:
+    """One block per concern: its level and name, then the detail and the next step, wrapped
+    between words (a table's narrow columns would cut paths and words at 80 columns)."""
+    console.print(Text("rekall doctor", style="bold"))
+    for row in report.rows:
+        console.print(Text.assemble(Text(f"{row.level:<6}", style=_LEVEL_STYLE[row.level]),
+                                    Text(row.name, style="bold")))
+        console.print(Padding(Text(row.detail), (0, 0, 0, 6)))
+        if row.hint:
+            console.print(Padding(Text("next: " + row.hint, style="dim"), (0, 0, 0, 6)))
+    console.print(Text.assemble("verdict: ", Text(report.verdict, style=_LEVEL_STYLE[report.verdict])))
+
+
+__all__ = ["Fields", "job_table", "print_cancelled", "print_job", "print_probe", "print_report", "print_scheduled",
+           "state_text", "watch_exit_status", "watch_job"]

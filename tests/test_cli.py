@@ -212,3 +212,38 @@ def test_the_cli_names_its_own_verbs_where_the_service_names_mcp_tools(sim_env, 
     err = capsys.readouterr().err
     assert "`rekall status`" in err and "compaction_status" not in err
 
+
+
+def test_each_printer_is_a_reference_an_editor_can_follow_not_a_string_naming_it():
+    import ast
+    import importlib
+
+    import rekall.cli
+
+    tree = ast.parse(Path(rekall.cli.__file__).read_text(encoding="utf-8"))
+    named = [node.value for node in ast.walk(tree) if isinstance(node, ast.Constant) and isinstance(node.value, str)
+             and node.value.startswith("rekall.") and ":" in node.value]
+    assert named == [], "a printer named by a 'module:function' string"
+    assert not any(isinstance(node, ast.Import) and any(a.name == "importlib" for a in node.names)
+                   for node in ast.walk(tree))
+    printers = [(node.module, alias.name) for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+                for alias in node.names if alias.name.startswith("print_")]
+    assert {name for _, name in printers} >= {"print_probe", "print_scheduled", "print_job", "print_cancelled",
+                                              "print_explanation", "print_prune", "print_report", "print_history"}
+    for module, name in printers:
+        assert callable(getattr(importlib.import_module(module), name)), (module, name)
+
+
+@pytest.mark.parametrize("as_json", [True, False])
+def test_status_loads_rich_only_to_print_for_people(jobs, as_json):
+    code = ("import json, sys\nfrom rekall.cli import main\n"
+            f"code = main(['status', {THREAD!r}{', ' + repr('--json') if as_json else ''}])\n"
+            "print(json.dumps({'code': code, 'rich': any(m.split('.')[0] == 'rich' for m in sys.modules)}), "
+            "file=sys.stderr)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=dict(os.environ),
+                         timeout=60)
+    assert json.loads(out.stderr.strip().splitlines()[-1]) == {"code": 0, "rich": not as_json}, out.stderr
+    if as_json:
+        assert json.loads(out.stdout)["state"] == "not_scheduled"
+    else:
+        assert "state  not_scheduled" in out.stdout
