@@ -167,6 +167,8 @@ class Worker:
             while not self.done:
                 self._handle(await self.queue.get())
         except RekallError as exc:
+            # The journal keeps the message; the log also keeps its cause (an errno, a transport error).
+            log.warning("the job fails: %s", exc.message, exc_info=exc.__cause__ is not None)
             self._fail(exc.code, exc.message, getattr(exc, "delivery", None))
         except Exception as exc:  # a bug: record it honestly rather than leave the job hanging
             log.exception("worker error")
@@ -320,6 +322,8 @@ class Worker:
             self.queue.put_nowait(policy.ReconnectDone())
             return
         detail = error.message if error is not None else "no attempt fitted in the window"
+        log.warning("reconnecting gave up after %d attempts: %s", attempt - 1, detail,
+                    exc_info=error if error is not None and error.__cause__ is not None else None)
         self.queue.put_nowait(policy.ReconnectDone(
             f"{attempt - 1} attempts in {self.settings.reconnect_window_s:g} s, last: {detail}"))
 

@@ -6,6 +6,7 @@ it is; these tests drive the cases that need a finer grip on timing or on the pr
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 
@@ -315,3 +316,25 @@ async def test_the_journal_names_the_platform_the_worker_followed_the_thread_on(
         connected = next(n for n in replay.notes if n.kind == "connected")
         assert started.evidence["platform"] == connected.detail["platform"] == "extension-ipc"
         assert connected.detail["adapter"] == "26.9xx" and connected.detail["ownerId"]
+
+
+def _causes(exc: BaseException | None) -> list[BaseException]:
+    chain = []
+    while exc is not None:
+        chain.append(exc)
+        exc = exc.__cause__
+    return chain
+
+
+async def test_the_workers_log_keeps_what_caused_a_failure_the_journal_words_briefly(tmp_path, caplog):
+    async with SimulatedOwner(runtime="active") as sim:
+        store, job = await schedule(sim, tmp_path / "jobs")
+    # The owner has gone: connecting fails in the OS, and the transport says so in its own words.
+    with caplog.at_level(logging.WARNING, logger="rekall.worker"):
+        final = await run(store, sim, job)
+    assert final is JobState.FAILED
+    status = store.read_status(sim.thread_id)
+    logged = [r for r in caplog.records if r.name == "rekall.worker" and r.exc_info]
+    assert len(logged) == 1 and status["error"] in logged[0].getMessage()
+    chain = _causes(logged[0].exc_info[1])
+    assert isinstance(chain[0], RekallError) and any(isinstance(cause, OSError) for cause in chain[1:]), chain

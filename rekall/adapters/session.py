@@ -272,7 +272,7 @@ class ThreadSession:
             # else: a generation without owner discovery; the owner answers our follow.
         except RequestFailed as exc:  # a timeout or a dropped connection during the handshake
             raise HandshakeFailed(f"handshake with the IPC router failed: {exc.message}", code=exc.code,
-                                  hint=exc.hint) from None
+                                  hint=exc.hint) from exc
         self._checked_sources = {self.owner_id} if self.owner_id is not None else set()
 
     def _decide(self, adapter: Adapter, reason: str) -> None:
@@ -335,7 +335,7 @@ class ThreadSession:
                                   "in VS Code and the extension is up to date") from None
         except TransportError as exc:
             raise ConnectionLostError(f"connection lost before the first snapshot: {exc.message}",
-                                      hint="reconnect") from None
+                                      hint="reconnect") from exc
         finally:
             if self._snapshot_waiter is waiter:
                 self._snapshot_waiter = None
@@ -379,7 +379,7 @@ class ThreadSession:
             except TransportError as exc:
                 raise RequestFailed(f"{method}: connection lost while sending ({exc.message}); outcome unknown",
                                     code="connection_lost", delivery="unknown", method=method,
-                                    hint="check the thread before scheduling again; nothing was retried") from None
+                                    hint="check the thread before scheduling again; nothing was retried") from exc
             try:
                 async with asyncio.timeout(self.request_timeout_s + RESPONSE_MARGIN_S):
                     return await future

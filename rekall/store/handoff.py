@@ -116,7 +116,7 @@ def verify_record(path: Path, thread_id: str, job_id: str, expected_sha256: str 
         data = read_private(path, limit=_MAX_FILE_BYTES)
     except OSError as exc:
         raise HandoffChanged(f"the saved handoff {path} cannot be read: {exc.strerror or exc}",
-                             hint="the continuation is cancelled; schedule again") from None
+                             hint="the continuation is cancelled; schedule again") from exc
     if not hmac.compare_digest(sha256_hex(data), expected_sha256.lower()):
         raise HandoffChanged(f"the saved handoff {path} changed after it was saved (SHA-256 differs)",
                              hint="the continuation is cancelled; schedule again with a fresh handoff")
@@ -147,7 +147,7 @@ def read_handoff_file(path: str | Path) -> dict[str, Any]:
         data = None
     except OSError as exc:
         raise InvalidInput(f"cannot read the handoff file {path}: {exc.strerror or exc}", field=field,
-                           hint="pass the path of an existing JSON file") from None
+                           hint="pass the path of an existing JSON file") from exc
     if data is None:
         raise InvalidInput(f"the handoff file {path} is larger than {_MAX_FILE_BYTES} bytes", field=field,
                            hint=f"a handoff holds at most {MAX_HANDOFF_BYTES} bytes of JSON")
@@ -155,15 +155,15 @@ def read_handoff_file(path: str | Path) -> dict[str, Any]:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise InvalidInput(f"the handoff file {path} is not UTF-8 (byte {exc.start} is invalid)", field=field,
-                           hint="save the file as UTF-8 and try again") from None
+                           hint="save the file as UTF-8 and try again") from exc
     try:
         value = safejson.loads(text)
     except safejson.TooDeep as exc:
         raise InvalidInput(f"the handoff file {path} is {exc}", field=field,
-                           hint="a handoff is an object of strings and lists of strings") from None
+                           hint="a handoff is an object of strings and lists of strings") from exc
     except json.JSONDecodeError as exc:
         raise InvalidInput(f"the handoff file {path} is not JSON: {safejson.decode_error_text(exc)}",
-                           field=field, hint="fix the JSON (an object with the five handoff keys)") from None
+                           field=field, hint="fix the JSON (an object with the five handoff keys)") from exc
     if not isinstance(value, dict):
         raise InvalidInput(f"the handoff file {path} holds JSON {_json_kind(value)}, not an object", field=field,
                            hint="write an object with summary, preserve, discard, nextStep and resume, "

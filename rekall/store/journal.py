@@ -50,7 +50,7 @@ def scan_journal(path: Path) -> Scan:
         raise
     except OSError as exc:
         raise JournalCorrupt(f"cannot read the journal {path}: {exc.strerror or exc}",
-                             hint="check the file's permissions; nothing was changed") from None
+                             hint="check the file's permissions; nothing was changed") from exc
     records: list[Record] = []
     offset = 0
     lines = _lines(data)
@@ -61,11 +61,11 @@ def scan_journal(path: Path) -> Scan:
         except Garbled as exc:
             if last:
                 return Scan(tuple(records), offset, len(data) - offset)
-            raise _corrupt(path, number, str(exc)) from None
+            raise _corrupt(path, number, str(exc)) from exc
         except BadRecord as exc:
-            raise _corrupt(path, number, str(exc)) from None
+            raise _corrupt(path, number, str(exc)) from exc
         except NewerVersion as exc:
-            raise _unknown_version(path, number, exc) from None
+            raise _unknown_version(path, number, exc) from exc
         offset += len(line)
     return Scan(tuple(records), offset, 0)
 
@@ -77,9 +77,9 @@ def first_record(path: Path) -> Record:
     try:
         return decode_line(data if end < 0 else data[: end + 1])
     except (Garbled, BadRecord) as exc:
-        raise _corrupt(path, 1, str(exc)) from None
+        raise _corrupt(path, 1, str(exc)) from exc
     except NewerVersion as exc:
-        raise _unknown_version(path, 1, exc) from None
+        raise _unknown_version(path, 1, exc) from exc
 
 
 def _lines(data: bytes) -> list[bytes]:
@@ -159,7 +159,7 @@ class JournalWriter:
             self._broken = f"{exc.strerror or exc}"
             self._undo()
             raise JournalUnusable(f"could not make a record durable in {self.path}: {exc.strerror or exc}",
-                                  hint="check the disk; the transition did not take effect") from None
+                                  hint="check the disk; the transition did not take effect") from exc
         self._length += len(line)
 
     def _undo(self) -> None:

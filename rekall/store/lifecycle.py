@@ -81,7 +81,7 @@ class Lifecycle:
             detail = json.loads(json.dumps(detail, default=str, allow_nan=False))
         except ValueError as exc:
             raise InvalidInput(f"note {kind}: detail is not JSON ({exc})", field="detail",
-                               hint="pass finite numbers, strings, lists and mappings") from None
+                               hint="pass finite numbers, strings, lists and mappings") from exc
         now = self._clock.now()
         self._writer.append(NoteRecord(seq=self._seq, at=now.iso, mono_ms=now.mono_ms, kind=kind, detail=detail))
         self._seq += 1

@@ -94,7 +94,7 @@ def inspect_jobs_dir(path: Path, what: str = "jobs directory") -> os.stat_result
     try:
         st = os.lstat(path)
     except OSError as exc:
-        raise StoreError(f"cannot inspect the {what} {path}: {exc.strerror or exc}", hint=fix) from None
+        raise StoreError(f"cannot inspect the {what} {path}: {exc.strerror or exc}", hint=fix) from exc
     if stat.S_ISLNK(st.st_mode):
         raise StoreError(f"the {what} {path} is a symbolic link; refusing to follow it", hint=fix)
     if not stat.S_ISDIR(st.st_mode):
@@ -116,7 +116,7 @@ def ensure_private_dir(path: Path, what: str = "jobs directory") -> str | None:
     except OSError as exc:
         raise StoreError(f"cannot create the {what} {path}: {exc.strerror or exc}",
                          hint="set REKALL_JOBS_DIR to a directory you can write" if what == "jobs directory"
-                         else f"make {path.parent} writable") from None
+                         else f"make {path.parent} writable") from exc
     st = inspect_jobs_dir(path, what)
     if sys.platform == "win32":  # POSIX modes mean nothing there; the profile directory is private
         return None

@@ -63,7 +63,7 @@ def _checked_extra(extra: Mapping[str, Any] | None) -> dict[str, Any]:
     try:
         return json.loads(json.dumps(dict(extra), allow_nan=False))
     except (TypeError, ValueError) as exc:
-        raise InvalidInput(f"extra status fields must be JSON: {exc}", field="extra", hint="fix the caller") from None
+        raise InvalidInput(f"extra status fields must be JSON: {exc}", field="extra", hint="fix the caller") from exc
 
 
 def create_job(store: JobStore, thread_id: str, *, handoff: Mapping[str, Any] | None,

@@ -112,7 +112,7 @@ def decode_line(line: bytes) -> Record:
     try:
         data = json.loads(body.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise Garbled(f"not JSON: {exc}") from None
+        raise Garbled(f"not JSON: {exc}") from exc
     if not isinstance(data, dict):
         raise BadRecord("the record is not an object")
     version = data.pop("v", None)
@@ -125,7 +125,7 @@ def decode_line(line: bytes) -> Record:
         return converter.structure(data, cls)
     except (cattrs.BaseValidationError, ValueError, TypeError, KeyError) as exc:
         problems = cattrs.transform_error(exc) if isinstance(exc, cattrs.BaseValidationError) else [str(exc)]
-        raise BadRecord("; ".join(problems)) from None
+        raise BadRecord("; ".join(problems)) from exc
 
 
 def encode_lock(owner: LockOwner) -> bytes:
@@ -138,7 +138,7 @@ def decode_lock(raw: bytes) -> LockOwner:
         data = json.loads(raw.decode("utf-8"))
         return converter.structure(data, LockOwner)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ValueError(f"not JSON: {exc}") from None
+        raise ValueError(f"not JSON: {exc}") from exc
     except (cattrs.BaseValidationError, TypeError, KeyError) as exc:
         problems = cattrs.transform_error(exc) if isinstance(exc, cattrs.BaseValidationError) else [str(exc)]
-        raise ValueError("; ".join(problems)) from None
+        raise ValueError("; ".join(problems)) from exc

@@ -105,7 +105,7 @@ def _read_link_once(path: Path, readlink: Callable[[str], str]) -> Path:
         raw = readlink(str(path))
     except OSError as exc:
         raise EndpointInsecure(f"cannot read the link {path}: {exc.strerror or exc}",
-                               hint="check the permissions of its folder") from None
+                               hint="check the permissions of its folder") from exc
     target = Path(raw)
     return target if target.is_absolute() else path.parent / target
 

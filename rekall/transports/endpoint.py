@@ -133,7 +133,7 @@ def exists(lstat: Callable[[str], os.stat_result], path: Path) -> bool:
         return False
     except OSError as exc:
         raise EndpointInsecure(f"cannot inspect {path}: {exc.strerror or exc}",
-                               hint="check the permissions of the folders on that path") from None
+                               hint="check the permissions of the folders on that path") from exc
     return True
 
 

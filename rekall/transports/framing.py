@@ -59,12 +59,12 @@ def decode_body(body: bytes | bytearray | memoryview) -> Any:
         text = str(body, "utf-8")
     except UnicodeDecodeError as exc:
         raise FrameError(f"IPC frame is not valid UTF-8 (byte {exc.start} of {len(body)})",
-                         hint="the peer sent a corrupt frame; reconnect") from None
+                         hint="the peer sent a corrupt frame; reconnect") from exc
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise FrameError(f"IPC frame is not valid JSON: {decode_reason(exc)} at offset {exc.pos}",
-                         hint="the peer sent a corrupt frame; reconnect") from None
+                         hint="the peer sent a corrupt frame; reconnect") from exc
     except RecursionError:  # thread states are deep but bounded; no depth scan on every snapshot
         raise FrameError("IPC frame nests too deeply to decode", hint="the peer sent a corrupt frame; reconnect") from None
 

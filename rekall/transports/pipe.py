@@ -104,7 +104,7 @@ class PipeStream(ByteStream):
             elif code in _EOF_ERRORS or self._closed:
                 return b""
             else:
-                raise TransportError(f"named pipe read failed: {exc}", hint="reconnect") from None
+                raise TransportError(f"named pipe read failed: {exc}", hint="reconnect") from exc
         finally:
             api.win32api.CloseHandle(ov.hEvent)
         return bytes(buf[:got])
@@ -117,7 +117,7 @@ class PipeStream(ByteStream):
                 api.win32file.WriteFile(self._handle, view.tobytes(), ov)
                 written = api.win32file.GetOverlappedResult(self._handle, ov, True)
             except api.pywintypes.error as exc:
-                raise TransportError(f"named pipe write failed: {exc}", hint="reconnect") from None
+                raise TransportError(f"named pipe write failed: {exc}", hint="reconnect") from exc
             finally:
                 api.win32api.CloseHandle(ov.hEvent)
             view = view[written:]
@@ -170,14 +170,14 @@ class PipeTransport(Transport):
             code = _winerror(exc)
             if code == ERROR_FILE_NOT_FOUND:
                 raise EndpointMissing(f"no named pipe {self.name}",
-                                      hint="open the thread in the Codex VS Code extension, then try again") from None
+                                      hint="open the thread in the Codex VS Code extension, then try again") from exc
             if code == ERROR_ACCESS_DENIED:
                 raise EndpointInsecure(f"access to named pipe {self.name} was denied",
-                                       hint="the pipe belongs to another user; do not use it") from None
+                                       hint="the pipe belongs to another user; do not use it") from exc
             if code in (ERROR_SEM_TIMEOUT, ERROR_PIPE_BUSY):
                 raise ConnectTimeout(f"named pipe {self.name} stayed busy for {self.connect_timeout_s:g} s",
-                                     hint="the extension may be hung; reload the VS Code window") from None
-            raise TransportError(f"cannot open named pipe {self.name}: {exc}", hint="check the pipe name") from None
+                                     hint="the extension may be hung; reload the VS Code window") from exc
+            raise TransportError(f"cannot open named pipe {self.name}: {exc}", hint="check the pipe name") from exc
         try:
             peer_check = self._verify_server(api, handle)
         except BaseException:
@@ -196,7 +196,7 @@ class PipeTransport(Transport):
             ours = _process_user_sid(api, api.win32api.GetCurrentProcess())
         except api.pywintypes.error as exc:
             raise PeerMismatch(f"cannot verify who serves named pipe {self.name}: {exc}",
-                               hint="refusing an unverified peer; restart the extension") from None
+                               hint="refusing an unverified peer; restart the extension") from exc
         if theirs != ours:
             raise PeerMismatch(
                 f"named pipe {self.name} is served by process {pid} running as {theirs}, not as you ({ours})",

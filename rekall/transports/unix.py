@@ -186,19 +186,19 @@ class UnixTransport(Transport):
                                  hint=f"{self.server} may be busy or hung; {self.restart}") from None
         except (FileNotFoundError, ConnectionRefusedError) as exc:
             raise EndpointMissing(f"nothing is listening on {self.path} ({exc.strerror})",
-                                  hint=self.start_hint) from None
+                                  hint=self.start_hint) from exc
         except PermissionError:
             raise EndpointInsecure(f"permission denied connecting to {self.path}",
                                    hint="the socket belongs to another user; do not use it") from None
         except OSError as exc:
             raise TransportError(f"cannot connect to {self.path}: {exc.strerror or exc}",
-                                 hint="check the socket path") from None
+                                 hint="check the socket path") from exc
         try:
             uid = self.peer_uid_lookup(stream.raw_socket())
         except OSError as exc:
             await stream.aclose()
             raise PeerMismatch(f"cannot verify the user of the process behind {self.path}: {exc}",
-                               hint=f"refusing an unverified peer; {self.restart}") from None
+                               hint=f"refusing an unverified peer; {self.restart}") from exc
         if uid != self.expected_uid:
             await stream.aclose()
             raise PeerMismatch(

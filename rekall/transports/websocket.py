@@ -208,7 +208,7 @@ async def open_websocket(stream: ByteStream, *, where: str, max_message_bytes: i
     except TransportError as exc:
         await stream.aclose()
         raise TransportError(f"the connection to {where} broke during the WebSocket handshake: {exc.message}",
-                             hint=_NOT_AN_APP_SERVER) from None
+                             hint=_NOT_AN_APP_SERVER) from exc
     except TimeoutError:
         await stream.aclose()
         raise TransportError(f"no WebSocket handshake reply from {where} within {timeout_s:g} s",

@@ -94,6 +94,17 @@ def test_an_intact_line_of_the_wrong_shape_is_corruption(tmp_path: Path):
         scan_journal(path)
 
 
+def test_corruption_keeps_what_the_decoder_found_as_its_cause(tmp_path: Path):
+    path = _journal(tmp_path, 1)
+    with path.open("ab") as handle:
+        handle.write(_raw({"v": 1, "type": "note", "seq": 1, "at": "t", "monoMs": "one", "kind": "k", "detail": {}}))
+        handle.write(encode_record(_note(2)))
+    with pytest.raises(JournalCorrupt, match="line 2") as raised:
+        scan_journal(path)
+    assert raised.value.__cause__ is not None  # the record decoder's own finding, for the log
+    assert "mono_ms" in str(raised.value.__cause__)
+
+
 def test_a_failed_fsync_takes_back_the_record_and_refuses_further_writes(tmp_path: Path):
     path = _journal(tmp_path, 2)
     before = path.read_bytes()
