@@ -61,9 +61,10 @@ def _checked_extra(extra: Mapping[str, Any] | None) -> dict[str, Any]:
         raise InvalidInput(f"extra status field {clash[0]} is reserved by the store", field=clash[0],
                            hint="rename the field")
     try:
-        return json.loads(json.dumps(dict(extra), allow_nan=False))
+        fields: dict[str, Any] = json.loads(json.dumps(dict(extra), allow_nan=False))
     except (TypeError, ValueError) as exc:
         raise InvalidInput(f"extra status fields must be JSON: {exc}", field="extra", hint="fix the caller") from exc
+    return fields
 
 
 def create_job(store: JobStore, thread_id: str, *, handoff: Mapping[str, Any] | None,
