@@ -21,9 +21,11 @@ Rows, in the order a problem in one makes the next meaningless:
 
 Each row is GREEN, AMBER (works, but look) or RED (rekall cannot work, or must not), with a
 one-line hint whenever it is not GREEN. The verdict is the worst row; ``rekall doctor`` exits
-1 on RED. This module makes the checks; ``rekall.render.print_report`` prints them for people. The doctor changes nothing: it does not create or tighten the jobs directory and does
-not reap stale locks (``rekall status`` does that); the only files it writes are the schema
-cache that ``probe`` and ``schedule`` also use, and a probe file it removes at once.
+1 on RED. This module makes the checks; ``rekall.render.print_report`` prints them for people.
+
+The doctor changes nothing: it does not create or tighten the jobs directory and does not reap
+stale locks (``rekall status`` does that); the only files it writes are the schema cache that
+``probe`` and ``schedule`` also use, and a probe file it removes at once.
 """
 
 from __future__ import annotations
