@@ -50,7 +50,7 @@ from rekall.store import JobStore, Liveness, LockBusy, resolve_jobs_dir
 from rekall.store.fsio import O_NOFOLLOW
 from rekall.store.owner import worker_processes
 from rekall.store.paths import inspect_jobs_dir, resolve_lock_dir
-from rekall.platform import Level, Row, platform_for
+from rekall.platform import Level, Row
 from rekall.transports.endpoint import override_endpoint
 
 _RANK: dict[str, int] = {"GREEN": 0, "AMBER": 1, "RED": 2}
@@ -306,9 +306,12 @@ def check_workers(root: Path | None, lock_root: Path) -> Row:
 async def diagnose(env: Mapping[str, str] | None = None) -> Report:
     env = os.environ if env is None else env
     rows = [check_settings_row(env), check_codex_home(env)]
-    rows += await platform_for(env).diagnose()  # the platform's own rows: endpoint, router, owner
+    from rekall.owners import APP_SERVER, EXTENSION, platform_named
+
+    rows += await platform_named(EXTENSION, env).diagnose()  # the extension's rows: endpoint, router, owner
     binary_row, binary = check_codex_binary(env)
     rows += [binary_row, await asyncio.to_thread(check_schema, env, binary)]
+    rows += [_not_needed_when_owned(row, rows) for row in await platform_named(APP_SERVER, env).diagnose()]
     jobs_row, root = check_jobs_dir(env)
     if jobs_row.level == "RED":
         rows += [jobs_row, *(Row.not_checked(name, "the jobs directory is unusable", "fix the jobs_dir row first")
@@ -317,3 +320,11 @@ async def diagnose(env: Mapping[str, str] | None = None) -> Report:
         lock_root = resolve_lock_dir(env)
         rows += [jobs_row, check_locks(root, lock_root), check_workers(root, lock_root)]
     return Report(tuple(rows))
+
+
+def _not_needed_when_owned(row: Row, rows: list[Row]) -> Row:
+    """The app-server's thread row says nothing new when a VS Code window owns the thread."""
+    owner = next((r for r in rows if r.name == "owner"), None)
+    if row.name == "app_server_thread" and row.level != "GREEN" and owner is not None and owner.level == "GREEN":
+        return Row.green(row.name, "not needed: a VS Code window owns the thread (see the owner row)")
+    return row

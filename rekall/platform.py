@@ -1,8 +1,8 @@
 """The platform contract: what every place a Codex thread lives in must offer rekall.
 
-A platform is how rekall reaches a thread's owner: today the VS Code extension's IPC router
-(:mod:`rekall.adapters.extension`); next, the shared Codex app-server (:mod:`rekall.codex.shared`
-has its client). The worker, the service and ``doctor`` talk only to this contract:
+A platform is how rekall reaches a thread's owner: the VS Code extension's IPC router
+(:mod:`rekall.adapters.extension`) or the shared Codex app-server (:mod:`rekall.codex.platform`);
+:mod:`rekall.owners` finds which one has a thread. The worker, the service and ``doctor`` talk only to this contract:
 
 * **follow** a thread and deliver domain events (:mod:`rekall.events`) until closed;
 * **observe** a thread read-only: one snapshot of its facts, with no side effect on the owner
@@ -140,7 +140,8 @@ class Platform(Protocol):
 
 
 def platform_for(env: Mapping[str, str]) -> Platform:
-    """The platform rekall uses in this environment. One exists today: the extension's IPC."""
+    """The extension's IPC platform. Which platform serves a given thread is
+    :func:`rekall.owners.find_owner`'s answer, never this default."""
     from rekall.adapters.extension import ExtensionIpc
 
     return ExtensionIpc(env)

@@ -57,12 +57,17 @@ def uses_test_transport(env: Mapping[str, str]) -> bool:
 # --- probe -----------------------------------------------------------------------------
 
 
-def public_schema_report(env: Mapping[str, str]) -> dict[str, Any]:
-    """The public app-server schema check of the extension's bundled Codex binary.
+def public_schema_report(env: Mapping[str, str], platform: str = "extension-ipc") -> dict[str, Any]:
+    """The public app-server schema check of the binary behind ``platform``: the extension's
+    bundled Codex, or the shared app-server's (:func:`rekall.codex.served.schema_report`).
 
     Cached by binary identity, so scheduling does not regenerate the schema each time. A
     custom test transport (``REKALL_PIPE``) has no extension behind it: not checked.
     """
+    if platform == "app-server":
+        from rekall.codex.served import schema_report
+
+        return schema_report(env)
     if uses_test_transport(env):
         return {"status": "not_checked", "reason": "custom_test_transport"}
     from rekall.codex.discovery import discover_codex_binary
@@ -83,7 +88,7 @@ def headroom_now(tokens: int | None, window: int | None) -> dict[str, Any]:
 
 async def probe(thread_id: str, *, env: Mapping[str, str] | None = None) -> dict[str, Any]:
     """Read-only preflight: reach the owner, read the thread, check compatibility. Never compacts."""
-    from rekall.platform import platform_for
+    from rekall.owners import find_owner
     from rekall.thread.facts import RUNTIME_NULL
     from rekall.states.rules import SYSTEM_ERROR_WAY_OUT
 
@@ -91,12 +96,13 @@ async def probe(thread_id: str, *, env: Mapping[str, str] | None = None) -> dict
     check_settings(env)
     thread_id = valid_thread_id(thread_id)
     try:
-        seen = await platform_for(env).observe(thread_id, request_timeout_s=REQUEST_TIMEOUT_S.read(env))
+        platform, seen = await find_owner(thread_id, env, request_timeout_s=REQUEST_TIMEOUT_S.read(env))
     except RekallError as exc:
         raise _read_only(exc) from None
     mirror = seen.facts
     result: dict[str, Any] = {
         "threadId": thread_id,
+        "platform": platform.name,
         "connected": True,
         "ownerId": seen.owner_id,
         **seen.details,
@@ -119,7 +125,7 @@ async def probe(thread_id: str, *, env: Mapping[str, str] | None = None) -> dict
     else:  # layout_compatible: the layout is there, but no item has shown its completion flag yet
         runtime["status"] = "compatible" if mirror.completed_compaction_ids else "layout_compatible"
     try:
-        schema = await asyncio.to_thread(public_schema_report, env)  # a subprocess: off the event loop
+        schema = await asyncio.to_thread(public_schema_report, env, platform.name)  # a subprocess: off the loop
     except RekallError as exc:
         schema = {"status": "error", **exc.to_dict()}
     result["compatibility"] = {"runtime": runtime, "publicSchema": schema}
@@ -163,7 +169,7 @@ async def schedule(
     spawn: Spawn | None = None,
 ) -> dict[str, Any]:
     """Queue one compaction (and, with ``handoff.resume``, one continuation) for ``thread_id``."""
-    from rekall.platform import platform_for
+    from rekall.owners import find_owner
     from rekall.store import process_start_time, validate_handoff
 
     env = _env(env)
@@ -173,7 +179,7 @@ async def schedule(
         handoff = validate_handoff(handoff)
     store = await asyncio.to_thread(JobStore.open, env)
 
-    seen = await platform_for(env).observe(thread_id, request_timeout_s=REQUEST_TIMEOUT_S.read(env))
+    platform, seen = await find_owner(thread_id, env, request_timeout_s=REQUEST_TIMEOUT_S.read(env))
     mirror = seen.facts
     if mirror.layout_problem:
         raise Refused(f"unsupported extension state layout: {mirror.layout_problem}",
@@ -187,10 +193,10 @@ async def schedule(
                       "twice", hint="wait until probe_compaction shows none in progress, then schedule again")
     fingerprint = mirror.boundary_fingerprint
     anchor = {"contextTokensAtSchedule": mirror.tokens, "modelContextWindowAtSchedule": mirror.window,
-              "ownerIdAtSchedule": seen.owner_id}
+              "ownerIdAtSchedule": seen.owner_id, "platform": platform.name}
     # The schema check runs a subprocess and the store's guard may wait for another process:
     # both run on worker threads, so that an MCP server answers other calls meanwhile.
-    schema = await asyncio.to_thread(public_schema_report, env)
+    schema = await asyncio.to_thread(public_schema_report, env, platform.name)
     if schema.get("status") not in ("compatible", "not_checked"):
         raise Refused("the installed Codex app-server schema is not compatible with rekall",
                       hint="run `rekall doctor` for the failing checks")

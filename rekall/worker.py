@@ -32,7 +32,8 @@ from rekall import policy
 from rekall.config import WorkerSettings
 from rekall.continuation import continuation_text
 from rekall.errors import IpcError, RekallError
-from rekall.platform import Acted, Failure, FollowedThread, Platform, platform_for
+from rekall.owners import platform_named
+from rekall.platform import Acted, Failure, FollowedThread, Platform
 from rekall.states import REQUEST_SENT_UNOBSERVED, SUCCESSFUL_END_STATES, TERMINAL_STATES, JobState
 from rekall.store import JobStore, process_start_time
 
@@ -68,7 +69,8 @@ class Worker:
         self.settings = settings
         self.env = os.environ if env is None else env
         self.lifecycle: Any = None  # opened by the claim in ``run``
-        self.platform: Platform = platform_for(self.env) if platform is None else platform
+        #: The platform the job was scheduled on (read from the job when it is claimed).
+        self.platform: Platform | None = platform
         self.thread: FollowedThread | None = None  # followed once connected
         self.queue: asyncio.Queue[Any] = asyncio.Queue()
         self.memo = policy.Memo()
@@ -132,6 +134,8 @@ class Worker:
             if job.state is not JobState.SCHEDULED:
                 raise RekallError(f"job {self.job_id} is {job.state.value}, not scheduled; only its own worker "
                                   "runs it, once", code="job_already_started", hint="inspect it with `rekall explain`")
+            if self.platform is None:  # the one schedule found; never guessed again here
+                self.platform = platform_named(job.view.fields.get("platform"), self.env)
             self.lifecycle = self.store.open_lifecycle(self.thread_id, self.job_id)
             if self.store.cancel_path(self.thread_id, self.job_id).exists():
                 self._fire("cancel", reason="explicit_cancellation")  # cancelled before we started
@@ -179,6 +183,7 @@ class Worker:
         return self.state
 
     async def _connect(self) -> None:
+        assert self.platform is not None  # set when the job was claimed
         self.thread = await self.platform.follow(self.thread_id, request_timeout_s=self.settings.request_timeout_s)
 
     async def _pump(self) -> None:

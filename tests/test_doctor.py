@@ -32,8 +32,9 @@ pytestmark = pytest.mark.anyio
 
 EXTENSION_VERSION = "26.901.22334"
 SCHEMA_EXCERPT = Path(__file__).resolve().parents[1] / "fixtures" / "schema" / "codex-0.171.0"
-ALL_ROWS = ["settings", "codex_home", "ipc_endpoint", "extension_protocol", "router", "owner", "codex_binary", "public_schema", "jobs_dir", "locks",
-            "workers"]
+ALL_ROWS = ["settings", "codex_home", "ipc_endpoint", "extension_protocol", "router", "owner", "codex_binary",
+            "public_schema", "app_server_socket", "app_server", "app_server_thread", "app_server_schema", "jobs_dir",
+            "locks", "workers"]
 
 
 # --- helpers ------------------------------------------------------------------------------
@@ -151,10 +152,10 @@ async def test_a_test_endpoint_is_named_and_its_filesystem_checks_are_skipped(tm
     assert report.verdict == "AMBER"
 
 
-async def test_without_codex_thread_id_there_is_no_owner_row(sim_home: SimulatedOwner, tmp_path: Path,
+async def test_without_codex_thread_id_there_is_no_owner_row_on_either_platform(sim_home: SimulatedOwner, tmp_path: Path,
                                                              excerpt_codex: Path) -> None:
     report = await diagnose(base_env(tmp_path, **sim_home.env, PATH=f"{excerpt_codex.parent}:/usr/bin"))
-    assert [r.name for r in report.rows] == [n for n in ALL_ROWS if n != "owner"]
+    assert [r.name for r in report.rows] == [n for n in ALL_ROWS if n not in ("owner", "app_server_thread")]
     assert report.verdict == "GREEN", report
 
 

@@ -1,0 +1,314 @@
+"""The shared Codex app-server as a platform (:mod:`rekall.platform`), named ``app-server``.
+
+The daemon behind ``codex --remote unix://`` (and any ``codex app-server --listen unix://``) is
+shared by several clients; the user's terminal is one, rekall another. What rekall does there:
+
+* **observe** read-only: ``thread/loaded/list``, ``thread/read`` and ``thread/turns/list``.
+  Never ``thread/resume``, which notifies every client. ``thread/read`` carries no token usage
+  on 0.171.0, so an observation reports the context size as unknown.
+* **follow** with ``thread/resume`` *without* ``excludeTurns``: that is the one call that
+  makes the server replay the thread's token count (``thread/tokenUsage/updated``) at once,
+  so the headroom rule has the size before the compaction. Only a thread the server has
+  loaded is resumed: resuming an unloaded one would load it.
+* **act**: ``thread/compact/start`` and ``turn/start`` (with ``clientUserMessageId`` = the
+  job id, as on the extension), each sent at most once. Server requests (approvals,
+  questions) are the user's: :class:`~rekall.codex.shared.SharedAppServer` cannot answer them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+from rekall import events as ev
+from rekall.adapters.errors import ConnectionLostError
+from rekall.codex.rpc import AppServerClosed, AppServerError, AppServerTimeout
+from rekall.codex.shared import SharedAppServer, open_shared_app_server
+from rekall.codex.thread_model import TITLE_SOURCE, ThreadModel
+from rekall.errors import IpcError, RekallError
+from rekall.platform import Acted, Failure, Row, ThreadSnapshot
+from rekall.transports.control_socket import START_HINT
+
+log = logging.getLogger("rekall.codex.platform")
+
+NAME = "app-server"
+#: The newest turns an observation lists: enough to find the latest user turn behind compactions.
+TURNS_OBSERVED = 20
+NO_ROLLOUT = "no rollout found"
+SERVABLE_SESSION = ("start the shared app-server with `codex app-server daemon start`, then attach the terminal "
+                    "with `codex --remote unix://`; a plain `codex` session runs its own app-server, which rekall "
+                    "cannot reach")
+HEADROOM_UNKNOWN = ("unknown until a worker follows the thread: thread/read reports no token usage on the "
+                    "shared app-server")
+
+
+class ThreadNotServed(IpcError):
+    """The shared app-server does not have the thread loaded (or cannot serve it yet)."""
+
+    code = "thread_not_loaded"
+
+
+class NotAConversation(IpcError):
+    """The thread is the terminal UI's title request, not the user's conversation."""
+
+    code = "not_a_conversation"
+
+
+def _unwrap(exc: BaseException) -> BaseException:
+    """The client's task group wraps an error raised inside it; rekall's own error is inside."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc
+
+
+def _reached_error(exc: BaseException) -> RekallError:
+    """What went wrong talking to the server, as a rekall error for the worker's reconnect rule."""
+    exc = _unwrap(exc)
+    if isinstance(exc, IpcError):
+        return exc
+    if isinstance(exc, RekallError):
+        return ConnectionLostError(exc.message, hint=exc.hint)
+    raise exc
+
+
+def _not_loaded(thread_id: str, socket_path: str) -> ThreadNotServed:
+    return ThreadNotServed(f"the shared app-server at {socket_path} does not have thread {thread_id} loaded",
+                           hint="open the thread in a client of that server (`codex --remote unix://`, then "
+                                "resume it there), or check the thread id; " + SERVABLE_SESSION)
+
+
+def _check_conversation(thread_id: str, thread: Mapping[str, Any]) -> None:
+    if thread.get("threadSource") == TITLE_SOURCE:
+        raise NotAConversation(f"thread {thread_id} is the terminal UI's title request (threadSource "
+                               f"{TITLE_SOURCE!r}), not a conversation",
+                               hint="use the conversation's own id (CODEX_THREAD_ID in the agent's shell)")
+
+
+def _no_rollout(thread_id: str) -> ThreadNotServed:
+    return ThreadNotServed(f"thread {thread_id} has no rollout yet (its first turn has not run)",
+                           hint="send a first message, then schedule")
+
+
+def details_of(server: SharedAppServer) -> dict[str, Any]:
+    socket = server.socket
+    return {"endpoint": {"path": socket.path, "target": socket.target, "source": socket.source,
+                         "checks": list(socket.checks), "peerCheck": socket.peer_check},
+            "serverVersion": server.server_version}
+
+
+class _Link:
+    """One connection, held open by its own task: the client's task group lives in that task,
+    so the worker may reconnect from any task and close from another."""
+
+    def __init__(self) -> None:
+        self.server: SharedAppServer | None = None
+        self.closing = False
+        self._stop = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    @classmethod
+    async def open(cls, env: Mapping[str, str], timeout_s: float) -> _Link:
+        link = cls()
+        ready: asyncio.Future[SharedAppServer] = asyncio.get_running_loop().create_future()
+
+        async def hold() -> None:
+            try:
+                async with open_shared_app_server(env, timeout_s=timeout_s) as server:
+                    ready.set_result(server)
+                    await link._stop.wait()
+            except BaseException as exc:  # handed to the opener; after that, closing is best effort
+                if not ready.done():
+                    ready.set_exception(_unwrap(exc) if isinstance(exc, Exception) else exc)
+                elif not isinstance(exc, asyncio.CancelledError):
+                    log.debug("closing the shared app-server connection: %r", exc)
+
+        link._task = asyncio.ensure_future(hold())
+        try:
+            link.server = await ready
+        except BaseException:
+            await link.aclose()
+            raise
+        return link
+
+    async def aclose(self) -> None:
+        self.closing = True
+        self._stop.set()
+        if self._task is not None:
+            with contextlib.suppress(Exception, asyncio.CancelledError):
+                await self._task
+
+
+class AppServerThread:
+    """A thread followed on the shared app-server (implements ``FollowedThread``)."""
+
+    def __init__(self, env: Mapping[str, str], thread_id: str, request_timeout_s: float) -> None:
+        self.env = env
+        self.thread_id = thread_id
+        self.request_timeout_s = request_timeout_s
+        self.model = ThreadModel(thread_id)
+        self.link: _Link | None = None
+        self.resyncs = 0
+        self._queue: asyncio.Queue[ev.DomainEvent | None] = asyncio.Queue()
+        self._reader: asyncio.Task[None] | None = None
+        self._closed = False
+
+    @property
+    def server(self) -> SharedAppServer | None:
+        return None if self.link is None else self.link.server
+
+    async def attach(self) -> list[ev.DomainEvent]:
+        """Connect, check the thread is loaded, resume it (full: the token count comes with it)."""
+        try:
+            link = await _Link.open(self.env, self.request_timeout_s)
+        except BaseException as exc:
+            raise _reached_error(exc) from None
+        server = link.server
+        assert server is not None
+        try:
+            if self.thread_id not in await server.loaded_threads(timeout=self.request_timeout_s):
+                raise _not_loaded(self.thread_id, server.socket.path)
+            try:
+                result = await server.resume_thread(self.thread_id, exclude_turns=False,
+                                                    timeout=self.request_timeout_s)
+            except AppServerError as exc:
+                if NO_ROLLOUT in exc.rpc_message:
+                    raise _no_rollout(self.thread_id) from None
+                raise
+            _check_conversation(self.thread_id, result["thread"])
+        except BaseException as exc:
+            await link.aclose()
+            if isinstance(exc, NotAConversation | ThreadNotServed):
+                raise
+            raise _reached_error(exc) from None
+        self.link = link
+        events = self.model.load(result["thread"])
+        self._reader = asyncio.ensure_future(self._read(link, server))
+        return events
+
+    async def _read(self, link: _Link, server: SharedAppServer) -> None:
+        async for message in server.messages():
+            for event in self.model.apply(message):
+                self._queue.put_nowait(event)
+        if not link.closing and not self._closed:
+            self._queue.put_nowait(ev.ConnectionLost(server._closed_reason or "the shared app-server closed"))
+
+    # --- FollowedThread ---------------------------------------------------------------------
+
+    async def events(self) -> AsyncIterator[ev.DomainEvent]:
+        while (event := await self._queue.get()) is not None:
+            yield event
+
+    def snapshot(self) -> ThreadSnapshot:
+        return ThreadSnapshot(self.thread_id, self.model.facts, self.model.revision, None)
+
+    def evidence(self) -> dict[str, Any]:
+        server = self.server
+        return {"platform": NAME, "ownerId": None,
+                "serverVersion": None if server is None else server.server_version,
+                "endpoint": None if server is None else server.socket.target}
+
+    async def reconnect(self) -> None:
+        """A new connection and a fresh resume; the facts that changed meanwhile become events."""
+        await self._drop_link()
+        events = await self.attach()
+        self.resyncs += 1
+        for event in [ev.Resynced("reconnected", self.resyncs, self.model.revision), *events]:
+            self._queue.put_nowait(event)
+
+    async def compact(self) -> Acted:
+        return await self._act("thread/compact/start", {"threadId": self.thread_id})
+
+    async def start_turn(self, text: str, job_id: str) -> Acted:
+        if not isinstance(text, str) or not text.strip() or not isinstance(job_id, str) or not job_id:
+            return Acted(Failure("invalid_input", "the continuation needs a non-empty text and job id",
+                                 "not_delivered"))
+        acted = await self._act("turn/start", {"threadId": self.thread_id, "input": [{"type": "text", "text": text}],
+                                               "clientUserMessageId": job_id})
+        return acted
+
+    async def _act(self, method: str, params: dict[str, Any]) -> Acted:
+        server = self.server
+        if server is None or server._closed_reason is not None:  # provably never sent
+            reason = "not connected" if server is None else server._closed_reason
+            return Acted(Failure("connection_lost", f"{method} not sent: {reason}", "not_delivered"))
+        try:
+            result = await server.request(method, params, timeout=self.request_timeout_s)
+        except AppServerError as exc:  # the server refused it: nothing was done
+            return Acted(Failure("request_failed", exc.message, "not_delivered"))
+        except AppServerTimeout as exc:
+            return Acted(Failure("request_timeout", exc.message, "unknown"))
+        except AppServerClosed as exc:
+            return Acted(Failure("connection_lost", exc.message, "unknown"))
+        turn = result.get("turn") if isinstance(result, dict) else None
+        if isinstance(turn, dict):
+            return Acted(turn_id=turn.get("id"), turn_status=turn.get("status"))
+        return Acted()
+
+    async def _drop_link(self) -> None:
+        link, self.link = self.link, None
+        if link is not None:
+            link.closing = True
+            await link.aclose()
+        if self._reader is not None:
+            self._reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reader
+            self._reader = None
+
+    async def aclose(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        await self._drop_link()
+        self._queue.put_nowait(None)
+
+
+class SharedAppServerPlatform:
+    """The shared app-server found from ``env`` (implements ``Platform``)."""
+
+    name = NAME
+
+    def __init__(self, env: Mapping[str, str] | None = None) -> None:
+        self.env = os.environ if env is None else env
+
+    async def follow(self, thread_id: str, *, request_timeout_s: float) -> AppServerThread:
+        thread = AppServerThread(self.env, thread_id, request_timeout_s)
+        await thread.attach()  # the first facts are the snapshot; no event for them
+        return thread
+
+    async def observe(self, thread_id: str, *, request_timeout_s: float) -> ThreadSnapshot:
+        try:
+            async with open_shared_app_server(self.env, timeout_s=request_timeout_s) as server:
+                return await observe_on(server, thread_id, request_timeout_s)
+        except BaseException as exc:
+            raise _reached_error(exc) from None
+
+    async def diagnose(self) -> list[Row]:
+        from rekall.codex.served import diagnose
+
+        return await diagnose(self.env)
+
+
+async def observe_on(server: SharedAppServer, thread_id: str, timeout_s: float) -> ThreadSnapshot:
+    """One read-only look at ``thread_id`` on ``server``: nobody else is notified."""
+    if thread_id not in await server.loaded_threads(timeout=timeout_s):
+        raise _not_loaded(thread_id, server.socket.path)
+    thread = await server.read_thread(thread_id, timeout=timeout_s)
+    _check_conversation(thread_id, thread)
+    page = await server.request("thread/turns/list", {"threadId": thread_id, "sortDirection": "desc",
+                                                      "limit": TURNS_OBSERVED}, timeout=timeout_s)
+    turns = list(reversed(page.get("data") or []))
+    if not turns:
+        raise _no_rollout(thread_id)
+    model = ThreadModel(thread_id)
+    model.load(thread, turns)
+    return ThreadSnapshot(thread_id, model.facts, model.revision, None,
+                          {**details_of(server), "headroomNote": HEADROOM_UNKNOWN})
+
+
+__all__ = ["NAME", "SERVABLE_SESSION", "START_HINT", "AppServerThread", "NotAConversation", "SharedAppServerPlatform",
+           "ThreadNotServed", "observe_on"]

@@ -1,0 +1,83 @@
+"""Which platform serves a thread: asked of each, never guessed.
+
+Two platforms can hold a Codex thread: a VS Code extension window (its owner discovery) and the
+shared app-server (its ``thread/loaded/list`` and ``thread/read``). Both are asked, read-only and
+at once. Exactly one claiming the thread decides; both claiming it, or neither, is reported as
+such, with what each said. ``schedule`` records the platform it found in the job, and the worker
+follows the thread on that platform only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import os
+from collections.abc import Mapping
+
+from rekall.errors import RekallError
+from rekall.platform import Platform, ThreadSnapshot
+
+EXTENSION = "extension-ipc"
+APP_SERVER = "app-server"
+
+
+class OwnerUnknown(RekallError):
+    """No platform, or more than one, claims the thread."""
+
+    code = "owner_unknown"
+
+
+def platform_named(name: str | None, env: Mapping[str, str] | None = None) -> Platform:
+    """The platform a job recorded. Jobs scheduled before platforms were recorded are the extension's:
+    it was the only one."""
+    env = os.environ if env is None else env
+    if name in (None, EXTENSION):
+        from rekall.adapters.extension import ExtensionIpc
+
+        return ExtensionIpc(env)
+    if name == APP_SERVER:
+        from rekall.codex.platform import SharedAppServerPlatform
+
+        return SharedAppServerPlatform(env)
+    raise OwnerUnknown(f"the job names platform {name!r}, which this rekall does not know",
+                       hint="update rekall, or inspect the job with `rekall explain`")
+
+
+def all_platforms(env: Mapping[str, str] | None = None) -> list[Platform]:
+    return [platform_named(EXTENSION, env), platform_named(APP_SERVER, env)]
+
+
+async def find_owner(thread_id: str, env: Mapping[str, str] | None = None, *,
+                     request_timeout_s: float) -> tuple[Platform, ThreadSnapshot]:
+    """The one platform that has ``thread_id``, with its read-only snapshot of the thread."""
+    from rekall.codex.platform import SERVABLE_SESSION
+    from rekall.transports.base import EndpointMissing
+
+    platforms = all_platforms(env)
+    answers = await asyncio.gather(*(p.observe(thread_id, request_timeout_s=request_timeout_s) for p in platforms),
+                                   return_exceptions=True)
+    for answer in answers:
+        if isinstance(answer, BaseException) and not isinstance(answer, RekallError):
+            raise answer
+    claims = [(p, a) for p, a in zip(platforms, answers, strict=True) if isinstance(a, ThreadSnapshot)]
+    if len(claims) == 1:
+        return claims[0]
+    if claims:
+        raise OwnerUnknown(f"both the VS Code extension and the shared app-server claim thread {thread_id}; "
+                           "rekall will not guess which one to act through",
+                           hint="close the thread in one of them, then try again")
+    ext_error, app_error = answers
+    assert isinstance(ext_error, RekallError) and isinstance(app_error, RekallError)
+    if isinstance(app_error, EndpointMissing):
+        # No shared app-server at all: the extension's own answer, plus where else a thread can live.
+        said = copy.copy(ext_error)  # same type and code: callers handle it as before
+        said.message = f"{ext_error.message}; no shared app-server is running either"
+        said.hint = f"{ext_error.hint or 'see the message'}; for a terminal session: {SERVABLE_SESSION}"
+        said.args = (said.message,)
+        raise said from None
+    raise OwnerUnknown(f"no platform serves thread {thread_id}: the VS Code extension: {ext_error.message}; "
+                       f"the shared app-server: {app_error.message}",
+                       hint=app_error.hint or SERVABLE_SESSION)
+
+
+__all__ = ["APP_SERVER", "EXTENSION", "OwnerUnknown", "all_platforms", "find_owner", "platform_named"]
