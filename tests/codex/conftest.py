@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from rekall.codex.schema import generated_schema_dir
-from tests.codex.daemonkit import Daemon, start_daemon, stop_daemon
+from tests.codex.daemonkit import Daemon, rekall_mcp_toml, start_daemon, stop_daemon
 from tests.codexkit import real_codex
 from tests.support.codex_home import make_isolated_home
 from tests.support.mock_model import MockModel
@@ -66,12 +66,15 @@ def app_server_daemon(codex_binary: Path, daemon_model: MockModel,
                       tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
     """ONE real ``codex app-server daemon`` per test session, in an isolated CODEX_HOME.
 
-    At session end the daemon is stopped and every process it started is ended by pid,
-    the ``daemon pid-update-loop`` helper that outlives ``daemon stop`` included.
+    Its ``config.toml`` registers this checkout's ``rekall mcp`` (jobs in ``Daemon.jobs_dir``),
+    so an agent on the daemon can schedule its own compaction. At session end the daemon is
+    stopped and every process it started is ended by pid, the ``daemon pid-update-loop`` helper
+    that outlives ``daemon stop`` and the ``rekall mcp`` servers and workers included.
     """
-    home = make_isolated_home(tmp_path_factory.mktemp("daemon") / "codex-home", daemon_model.base_url,
-                              approval_policy="on-request")
-    daemon = start_daemon(codex_binary, home)
+    root = tmp_path_factory.mktemp("daemon")
+    home, jobs = root / "codex-home", root / "jobs"
+    home = make_isolated_home(home, daemon_model.base_url, rekall_mcp_toml(home, jobs), approval_policy="on-request")
+    daemon = start_daemon(codex_binary, home, jobs)
     try:
         yield daemon
     finally:

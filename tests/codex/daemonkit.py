@@ -22,6 +22,7 @@ import select
 import shutil
 import signal
 import subprocess
+import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -43,6 +44,8 @@ class Daemon:
     codex_home: Path
     #: What ``daemon start`` printed: ``status``, ``pid``, ``socketPath``, ``managedCodexPath``, versions.
     status: dict[str, Any]
+    #: The jobs directory of the ``rekall mcp`` registered in its config (see :func:`rekall_mcp_toml`).
+    jobs_dir: Path | None = None
 
     @property
     def env(self) -> dict[str, str]:
@@ -67,8 +70,19 @@ def _last_json_object(text: str) -> dict[str, Any]:
     raise AssertionError(f"no JSON status in the daemon's output: {text[-500:]!r}")
 
 
-def start_daemon(binary: Path, codex_home: Path) -> Daemon:
-    daemon = Daemon(binary, codex_home, {})
+#: What the daemon's ``rekall mcp`` is given (Codex forwards only an allowlist of variables).
+REKALL_IDLE_STABLE_MS = "50"
+
+
+def rekall_mcp_toml(codex_home: Path, jobs_dir: Path) -> str:
+    """``[mcp_servers.rekall]``: this checkout's ``rekall mcp``, its jobs in ``jobs_dir``, the daemon's home."""
+    env = {"CODEX_HOME": str(codex_home), "REKALL_JOBS_DIR": str(jobs_dir), "REKALL_IDLE_STABLE_MS": REKALL_IDLE_STABLE_MS}
+    return "\n".join(["[mcp_servers.rekall]", f"command = {json.dumps(sys.executable)}", 'args = ["-m", "rekall", "mcp"]',
+                      "", "[mcp_servers.rekall.env]", *(f"{k} = {json.dumps(v)}" for k, v in env.items()), ""])
+
+
+def start_daemon(binary: Path, codex_home: Path, jobs_dir: Path | None = None) -> Daemon:
+    daemon = Daemon(binary, codex_home, {}, jobs_dir)
     done = daemon.daemon_command("start", timeout=START_TIMEOUT_S)
     if done.returncode != 0:
         end_daemon_processes(codex_home)
@@ -77,15 +91,19 @@ def start_daemon(binary: Path, codex_home: Path) -> Daemon:
 
 
 def daemon_processes(codex_home: Path) -> list[int]:
-    """Pids of the processes running a Codex binary installed in ``codex_home`` (Linux /proc)."""
+    """Pids of the processes this daemon started (Linux /proc): those running a Codex binary installed
+    in ``codex_home``, and its ``rekall mcp`` servers and their workers (``CODEX_HOME`` is theirs)."""
     prefix = str(codex_home / "packages") + os.sep
+    ours = f"CODEX_HOME={codex_home}".encode()
     pids = []
     for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
             continue
         with contextlib.suppress(OSError):
-            argv0 = (entry / "cmdline").read_bytes().split(b"\0", 1)[0].decode(errors="replace")
-            if argv0.startswith(prefix):
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+            if argv[0].decode(errors="replace").startswith(prefix):
+                pids.append(int(entry.name))
+            elif b"rekall" in argv and ours in (entry / "environ").read_bytes().split(b"\0"):
                 pids.append(int(entry.name))
     return pids
 

@@ -1,0 +1,116 @@
+"""A whole rekall job on the REAL shared app-server daemon, the agent scheduling it itself.
+
+The daemon (one per session, tests/codex/conftest.py) has this checkout's ``rekall mcp`` in its
+``config.toml``. A ``websockets`` client with no rekall code plays the user's terminal: it starts
+the thread, fills the context and sends the message on which the agent (the mock model) calls
+``schedule_compaction``. Everything after that is rekall: the MCP server finds the thread on the
+shared app-server, the detached worker attaches with ``thread/resume``, waits for idle, compacts,
+reads the post-compaction size from the real telemetry and starts the one continuation turn.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from typing import Any
+
+import anyio
+import pytest
+
+from rekall.explain import build_explanation
+from rekall.store import JobStore
+from tests.codex.daemonkit import Daemon, PeerClient, peer_client
+from tests.mcpkit import HANDOFF, TERMINAL, wait_for_worker_exit
+from tests.support.mock_model import MockModel
+
+pytestmark = [pytest.mark.codex, pytest.mark.slow, pytest.mark.anyio]
+
+FILLER = "context filler " * 8000
+JOB_S = 90.0
+
+
+def on_thread(method: str, thread_id: str):
+    def match(message: dict[str, Any]) -> bool:
+        return message.get("method") == method and message.get("params", {}).get("threadId") == thread_id
+
+    return match
+
+
+async def run_turn(user: PeerClient, thread_id: str, text: str) -> dict[str, Any]:
+    start = len(user.messages)
+    turn = (await user.request("turn/start", {"threadId": thread_id, "input": [{"type": "text", "text": text}]}))["turn"]
+    done = await user.wait_for(lambda m: on_thread("turn/completed", thread_id)(m)
+                               and m["params"]["turn"]["id"] == turn["id"], start=start, timeout=JOB_S)
+    return done["params"]["turn"]
+
+
+async def wait_terminal(daemon: Daemon, thread_id: str) -> dict[str, Any]:
+    store = JobStore.open_reader({"REKALL_JOBS_DIR": str(daemon.jobs_dir)})
+    with anyio.fail_after(JOB_S):
+        while (status := store.read_status(thread_id))["state"] not in TERMINAL:
+            await anyio.sleep(0.05)
+    return status
+
+
+async def test_the_agent_schedules_its_own_compaction_on_the_shared_app_server_and_rekall_resumes_it_once(
+        app_server_daemon: Daemon, daemon_model: MockModel) -> None:
+    daemon = app_server_daemon
+    async with peer_client(daemon.socket_path) as user:
+        # "never": Codex would otherwise ask the user to approve the MCP call (it is not read-only).
+        thread_id = (await user.request("thread/start", {"approvalPolicy": "never"}))["thread"]["id"]
+        await user.wait_for(lambda m: m.get("method") == "mcpServer/startupStatus/updated"
+                            and m["params"].get("name") == "rekall" and m["params"].get("status") == "ready",
+                            timeout=JOB_S)
+        daemon_model.queue_text(FILLER)
+        await run_turn(user, thread_id, "Read the parser and tell me everything about it.")
+
+        daemon_model.queue_mcp_call("rekall", "schedule_compaction", {"threadId": thread_id, "handoff": HANDOFF})
+        seen_from = len(user.messages)
+        await run_turn(user, thread_id, "Compact this conversation now, then write the changelog.")
+        done = await wait_terminal(daemon, thread_id)
+        await wait_for_worker_exit(done["pid"])
+        # The continuation turn the worker started, as the user's terminal saw it.
+        continuation = await user.wait_for(lambda m: on_thread("turn/completed", thread_id)(m)
+                                           and m["params"]["turn"]["id"] == done.get("resumeTurnId"),
+                                           start=seen_from, timeout=JOB_S)
+        seen = user.messages[seen_from:]
+        turns = (await user.request("thread/turns/list", {"threadId": thread_id, "sortDirection": "asc"}))["data"]
+
+    assert done["state"] == "resumed", done
+    assert done["platform"] == "app-server" and done["outcomeMayBeUnknown"] is False
+    assert continuation["params"]["turn"]["status"] == "completed"
+
+    # The user's terminal saw exactly one compaction (its item started and completed) and one
+    # continuation turn, both after the agent's turn with the tool call.
+    compactions = [m["params"]["item"]["id"] for m in seen if on_thread("item/completed", thread_id)(m)
+                   and m["params"]["item"]["type"] == "contextCompaction"]
+    assert compactions == [done["compactionId"]]
+    started = [m["params"]["turn"]["id"] for m in seen if on_thread("turn/started", thread_id)(m)]
+    assert len(started) == 3 and started[-1] == done["resumeTurnId"]  # the agent's turn, compaction, continuation
+    assert len(turns) == 4
+
+    # The headroom rule read real telemetry: the post-compaction figure is smaller.
+    assert done["contextTokensBefore"] and done["contextTokensAfter"] is not None
+    assert done["contextTokensAfter"] < done["contextTokensBefore"]
+    assert done["tokensReclaimed"] == done["contextTokensBefore"] - done["contextTokensAfter"]
+
+    # The continuation reached the model once, with the marker and the exact handoff, on the compacted history.
+    marker = f"[Automatic continuation requested through rekall; job {done['jobId']}]"
+    (request,) = daemon_model.requests_containing(marker)
+    assert request.kind == "turn"
+    assert json.dumps(HANDOFF, indent=2, ensure_ascii=False) in request.text
+    assert daemon_model.summary_text in request.text
+    user_message = next(m["params"]["item"] for m in seen if on_thread("item/started", thread_id)(m)
+                        and m["params"]["turnId"] == done["resumeTurnId"] and m["params"]["item"]["type"] == "userMessage")
+    assert user_message["clientId"] == done["jobId"]  # the job marker, as on the extension
+
+    # The journal names the platform, and explain tells the whole job.
+    store = JobStore.open_reader({"REKALL_JOBS_DIR": str(daemon.jobs_dir)})
+    explanation = build_explanation(store, done["jobId"])
+    connected = next(n for n in explanation["notes"] if n["kind"] == "connected")
+    assert connected["detail"]["platform"] == "app-server" and connected["detail"]["serverVersion"] == "0.171.0"
+    shown = subprocess.run([sys.executable, "-m", "rekall", "explain", done["jobId"]], capture_output=True, text=True,
+                           env={"REKALL_JOBS_DIR": str(daemon.jobs_dir), "PATH": "/usr/bin:/bin"}, timeout=60)
+    assert shown.returncode == 0, shown.stderr
+    assert "resumed" in shown.stdout
