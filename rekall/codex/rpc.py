@@ -221,6 +221,8 @@ class RpcClient:
         if self._closed_reason is None:
             self._closed_reason = reason
         for pending in self._pending.values():
+            if pending.done.is_set():  # answered, its caller not yet woken: the answer stands
+                continue
             pending.error = AppServerClosed(f"{self._closed_reason} before answering {pending.method}",
                                             hint=f"the outcome is unknown; {self.diagnosis}")
             pending.done.set()

@@ -62,6 +62,7 @@ class SharedAppServer(RpcClient):
                 message = await self.channel.receive()
                 if message is None:
                     reason = self.channel.close_description
+                    await self.channel.stream.aclose()  # the peer said goodbye: it waits for our end to close
                     break
                 refusal = self._dispatch(message)
                 if refusal is not None:

@@ -4,11 +4,7 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import socket
-import tempfile
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -23,40 +19,9 @@ from rekall.transports import EndpointMissing, PeerMismatch
 from rekall.transports.base import ByteStream
 from rekall.transports.control_socket import START_HINT
 from rekall.transports.websocket import WebSocketChannel, open_websocket
+from tests.codex.fakeserver import env_for, fake_app_server, folder  # noqa: F401 (a fixture)
 
 pytestmark = pytest.mark.anyio
-
-Behaviour = Callable[[ServerConnection, dict], Awaitable[None]]
-
-
-@pytest.fixture
-def folder() -> Iterator[Path]:
-    path = Path(tempfile.mkdtemp(prefix="rksf", dir="/tmp"))
-    os.chmod(path, 0o700)
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
-
-
-@asynccontextmanager
-async def fake_app_server(path: Path, after_initialize: Behaviour | None = None) -> AsyncIterator[None]:
-    """Answers ``initialize`` like the daemon, then hands each later request to ``after_initialize``."""
-
-    async def serve(ws: ServerConnection) -> None:
-        async for raw in ws:
-            message = json.loads(raw)
-            if message.get("method") == "initialize":
-                await ws.send(json.dumps({"id": message["id"], "result": {"userAgent": "fake/9.9.9 (test)"}}))
-            elif "id" in message and after_initialize is not None:
-                await after_initialize(ws, message)
-
-    async with unix_serve(serve, str(path), max_size=None):
-        os.chmod(path, 0o600)
-        yield
-
-
-def env_for(path: Path) -> dict[str, str]:
-    return {"REKALL_APP_SERVER_SOCKET": str(path)}
-
 
 async def test_a_socket_nobody_listens_on_says_how_to_start_the_app_server(folder: Path) -> None:
     sock = socket.socket(socket.AF_UNIX)

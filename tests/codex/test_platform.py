@@ -1,0 +1,186 @@
+"""The app-server platform against a scripted server: what it sends, and bad input.
+
+The server is a local ``websockets`` server on a private Unix socket (tests/codex/fakeserver.py)
+that answers from a table and records every request, so a test can assert exactly what rekall
+sent, and that nothing was sent twice. The real daemon: tests/codex/test_app_server_platform.py.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from websockets.asyncio.server import ServerConnection
+
+from rekall import events as ev
+from rekall.codex.platform import NotAConversation, SharedAppServerPlatform, ThreadNotServed
+from rekall.errors import IpcError
+from tests.codex.fakeserver import env_for, fake_app_server, folder  # noqa: F401 (a fixture)
+
+pytestmark = pytest.mark.anyio
+
+T = "01a22e14-b94d-7cd2-9107-6bcbab7e9304"
+IDLE_THREAD = {"id": T, "status": {"type": "idle"}, "threadSource": None,
+               "turns": [{"id": "u1", "status": "completed", "items": [{"type": "userMessage", "id": "m"}]}]}
+USAGE = {"method": "thread/tokenUsage/updated",
+         "params": {"threadId": T, "turnId": "u1", "tokenUsage": {"last": {"totalTokens": 35921},
+                                                                  "modelContextWindow": 258400}}}
+
+
+class Script:
+    """Answers by method; a callable answer may send more frames. Records each request's method."""
+
+    def __init__(self, **answers: Any) -> None:
+        self.answers = {name.replace("__", "/"): value for name, value in answers.items()}
+        self.sent: list[str] = []
+        self.ws: ServerConnection | None = None
+
+    async def __call__(self, ws: ServerConnection, message: dict[str, Any]) -> None:
+        self.ws = ws
+        self.sent.append(message["method"])
+        answer = self.answers.get(message["method"], {"error": {"code": -32600, "message": "unknown method"}})
+        if callable(answer):
+            await answer(ws, message)
+            return
+        await ws.send(json.dumps({"id": message["id"], **answer}))
+
+
+def ok(result: Any) -> dict[str, Any]:
+    return {"result": result}
+
+
+def loaded(*ids: str) -> dict[str, Any]:
+    return ok({"data": list(ids), "nextCursor": None})
+
+
+def then(answer: dict[str, Any], *frames: Any) -> Callable[[ServerConnection, dict[str, Any]], Any]:
+    async def send(ws: ServerConnection, message: dict[str, Any]) -> None:
+        await ws.send(json.dumps({"id": message["id"], **answer}))
+        for frame in frames:
+            await ws.send(frame if isinstance(frame, str) else json.dumps(frame))
+
+    return send
+
+
+async def test_observing_reads_and_never_resumes(folder: Path) -> None:
+    script = Script(thread__loaded__list=loaded(T), thread__read=ok({"thread": {**IDLE_THREAD, "turns": []}}),
+                    thread__turns__list=ok({"data": list(reversed(IDLE_THREAD["turns"])), "nextCursor": None}))
+    async with fake_app_server(folder / "app.sock", script):
+        with anyio.fail_after(10):
+            seen = await SharedAppServerPlatform(env_for(folder / "app.sock")).observe(T, request_timeout_s=5)
+    assert script.sent == ["thread/loaded/list", "thread/read", "thread/turns/list"]
+    assert seen.facts.idle and seen.facts.tokens is None and seen.owner_id is None
+    assert seen.details["serverVersion"] == "9.9.9" and "headroomNote" in seen.details
+
+
+async def test_the_terminal_uis_title_thread_is_never_taken_for_the_conversation(folder: Path) -> None:
+    title = {**IDLE_THREAD, "threadSource": "thread_title"}
+    script = Script(thread__loaded__list=loaded(T), thread__read=ok({"thread": title}),
+                    thread__resume=ok({"thread": title}))
+    platform = SharedAppServerPlatform(env_for(folder / "app.sock"))
+    async with fake_app_server(folder / "app.sock", script):
+        with anyio.fail_after(10):
+            with pytest.raises(NotAConversation, match="title request"):
+                await platform.observe(T, request_timeout_s=5)
+            with pytest.raises(NotAConversation) as caught:
+                await platform.follow(T, request_timeout_s=5)
+    assert "CODEX_THREAD_ID" in caught.value.hint
+    assert "thread/turns/list" not in script.sent
+
+
+async def test_a_thread_the_server_has_not_loaded_is_never_resumed(folder: Path) -> None:
+    script = Script(thread__loaded__list=loaded("another"))
+    platform = SharedAppServerPlatform(env_for(folder / "app.sock"))
+    async with fake_app_server(folder / "app.sock", script):
+        with anyio.fail_after(10):
+            with pytest.raises(ThreadNotServed, match="does not have thread .* loaded") as caught:
+                await platform.follow(T, request_timeout_s=5)
+            with pytest.raises(ThreadNotServed):
+                await platform.observe(T, request_timeout_s=5)
+    assert "codex --remote unix://" in caught.value.hint
+    assert script.sent == ["thread/loaded/list", "thread/loaded/list"]  # no thread/resume, no thread/read
+
+
+async def test_a_thread_without_a_rollout_says_send_a_first_message(folder: Path) -> None:
+    script = Script(thread__loaded__list=loaded(T),
+                    thread__resume={"error": {"code": -32600, "message": f"no rollout found for thread id {T}"}})
+    async with fake_app_server(folder / "app.sock", script):
+        with anyio.fail_after(10), pytest.raises(ThreadNotServed) as caught:
+            await SharedAppServerPlatform(env_for(folder / "app.sock")).follow(T, request_timeout_s=5)
+    assert "no rollout yet" in caught.value.message and caught.value.hint == "send a first message, then schedule"
+
+
+async def test_following_resumes_with_turns_so_the_token_count_arrives_and_acts_once_each(folder: Path) -> None:
+    turn = {"id": "r1", "status": "inProgress", "items": []}
+    script = Script(thread__loaded__list=loaded(T), thread__resume=then(ok({"thread": IDLE_THREAD}), USAGE),
+                    thread__compact__start=ok({}), turn__start=ok({"turn": turn}))
+    async with fake_app_server(folder / "app.sock", script):
+        with anyio.fail_after(10):
+            thread = await SharedAppServerPlatform(env_for(folder / "app.sock")).follow(T, request_timeout_s=5)
+            events = thread.events()
+            assert await anext(events) == ev.Telemetry(35921, 258400, thread.model.revision)
+            compacted = await thread.compact()
+            started = await thread.start_turn("continue", "job-1")
+            await thread.aclose()
+            assert [e async for e in events] == []  # closed by us: no ConnectionLost
+    assert compacted.ok and started.ok and (started.turn_id, started.turn_status) == ("r1", "inProgress")
+    assert script.sent == ["thread/loaded/list", "thread/resume", "thread/compact/start", "turn/start"]
+    assert thread.evidence() == {"platform": "app-server", "ownerId": None, "serverVersion": None, "endpoint": None}
+
+
+async def test_a_refused_request_is_not_delivered_and_a_silent_one_is_unknown(folder: Path) -> None:
+    async def silent(ws: ServerConnection, message: dict[str, Any]) -> None:
+        pass
+
+    script = Script(thread__loaded__list=loaded(T), thread__resume=ok({"thread": IDLE_THREAD}),
+                    thread__compact__start={"error": {"code": -32600, "message": "thread not found"}}, turn__start=silent)
+    async with fake_app_server(folder / "app.sock", script):
+        with anyio.fail_after(10):
+            thread = await SharedAppServerPlatform(env_for(folder / "app.sock")).follow(T, request_timeout_s=0.3)
+            refused, unanswered = await thread.compact(), await thread.start_turn("continue", "job-1")
+            await thread.aclose()
+    assert (refused.failure.code, refused.failure.delivery) == ("request_failed", "not_delivered")
+    assert "thread not found" in refused.failure.message
+    assert (unanswered.failure.code, unanswered.failure.delivery) == ("request_timeout", "unknown")
+    assert script.sent.count("thread/compact/start") == 1 and script.sent.count("turn/start") == 1
+
+
+@pytest.mark.parametrize(("frame", "said"), [("<html>not json</html>", "not JSON"),
+                                             (json.dumps([1, 2]), "not an object"),
+                                             (json.dumps({"method": "x", "params": {"pad": "x" * 5000}}), "bytes")])
+async def test_a_frame_that_is_not_json_rpc_or_too_large_ends_the_follow_with_the_reason(
+        folder: Path, frame: str, said: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from rekall.codex import shared
+
+    bounded = functools.partial(shared.open_shared_app_server, max_message_bytes=4096)
+    monkeypatch.setattr("rekall.codex.platform.open_shared_app_server", bounded)
+    script = Script(thread__loaded__list=loaded(T), thread__resume=then(ok({"thread": IDLE_THREAD}), frame))
+    async with fake_app_server(folder / "app.sock", script):
+        with anyio.fail_after(10):
+            thread = await SharedAppServerPlatform(env_for(folder / "app.sock")).follow(T, request_timeout_s=5)
+            lost = await anext(thread.events())
+            after = await thread.compact()  # the link is gone: provably not sent
+            await thread.aclose()
+    assert isinstance(lost, ev.ConnectionLost) and said in lost.detail
+    assert (after.failure.code, after.failure.delivery) == ("connection_lost", "not_delivered")
+    assert "thread/compact/start" not in script.sent
+
+
+async def test_a_server_that_dies_while_followed_is_reported_once_and_reconnecting_fails_clearly(folder: Path) -> None:
+    script = Script(thread__loaded__list=loaded(T), thread__resume=ok({"thread": IDLE_THREAD}))
+    platform = SharedAppServerPlatform(env_for(folder / "app.sock"))
+    with anyio.fail_after(10):
+        async with fake_app_server(folder / "app.sock", script):
+            thread = await platform.follow(T, request_timeout_s=5)
+        lost = await anext(thread.events())  # the server stopped: its socket is gone
+        with pytest.raises(IpcError) as caught:
+            await thread.reconnect()
+        await thread.aclose()
+    assert isinstance(lost, ev.ConnectionLost)
+    assert "nothing is listening" in caught.value.message and "codex app-server daemon start" in caught.value.hint
+    assert script.sent == ["thread/loaded/list", "thread/resume"]
