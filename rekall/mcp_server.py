@@ -33,16 +33,19 @@ THREAD_ID_DESCRIPTION = (
 
 STATES_TEXT = (
     "States: scheduled, waiting_for_idle (your turn must end first), requesting, accepted "
-    "(the extension took the request; acceptance is not completion), waiting_for_resume_idle, "
+    "(the thread's owner took the request; acceptance is not completion), waiting_for_resume_idle, "
     "resuming; terminal: completed (a newly observed completed contextCompaction), resumed (one "
     "continuation turn was started; this says nothing about the work it does), skipped (compacted, "
     "but the continuation was refused for lack of headroom or stale/missing telemetry), cancelled, "
-    "timed_out, failed. outcomeMayBeUnknown=true means a request may have reached the extension "
+    "timed_out, failed. outcomeMayBeUnknown=true means a request may have reached the owner "
     "without its effect being observed."
 )
 
 INSTRUCTIONS = (
-    "rekall compacts this Codex VS Code conversation at a checkpoint and can resume it once. "
+    "rekall compacts this Codex conversation at a checkpoint and can resume it once. It serves chats of "
+    "the VS Code extension and terminal sessions on the shared app-server (`codex app-server daemon start`, "
+    "then `codex --remote unix://`); a plain `codex` session runs its own app-server, which rekall cannot "
+    "reach, and probe_compaction says so. "
     "Order: compaction_status, then probe_compaction, then schedule_compaction (only when the user "
     "authorised compaction), then FINISH YOUR TURN, then check compaction_status later. "
     "Pass the current CODEX_THREAD_ID; never guess a thread. Nothing is retried automatically. "
@@ -78,6 +81,7 @@ class ProbeResult(TypedDict, total=False):
     __pydantic_config__ = ConfigDict(extra="allow")  # type: ignore[misc]
 
     threadId: str
+    platform: str
     connected: bool
     ownerId: str | None
     endpoint: Any
@@ -219,12 +223,14 @@ def build_server() -> MCPServer:
     @server.tool(
         annotations=ToolAnnotations(title="Probe compaction readiness", read_only_hint=True, open_world_hint=False),
         description=(
-            "Read-only preflight for an extension-owned VS Code Codex chat. Run it after compaction_status "
-            "and before schedule_compaction. It reaches the thread's owner window, reports the runtime "
-            "status, context headroom (tokens, window, used fraction), the IPC endpoint and peer check, "
-            "the protocol versions observed, and the runtime-layout and public-schema compatibility. It "
-            "never compacts and does not prove that a compaction will succeed; 'layout_compatible' means "
-            "only that the expected layout was found. Standalone Codex CLI sessions are not supported."),
+            "Read-only preflight. Run it after compaction_status and before schedule_compaction. It finds "
+            "the thread's platform (a VS Code extension window, or the shared app-server of a "
+            "`codex --remote` terminal session; never guessed: both or neither is reported), reports the "
+            "runtime status, context headroom (tokens, window, used fraction; unknown on the shared "
+            "app-server until a worker follows the thread), the endpoint and peer check, and the "
+            "compatibility checks. It never compacts and does not prove that a compaction will succeed; "
+            "'layout_compatible' means only that the expected layout was found. A plain `codex` session "
+            "cannot be reached: the error says how to start one rekall can serve."),
     )
     @_tool_errors
     async def probe_compaction(threadId: ThreadId) -> ProbeResult:
@@ -241,7 +247,7 @@ def build_server() -> MCPServer:
             "60% of the context window is then in use. The job is cancelled by new user input or a "
             "stopped turn. A second call while a job is unfinished returns that job with "
             "alreadyScheduled:true; a handoff given with such a call is not saved (handoffIgnored:true). "
-            "The extension's own compaction prompt is not changed. Nothing is retried automatically: check "
+            "Codex's own compaction prompt is not changed. Nothing is retried automatically: check "
             "compaction_status later. " + STATES_TEXT),
     )
     @_tool_errors
@@ -266,7 +272,7 @@ def build_server() -> MCPServer:
                                     idempotent_hint=True, open_world_hint=False),
         description=(
             "Cancels the pending dispatches of the exact job (threadId and jobId from schedule_compaction "
-            "or compaction_status). A request the extension already received cannot be retracted: the "
+            "or compaction_status). A request the thread's owner already received cannot be retracted: the "
             "result then has outcomeMayBeUnknown=true. Check compaction_status afterwards."),
     )
     @_tool_errors

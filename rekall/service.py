@@ -22,7 +22,7 @@ from rekall.ids import job_id as valid_job_id, thread_id as valid_thread_id
 from rekall.store import JobStore
 
 SCHEDULED_MESSAGE = (
-    "Queued once. Finish your turn now: rekall waits for the thread to be idle, asks the extension "
+    "Queued once. Finish your turn now: rekall waits for the thread to be idle, asks the thread's owner "
     "to compact, and confirms completion (acceptance is not completion). Keep this handoff in your "
     "summary; the saved copy is verified and reintroduced on continuation. Check compaction_status later; "
     "nothing is retried automatically."
@@ -182,7 +182,7 @@ async def schedule(
     platform, seen = await find_owner(thread_id, env, request_timeout_s=REQUEST_TIMEOUT_S.read(env))
     mirror = seen.facts
     if mirror.layout_problem:
-        raise Refused(f"unsupported extension state layout: {mirror.layout_problem}",
+        raise Refused(f"unsupported {platform.name} thread layout: {mirror.layout_problem}",
                       hint="run probe_compaction and check extension compatibility")
     if mirror.interrupted:
         raise Refused("the latest user turn was stopped or failed; no compaction scheduled",
