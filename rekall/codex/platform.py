@@ -38,7 +38,8 @@ log = logging.getLogger("rekall.codex.platform")
 NAME = "app-server"
 #: The newest turns an observation lists: enough to find the latest user turn behind compactions.
 TURNS_OBSERVED = 20
-NO_ROLLOUT = "no rollout found"
+#: How 0.171.0 says a thread has no first turn yet (``thread/resume``; ``thread/turns/list``).
+NO_ROLLOUT = ("no rollout found", "is not materialized yet")
 SERVABLE_SESSION = ("start the shared app-server with `codex app-server daemon start`, then attach the terminal "
                     "with `codex --remote unix://`; a plain `codex` session runs its own app-server, which rekall "
                     "cannot reach")
@@ -66,10 +67,13 @@ def _unwrap(exc: BaseException) -> BaseException:
 
 
 def _reached_error(exc: BaseException) -> RekallError:
-    """What went wrong talking to the server, as a rekall error for the worker's reconnect rule."""
+    """What went wrong talking to the server, as an :class:`IpcError` (the worker's reconnect rule
+    handles those): a refusal keeps the server's words, anything else is a lost connection."""
     exc = _unwrap(exc)
     if isinstance(exc, IpcError):
         return exc
+    if isinstance(exc, AppServerError):
+        return IpcError(exc.message, hint=exc.hint, code=exc.code)
     if isinstance(exc, RekallError):
         return ConnectionLostError(exc.message, hint=exc.hint)
     raise exc
@@ -175,7 +179,7 @@ class AppServerThread:
                 result = await server.resume_thread(self.thread_id, exclude_turns=False,
                                                     timeout=self.request_timeout_s)
             except AppServerError as exc:
-                if NO_ROLLOUT in exc.rpc_message:
+                if any(words in exc.rpc_message for words in NO_ROLLOUT):
                     raise _no_rollout(self.thread_id) from None
                 raise
             _check_conversation(self.thread_id, result["thread"])
@@ -299,8 +303,13 @@ async def observe_on(server: SharedAppServer, thread_id: str, timeout_s: float) 
         raise _not_loaded(thread_id, server.socket.path)
     thread = await server.read_thread(thread_id, timeout=timeout_s)
     _check_conversation(thread_id, thread)
-    page = await server.request("thread/turns/list", {"threadId": thread_id, "sortDirection": "desc",
-                                                      "limit": TURNS_OBSERVED}, timeout=timeout_s)
+    try:
+        page = await server.request("thread/turns/list", {"threadId": thread_id, "sortDirection": "desc",
+                                                          "limit": TURNS_OBSERVED}, timeout=timeout_s)
+    except AppServerError as exc:
+        if any(words in exc.rpc_message for words in NO_ROLLOUT):
+            raise _no_rollout(thread_id) from None
+        raise
     turns = list(reversed(page.get("data") or []))
     if not turns:
         raise _no_rollout(thread_id)
