@@ -184,3 +184,43 @@ async def test_a_server_that_dies_while_followed_is_reported_once_and_reconnecti
     assert isinstance(lost, ev.ConnectionLost)
     assert "nothing is listening" in caught.value.message and "codex app-server daemon start" in caught.value.hint
     assert script.sent == ["thread/loaded/list", "thread/resume"]
+
+
+async def test_a_daemon_that_dies_after_accepting_the_compaction_fails_the_job_with_an_unknown_outcome(
+        folder: Path, tmp_path: Path) -> None:
+    import os
+
+    from rekall import service
+    from rekall.config import WorkerSettings
+    from rekall.states import JobState
+    from rekall.store import JobStore
+    from rekall.worker import Worker
+    from tests.mcpkit import HANDOFF
+
+    sock = folder / "app.sock"
+
+    async def accept_then_die(ws: ServerConnection, message: dict[str, Any]) -> None:
+        await ws.send(json.dumps({"id": message["id"], "result": {}}))
+        await ws.send(json.dumps({"method": "item/started", "params": {
+            "threadId": T, "turnId": "c", "item": {"type": "contextCompaction", "id": "x"}}}))
+        os.unlink(sock)  # the daemon is gone: nothing listens there any more
+        await ws.close()
+
+    script = Script(thread__loaded__list=loaded(T), thread__read=ok({"thread": IDLE_THREAD}),
+                    thread__turns__list=ok({"data": IDLE_THREAD["turns"], "nextCursor": None}),
+                    thread__resume=then(ok({"thread": IDLE_THREAD}), USAGE), thread__compact__start=accept_then_die)
+    env = {**env_for(sock), "CODEX_HOME": str(tmp_path), "TMPDIR": str(tmp_path), "PATH": "",
+           "REKALL_JOBS_DIR": str(tmp_path / "jobs")}
+    settings = WorkerSettings(idle_stable_s=0.05, deadline_s=20, reconnect_delays_s=(0.02, 0.05),
+                              reconnect_window_s=0.5)
+    async with fake_app_server(sock, script):
+        with anyio.fail_after(30):
+            scheduled = await service.schedule(T, HANDOFF, env=env, spawn=lambda *a, **k: os.getpid())
+            store = JobStore.open(env)
+            final = await Worker(store, T, scheduled["jobId"], settings=settings, env=env).run()
+    status = store.read_status(T)
+    assert scheduled["platform"] == "app-server"
+    assert final is JobState.FAILED and status["errorCode"] == "connection_lost", status
+    assert status["outcomeMayBeUnknown"] is True, status
+    assert "app.sock does not exist (the app-server is not running)" in status["error"]
+    assert script.sent.count("thread/compact/start") == 1 and "turn/start" not in script.sent

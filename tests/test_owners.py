@@ -1,0 +1,68 @@
+"""Which platform serves a thread: both are asked, one must claim it, nothing is guessed.
+
+The extension is the simulated owner (``rekall.sim``) on a real socket; the shared app-server is a
+scripted ``websockets`` server (tests/codex/fakeserver.py) that claims the thread it is told to.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import anyio
+import pytest
+
+from rekall.errors import RekallError
+from rekall.owners import OwnerUnknown, find_owner, platform_named
+from rekall.sim import SimulatedOwner
+from tests.codex.fakeserver import env_for, fake_app_server, folder  # noqa: F401 (a fixture)
+from tests.codex.test_platform import IDLE_THREAD, Script, loaded, ok
+
+pytestmark = pytest.mark.anyio
+
+
+def claiming(thread_id: str) -> Script:
+    thread = {**IDLE_THREAD, "id": thread_id}
+    return Script(thread__loaded__list=loaded(thread_id), thread__read=ok({"thread": thread}),
+                  thread__turns__list=ok({"data": thread["turns"], "nextCursor": None}))
+
+
+async def test_a_thread_both_platforms_claim_is_refused_rather_than_guessed(folder: Path, tmp_path: Path) -> None:
+    async with SimulatedOwner() as sim:
+        async with fake_app_server(folder / "app.sock", claiming(sim.thread_id)):
+            env = {**sim.env, **env_for(folder / "app.sock"), "CODEX_HOME": str(tmp_path)}
+            with anyio.fail_after(20), pytest.raises(OwnerUnknown) as caught:
+                await find_owner(sim.thread_id, env, request_timeout_s=5)
+    assert "both the VS Code extension and the shared app-server claim thread" in caught.value.message
+    assert caught.value.code == "owner_unknown"
+
+
+async def test_the_one_platform_that_claims_the_thread_serves_it(folder: Path, tmp_path: Path) -> None:
+    thread_id = IDLE_THREAD["id"]
+    async with fake_app_server(folder / "app.sock", claiming(thread_id)):
+        env = {**env_for(folder / "app.sock"), "CODEX_HOME": str(tmp_path), "TMPDIR": str(tmp_path)}
+        with anyio.fail_after(20):
+            platform, seen = await find_owner(thread_id, env, request_timeout_s=5)
+    assert platform.name == "app-server" and seen.facts.idle
+
+    async with SimulatedOwner() as sim:
+        with anyio.fail_after(20):
+            platform, seen = await find_owner(sim.thread_id, {**sim.env, "CODEX_HOME": str(tmp_path)},
+                                              request_timeout_s=5)
+    assert platform.name == "extension-ipc" and seen.owner_id is not None
+
+
+async def test_with_no_shared_app_server_the_extensions_answer_stands_and_names_the_terminal_way(
+        tmp_path: Path) -> None:
+    env = {"CODEX_HOME": str(tmp_path), "TMPDIR": str(tmp_path)}
+    with anyio.fail_after(20), pytest.raises(RekallError) as caught:
+        await find_owner(IDLE_THREAD["id"], env, request_timeout_s=5)
+    assert caught.value.code == "endpoint_missing"  # the extension's own code, as before
+    assert caught.value.message.endswith("; no shared app-server is running either")
+    assert "codex app-server daemon start" in caught.value.hint and "plain `codex`" in caught.value.hint
+
+
+def test_a_job_names_its_platform_and_an_unknown_one_is_refused() -> None:
+    assert platform_named(None, {}).name == "extension-ipc"  # recorded before platforms were: the extension's
+    assert platform_named("app-server", {}).name == "app-server"
+    with pytest.raises(OwnerUnknown, match="platform 'carrier-pigeon'"):
+        platform_named("carrier-pigeon", {})
