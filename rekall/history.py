@@ -40,7 +40,7 @@ def _when(iso: str | None) -> datetime | None:
 def _node_row(job: dict[str, Any]) -> dict[str, Any]:
     state = job["state"]
     return {"threadId": job["threadId"], "jobId": job.get("jobId"), "jobNumber": job.get("jobNumber") or 0,
-            "state": state, "outcome": f"Written by the Node version of rekall: {state}"
+            "state": state, "platform": "extension-ipc", "outcome": f"Written by the Node version of rekall: {state}"
                                        + (f" ({job['error']})" if job.get("error") else "") + ".",
             "createdAt": job.get("createdAt") or "", "endedAt": job.get("endedAt"), "durationMs": None,
             **{key: job.get(key) for key in ("contextTokensBefore", "contextTokensAfter", "tokensReclaimed",
@@ -58,6 +58,8 @@ def _row(job: Replay, status: dict[str, Any]) -> dict[str, Any]:
         "jobId": job.job_id,
         "jobNumber": job.job_number,
         "state": f["state"],
+        # Jobs scheduled before platforms were recorded all ran on the extension: the only one then.
+        "platform": f.get("platform") or "extension-ipc",
         "outcome": describe_outcome(f["state"], f),
         "createdAt": created,
         "endedAt": ended,

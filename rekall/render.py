@@ -196,6 +196,7 @@ def print_probe(result: Mapping[str, Any], console: Console) -> None:
     runtime = compat.get("runtime") or {}
     rows = [
         ("thread", result.get("threadId")),
+        ("platform", result.get("platform")),
         ("owner", result.get("ownerId")),
         ("endpoint", endpoint.get("path") if isinstance(endpoint, Mapping) else endpoint),
         ("endpoint kind", endpoint.get("kind") if isinstance(endpoint, Mapping) else None),
@@ -209,6 +210,8 @@ def print_probe(result: Mapping[str, Any], console: Console) -> None:
         ("context tokens", result.get("contextTokens")),
         ("context window", result.get("modelContextWindow")),
         ("window used", None if used is None else f"{used:.1%}"),
+        ("headroom", result.get("headroomNote")),
+        ("server version", result.get("serverVersion")),
         ("runtime layout", runtime.get("status")),
         ("layout problem", runtime.get("problem")),
         ("public schema", f"not checked ({schema.get('reason', 'no reason recorded')})"

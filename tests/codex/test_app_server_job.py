@@ -110,7 +110,20 @@ async def test_the_agent_schedules_its_own_compaction_on_the_shared_app_server_a
     explanation = build_explanation(store, done["jobId"])
     connected = next(n for n in explanation["notes"] if n["kind"] == "connected")
     assert connected["detail"]["platform"] == "app-server" and connected["detail"]["serverVersion"] == "0.171.0"
-    shown = subprocess.run([sys.executable, "-m", "rekall", "explain", done["jobId"]], capture_output=True, text=True,
-                           env={"REKALL_JOBS_DIR": str(daemon.jobs_dir), "PATH": "/usr/bin:/bin"}, timeout=60)
-    assert shown.returncode == 0, shown.stderr
-    assert "resumed" in shown.stdout
+    shown = rekall_cli(daemon, "explain", done["jobId"])
+    assert "resumed" in shown and "platform=app-server" in shown
+
+    # Every verb works on this platform: status, history, and probe naming it.
+    assert json.loads(rekall_cli(daemon, "status", thread_id, "--json"))["platform"] == "app-server"
+    (row,) = [r for r in json.loads(rekall_cli(daemon, "history", "--json")) if r["jobId"] == done["jobId"]]
+    assert (row["platform"], row["state"]) == ("app-server", "resumed")
+    probed = rekall_cli(daemon, "probe", thread_id)
+    assert "platform" in probed and "app-server" in probed and "unknown until a worker follows" in probed
+
+
+def rekall_cli(daemon: Daemon, *args: str) -> str:
+    env = {"CODEX_HOME": str(daemon.codex_home), "REKALL_JOBS_DIR": str(daemon.jobs_dir), "PATH": "/usr/bin:/bin",
+           "TMPDIR": str(daemon.jobs_dir.parent), "COLUMNS": "120"}
+    done = subprocess.run([sys.executable, "-m", "rekall", *args], capture_output=True, text=True, env=env, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
