@@ -224,3 +224,36 @@ async def test_a_daemon_that_dies_after_accepting_the_compaction_fails_the_job_w
     assert status["outcomeMayBeUnknown"] is True, status
     assert "app.sock does not exist (the app-server is not running)" in status["error"]
     assert script.sent.count("thread/compact/start") == 1 and "turn/start" not in script.sent
+
+
+async def test_a_server_whose_codex_fails_the_schema_checks_is_refused_by_schedule_and_red_in_doctor(
+        folder: Path, tmp_path: Path) -> None:
+    import shutil
+
+    from rekall import service
+    from rekall.doctor import diagnose
+    from tests.codex.drift import remove_context_compaction
+    from tests.test_doctor import SCHEMA_EXCERPT, serving_schema
+
+    drifted = tmp_path / "schema"
+    shutil.copytree(SCHEMA_EXCERPT, drifted)
+    remove_context_compaction(drifted)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "codex").write_text("#!/bin/sh\n" + serving_schema(drifted))
+    (bin_dir / "codex").chmod(0o755)
+    script = Script(thread__loaded__list=loaded(T), thread__read=ok({"thread": IDLE_THREAD}),
+                    thread__turns__list=ok({"data": IDLE_THREAD["turns"], "nextCursor": None}))
+    env = {**env_for(folder / "app.sock"), "CODEX_HOME": str(tmp_path), "TMPDIR": str(tmp_path),
+           "PATH": f"{bin_dir}:/usr/bin:/bin", "REKALL_JOBS_DIR": str(tmp_path / "jobs")}
+    async with fake_app_server(folder / "app.sock", script):
+        with anyio.fail_after(60):
+            with pytest.raises(service.Refused, match="schema is not compatible"):
+                await service.schedule(T, None, env=env, spawn=lambda *a, **k: pytest.fail("no worker may start"))
+            rows = {row.name: row for row in (await diagnose(env)).rows}
+    assert not (tmp_path / "jobs").exists() or not any((tmp_path / "jobs").glob("*.journal.jsonl"))
+    schema = rows["app_server_schema"]
+    assert schema.level == "RED" and "item_started.context_compaction" in schema.detail
+    assert f"{bin_dir}/codex (the `codex` on PATH (the server is not daemon-managed" in schema.detail
+    assert rows["app_server"].level == "GREEN" and "not managed by `codex app-server daemon`" in rows["app_server"].detail
+    assert "thread/compact/start" not in script.sent and "thread/resume" not in script.sent
