@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 from pathlib import Path
 
 import pytest
 
+from rekall.doctor import diagnose
 from rekall.transports import EndpointMissing
 from rekall.transports.control_socket import resolve_control_socket
 from tests.codex.daemonkit import daemon_processes, start_daemon, stop_daemon
@@ -15,6 +17,11 @@ from tests.support.codex_home import make_isolated_home
 from tests.support.mock_model import MockModel
 
 pytestmark = pytest.mark.codex
+
+
+def env_of(home: Path, tmp_path: Path) -> dict[str, str]:
+    return {"CODEX_HOME": str(home), "TMPDIR": str(tmp_path), "PATH": "/usr/bin:/bin",
+            "REKALL_JOBS_DIR": str(tmp_path / "jobs")}
 
 
 def test_daemon_stop_leaves_the_pid_update_loop_and_the_kit_ends_it_by_pid(
@@ -31,6 +38,10 @@ def test_daemon_stop_leaves_the_pid_update_loop_and_the_kit_ends_it_by_pid(
         target = Path(os.readlink(link))
         assert target.parent == Path(os.environ.get("TMPDIR") or "/tmp") / f"codex-daemon-{os.geteuid()}"
 
+        running = {row.name: row for row in asyncio.run(diagnose(env_of(home, tmp_path))).rows}
+        assert running["app_server"].level == "GREEN"
+        assert f"served by the daemon (pid {daemon.status['pid']})" in running["app_server"].detail
+
         stopped = daemon.daemon_command("stop")
         assert stopped.returncode == 0 and json.loads(stopped.stdout)["status"] == "stopped"
         assert daemon_processes(home) == [helper]
@@ -38,6 +49,9 @@ def test_daemon_stop_leaves_the_pid_update_loop_and_the_kit_ends_it_by_pid(
         assert not os.path.lexists(link) and not target.exists()
         with pytest.raises(EndpointMissing, match="not running"):
             resolve_control_socket({"CODEX_HOME": str(home)})
+        after = {row.name: row for row in asyncio.run(diagnose(env_of(home, tmp_path))).rows}
+        assert after["app_server_socket"].level == "GREEN" and "is not running" in after["app_server_socket"].detail
+        assert after["app_server"].detail == "not applicable: no shared app-server runs"
     finally:
         stop_daemon(daemon)
     assert daemon_processes(home) == []
