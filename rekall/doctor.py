@@ -312,6 +312,7 @@ async def diagnose(env: Mapping[str, str] | None = None) -> Report:
     binary_row, binary = check_codex_binary(env)
     rows += [binary_row, await asyncio.to_thread(check_schema, env, binary)]
     rows += [_not_needed_when_owned(row, rows) for row in await platform_named(APP_SERVER, env).diagnose()]
+    rows = _extension_optional_when_served(rows)
     jobs_row, root = check_jobs_dir(env)
     if jobs_row.level == "RED":
         rows += [jobs_row, *(Row.not_checked(name, "the jobs directory is unusable", "fix the jobs_dir row first")
@@ -328,3 +329,16 @@ def _not_needed_when_owned(row: Row, rows: list[Row]) -> Row:
     if row.name == "app_server_thread" and row.level != "GREEN" and owner is not None and owner.level == "GREEN":
         return Row.green(row.name, "not needed: a VS Code window owns the thread (see the owner row)")
     return row
+
+
+#: Extension rows that only say the extension is absent (their details start so), not that it is unsafe.
+_ABSENT_EXTENSION = {"ipc_endpoint": "no Codex IPC socket", "codex_binary": "no extension-bundled Codex binary"}
+
+
+def _extension_optional_when_served(rows: list[Row]) -> list[Row]:
+    """With a shared app-server answering, a missing VS Code extension is not fatal: AMBER, not RED."""
+    if not any(r.name == "app_server" and r.level == "GREEN" and r.detail.startswith("initialize") for r in rows):
+        return rows
+    return [Row(r.name, "AMBER", f"{r.detail} (only VS Code chats need it: the shared app-server serves "
+                                 "terminal sessions)", r.hint)
+            if r.level == "RED" and r.detail.startswith(_ABSENT_EXTENSION.get(r.name, "\0")) else r for r in rows]

@@ -105,3 +105,6 @@ async def test_doctor_names_the_daemon_its_version_and_the_binary_whose_schema_i
     assert app_server_daemon.status["managedCodexPath"] in rows["app_server_schema"].detail
     assert "all 7 checks pass" in rows["app_server_schema"].detail
     assert rows["owner"].level != "GREEN"  # the extension does not have it: said, not hidden
+    # No VS Code here: its absence is worth a look, not fatal, while the shared app-server serves.
+    assert rows["ipc_endpoint"].level == "AMBER" and "only VS Code chats need it" in rows["ipc_endpoint"].detail
+    assert rows["codex_binary"].level == "AMBER" and report.verdict == "AMBER"
