@@ -175,6 +175,9 @@ class AppServerThread:
         try:
             if self.thread_id not in await server.loaded_threads(timeout=self.request_timeout_s):
                 raise _not_loaded(self.thread_id, server.socket.path)
+            # Read first: resuming notifies every client, so a thread we must refuse is never resumed.
+            _check_conversation(self.thread_id, await server.read_thread(self.thread_id,
+                                                                         timeout=self.request_timeout_s))
             try:
                 result = await server.resume_thread(self.thread_id, exclude_turns=False,
                                                     timeout=self.request_timeout_s)

@@ -106,6 +106,7 @@ class ThreadModel:
                 if isinstance(item, dict) and item.get("type") == "contextCompaction" and isinstance(item.get("id"), str):
                     (self.completed if finished else self.running).add(item["id"])
             self.turns[turn["id"]] = _Turn(turn["id"], str(turn.get("status")), kind)
+        self.running -= self.completed  # completed while we were away (a reconnect)
         self.revision += 1
         return self._changes(before)
 

@@ -90,7 +90,7 @@ async def test_the_terminal_uis_title_thread_is_never_taken_for_the_conversation
             with pytest.raises(NotAConversation) as caught:
                 await platform.follow(T, request_timeout_s=5)
     assert "CODEX_THREAD_ID" in caught.value.hint
-    assert "thread/turns/list" not in script.sent
+    assert "thread/turns/list" not in script.sent and "thread/resume" not in script.sent
 
 
 async def test_a_thread_the_server_has_not_loaded_is_never_resumed(folder: Path) -> None:
@@ -107,7 +107,7 @@ async def test_a_thread_the_server_has_not_loaded_is_never_resumed(folder: Path)
 
 
 async def test_a_thread_without_a_rollout_says_send_a_first_message(folder: Path) -> None:
-    script = Script(thread__loaded__list=loaded(T),
+    script = Script(thread__loaded__list=loaded(T), thread__read=ok({"thread": {**IDLE_THREAD, "turns": []}}),
                     thread__resume={"error": {"code": -32600, "message": f"no rollout found for thread id {T}"}})
     async with fake_app_server(folder / "app.sock", script):
         with anyio.fail_after(10), pytest.raises(ThreadNotServed) as caught:
@@ -117,7 +117,8 @@ async def test_a_thread_without_a_rollout_says_send_a_first_message(folder: Path
 
 async def test_following_resumes_with_turns_so_the_token_count_arrives_and_acts_once_each(folder: Path) -> None:
     turn = {"id": "r1", "status": "inProgress", "items": []}
-    script = Script(thread__loaded__list=loaded(T), thread__resume=then(ok({"thread": IDLE_THREAD}), USAGE),
+    script = Script(thread__loaded__list=loaded(T), thread__read=ok({"thread": IDLE_THREAD}),
+                    thread__resume=then(ok({"thread": IDLE_THREAD}), USAGE),
                     thread__compact__start=ok({}), turn__start=ok({"turn": turn}))
     async with fake_app_server(folder / "app.sock", script):
         with anyio.fail_after(10):
@@ -129,7 +130,7 @@ async def test_following_resumes_with_turns_so_the_token_count_arrives_and_acts_
             await thread.aclose()
             assert [e async for e in events] == []  # closed by us: no ConnectionLost
     assert compacted.ok and started.ok and (started.turn_id, started.turn_status) == ("r1", "inProgress")
-    assert script.sent == ["thread/loaded/list", "thread/resume", "thread/compact/start", "turn/start"]
+    assert script.sent == ["thread/loaded/list", "thread/read", "thread/resume", "thread/compact/start", "turn/start"]
     assert thread.evidence() == {"platform": "app-server", "ownerId": None, "serverVersion": None, "endpoint": None}
 
 
@@ -137,8 +138,8 @@ async def test_a_refused_request_is_not_delivered_and_a_silent_one_is_unknown(fo
     async def silent(ws: ServerConnection, message: dict[str, Any]) -> None:
         pass
 
-    script = Script(thread__loaded__list=loaded(T), thread__resume=ok({"thread": IDLE_THREAD}),
-                    thread__compact__start={"error": {"code": -32600, "message": "thread not found"}}, turn__start=silent)
+    script = Script(thread__loaded__list=loaded(T), thread__read=ok({"thread": IDLE_THREAD}),
+                    thread__resume=ok({"thread": IDLE_THREAD}), thread__compact__start={"error": {"code": -32600, "message": "thread not found"}}, turn__start=silent)
     async with fake_app_server(folder / "app.sock", script):
         with anyio.fail_after(10):
             thread = await SharedAppServerPlatform(env_for(folder / "app.sock")).follow(T, request_timeout_s=0.3)
@@ -159,7 +160,8 @@ async def test_a_frame_that_is_not_json_rpc_or_too_large_ends_the_follow_with_th
 
     bounded = functools.partial(shared.open_shared_app_server, max_message_bytes=4096)
     monkeypatch.setattr("rekall.codex.platform.open_shared_app_server", bounded)
-    script = Script(thread__loaded__list=loaded(T), thread__resume=then(ok({"thread": IDLE_THREAD}), frame))
+    script = Script(thread__loaded__list=loaded(T), thread__read=ok({"thread": IDLE_THREAD}),
+                    thread__resume=then(ok({"thread": IDLE_THREAD}), frame))
     async with fake_app_server(folder / "app.sock", script):
         with anyio.fail_after(10):
             thread = await SharedAppServerPlatform(env_for(folder / "app.sock")).follow(T, request_timeout_s=5)
@@ -172,7 +174,8 @@ async def test_a_frame_that_is_not_json_rpc_or_too_large_ends_the_follow_with_th
 
 
 async def test_a_server_that_dies_while_followed_is_reported_once_and_reconnecting_fails_clearly(folder: Path) -> None:
-    script = Script(thread__loaded__list=loaded(T), thread__resume=ok({"thread": IDLE_THREAD}))
+    script = Script(thread__loaded__list=loaded(T), thread__read=ok({"thread": IDLE_THREAD}),
+                    thread__resume=ok({"thread": IDLE_THREAD}))
     platform = SharedAppServerPlatform(env_for(folder / "app.sock"))
     with anyio.fail_after(10):
         async with fake_app_server(folder / "app.sock", script):
@@ -183,7 +186,7 @@ async def test_a_server_that_dies_while_followed_is_reported_once_and_reconnecti
         await thread.aclose()
     assert isinstance(lost, ev.ConnectionLost)
     assert "nothing is listening" in caught.value.message and "codex app-server daemon start" in caught.value.hint
-    assert script.sent == ["thread/loaded/list", "thread/resume"]
+    assert script.sent == ["thread/loaded/list", "thread/read", "thread/resume"]
 
 
 async def test_a_daemon_that_dies_after_accepting_the_compaction_fails_the_job_with_an_unknown_outcome(

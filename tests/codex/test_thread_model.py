@@ -125,3 +125,12 @@ def test_a_thread_without_a_status_or_with_bad_turns_is_a_layout_problem_not_a_g
     assert isinstance(events[0], ev.LayoutIncompatible)
     model.load({"id": T, "turns": []})
     assert model.facts.layout_problem == "the thread has no status.type"
+
+
+def test_a_compaction_that_completed_while_disconnected_is_completed_after_the_reload() -> None:
+    model = idle_thread(turn("u1", "completed", "userMessage"))
+    feed(model, note("item/started", turnId="c", item={"type": "contextCompaction", "id": "c-contextCompaction"}))
+    events = model.load({"id": T, "status": {"type": "idle"},
+                         "turns": [turn("u1", "completed", "userMessage"), turn("c", "completed", "contextCompaction")]})
+    assert model.facts.running_compaction_ids == frozenset()
+    assert ev.CompactionCompleted("c-contextCompaction", model.revision) in events
