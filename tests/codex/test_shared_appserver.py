@@ -8,12 +8,15 @@ their requests by marker, never by position.
 from __future__ import annotations
 
 import os
+import re
 import uuid
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
+
+import rekall
 
 from rekall.codex.rpc import AppServerError, Message, ServerRequest
 from rekall.codex.shared import SharedAppServer, open_shared_app_server
@@ -69,7 +72,9 @@ async def test_rekall_connects_through_the_daemons_symlinked_socket_and_reports_
             )
             assert socket.peer_check == f"uid {uid} matches ours"
             assert server.server_version == PINNED_VERSION
-            assert server.server_info["userAgent"].startswith(f"rekall/{PINNED_VERSION} ")
+            # The prefix names the daemon's first client (whichever test connected first); the end names us.
+            assert re.match(rf"^[^/\s]+/{re.escape(PINNED_VERSION)} ", server.server_info["userAgent"])
+            assert server.server_info["userAgent"].endswith(f"(rekall; {rekall.__version__})")
             assert server.server_info["codexHome"] == str(app_server_daemon.codex_home)
 
 
