@@ -10,6 +10,8 @@ from typing import Any
 
 import attrs
 
+from rekall.states.status import JobStatus, read
+
 
 class JobState(str, Enum):
     """Where a job is. Values are the strings written to disk (``state`` and ``status``)."""
@@ -88,8 +90,13 @@ class JobView:
     entered_ms: Mapping[JobState, int] = attrs.field(converter=_frozen)
 
     @property
+    def status(self) -> JobStatus:
+        """The fields as the status record (a field the record does not know is left out)."""
+        return read(self.fields)
+
+    @property
     def resume(self) -> bool:
-        return self.fields.get("resume") is True
+        return self.status.resume is True
 
     def advanced(self, dest: JobState, fields: Mapping[str, Any], mono_ms: int) -> JobView:
         return JobView(self.job_id, self.thread_id, dest, {**self.fields, **fields},

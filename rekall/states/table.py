@@ -22,6 +22,7 @@ import attrs
 
 from rekall.states.model import NON_TERMINAL_STATES, Instant, JobState, JobView
 from rekall.states.rules import SYSTEM_ERROR_WAY_OUT, Headroom, check_headroom, outcome_may_be_unknown
+from rekall.states.status import JobStatus, known, wire
 
 S = JobState
 Evidence = Mapping[str, Any]
@@ -41,7 +42,7 @@ def owns_job(job: JobView, ev: Evidence) -> bool:
 
 def boundary_unchanged(job: JobView, ev: Evidence) -> bool:
     """The latest user turn is the one the job was scheduled after."""
-    return ev.get("boundaryFingerprint") == job.fields.get("userFingerprint")
+    return ev.get("boundaryFingerprint") == known(job.status.userFingerprint)
 
 
 def resume_not_requested(job: JobView, ev: Evidence) -> bool:
@@ -50,7 +51,7 @@ def resume_not_requested(job: JobView, ev: Evidence) -> bool:
 
 
 def _headroom(job: JobView, ev: Evidence) -> Headroom:
-    return check_headroom(ev.get("tokens"), ev.get("window"), job.fields.get("contextTokensBefore"))
+    return check_headroom(ev.get("tokens"), ev.get("window"), known(job.status.contextTokensBefore))
 
 
 def resume_with_headroom(job: JobView, ev: Evidence) -> bool:
@@ -93,38 +94,39 @@ def _since(job: JobView, state: JobState, now: Instant) -> int | None:
 
 
 def _started(job: JobView, ev: Evidence, now: Instant) -> dict[str, Any]:
-    return {"pid": ev["pid"], "workerStartedAt": now.iso}
+    return wire(JobStatus(pid=ev["pid"], workerStartedAt=now.iso))
 
 
 def _requested(job: JobView, ev: Evidence, now: Instant) -> dict[str, Any]:
-    return {"requestedAt": now.iso, "contextTokensBefore": ev["tokens"], "modelContextWindowBefore": ev["window"]}
+    return wire(JobStatus(requestedAt=now.iso, contextTokensBefore=ev["tokens"],
+                          modelContextWindowBefore=ev["window"]))
 
 
 def _accepted(job: JobView, ev: Evidence, now: Instant) -> dict[str, Any]:
-    return {"acceptedAt": now.iso, "ownerId": ev["ownerId"]}
+    return wire(JobStatus(acceptedAt=now.iso, ownerId=ev["ownerId"]))
 
 
 def _completion(job: JobView, ev: Evidence, now: Instant) -> dict[str, Any]:
-    before, after = job.fields.get("contextTokensBefore"), ev["tokens"]
+    before, after = known(job.status.contextTokensBefore), ev["tokens"]
     reclaimed = before - after if isinstance(before, int) and isinstance(after, int) else None
-    return {
-        "compactionId": ev["compactionId"],
-        "compactionCompletedAt": now.iso,
-        "contextTokensAfter": after,
-        "modelContextWindowAfter": ev["window"],
-        "tokensReclaimed": reclaimed,
-        "reclaimedFraction": reclaimed / before if reclaimed is not None and before > 0 else None,
-        "compactionDurationMs": _since(job, S.REQUESTING, now),
-        "contextWindowUsedFraction": _headroom(job, ev).used_fraction,
-    }
+    return wire(JobStatus(
+        compactionId=ev["compactionId"],
+        compactionCompletedAt=now.iso,
+        contextTokensAfter=after,
+        modelContextWindowAfter=ev["window"],
+        tokensReclaimed=reclaimed,
+        reclaimedFraction=reclaimed / before if reclaimed is not None and before > 0 else None,
+        compactionDurationMs=_since(job, S.REQUESTING, now),
+        contextWindowUsedFraction=_headroom(job, ev).used_fraction,
+    ))
 
 
 def _known_outcome(now: Instant) -> dict[str, Any]:
-    return {"completedAt": now.iso, "outcomeMayBeUnknown": False}
+    return wire(JobStatus(completedAt=now.iso, outcomeMayBeUnknown=False))
 
 
 def _skip(headroom: Headroom) -> dict[str, Any]:
-    return {"resumeSkipped": "insufficient_headroom", "resumeSkipReason": headroom.reason}
+    return wire(JobStatus(resumeSkipped="insufficient_headroom", resumeSkipReason=headroom.reason))
 
 
 def _completed(job: JobView, ev: Evidence, now: Instant) -> dict[str, Any]:
@@ -136,12 +138,12 @@ def _skipped_at_completion(job: JobView, ev: Evidence, now: Instant) -> dict[str
 
 
 def _resume_check(job: JobView, ev: Evidence) -> dict[str, Any]:
-    return {"resumeCheckContextTokens": ev["tokens"], "resumeCheckModelContextWindow": ev["window"],
-            "resumeCheckWindowUsedFraction": _headroom(job, ev).used_fraction}
+    return wire(JobStatus(resumeCheckContextTokens=ev["tokens"], resumeCheckModelContextWindow=ev["window"],
+                          resumeCheckWindowUsedFraction=_headroom(job, ev).used_fraction))
 
 
 def _resume_requested(job: JobView, ev: Evidence, now: Instant) -> dict[str, Any]:
-    return {**_resume_check(job, ev), "resumeRequestedAt": now.iso}
+    return {**_resume_check(job, ev), **wire(JobStatus(resumeRequestedAt=now.iso))}
 
 
 def _skipped_at_resume(job: JobView, ev: Evidence, now: Instant) -> dict[str, Any]:
@@ -149,42 +151,45 @@ def _skipped_at_resume(job: JobView, ev: Evidence, now: Instant) -> dict[str, An
 
 
 def _resumed(job: JobView, ev: Evidence, now: Instant) -> dict[str, Any]:
-    return {"resumeTurnId": ev["turnId"], "resumedAt": now.iso,
-            "resumeDelayMs": _since(job, S.WAITING_FOR_RESUME_IDLE, now), "outcomeMayBeUnknown": False}
+    return wire(JobStatus(resumeTurnId=ev["turnId"], resumedAt=now.iso,
+                          resumeDelayMs=_since(job, S.WAITING_FOR_RESUME_IDLE, now), outcomeMayBeUnknown=False))
 
 
 def _cancelled(job: JobView, ev: Evidence, now: Instant) -> dict[str, Any]:
-    return {"reason": ev["reason"], "cancelledAt": now.iso,
-            "outcomeMayBeUnknown": outcome_may_be_unknown(job.state, ev)}
+    return wire(JobStatus(reason=ev["reason"], cancelledAt=now.iso,
+                          outcomeMayBeUnknown=outcome_may_be_unknown(job.state, ev)))
 
 
 def _settled(job: JobView, ev: Evidence, now: Instant) -> dict[str, Any]:
     seen = (f"the owner {ev['ownerId']} showed the thread idle (runtime {ev['runtimeStatus']}) with no compaction "
             f"in progress and no new completed compaction for {ev['quietMs'] / 1000:.1f} s (revision "
             f"{ev['revision']})")
-    return {"errorCode": "outcome_unknown", "failedAt": now.iso, "outcomeMayBeUnknown": True,
-            "error": f"the answer to the request sent in {job.state.value} was lost; after reconnecting, {seen}. "
-                     "The request may or may not have reached the extension; nothing was retried"}
+    return wire(JobStatus(
+        errorCode="outcome_unknown", failedAt=now.iso, outcomeMayBeUnknown=True,
+        error=f"the answer to the request sent in {job.state.value} was lost; after reconnecting, {seen}. "
+              "The request may or may not have reached the extension; nothing was retried"))
 
 
 def _timed_out(job: JobView, ev: Evidence, now: Instant) -> dict[str, Any]:
-    return {"timedOutAt": now.iso, "errorCode": "deadline_exceeded",
-            "error": f"deadline of {ev['deadlineS']:g} s exceeded in {job.state.value}; no automatic retry",
-            "outcomeMayBeUnknown": outcome_may_be_unknown(job.state, ev)}
+    return wire(JobStatus(
+        timedOutAt=now.iso, errorCode="deadline_exceeded",
+        error=f"deadline of {ev['deadlineS']:g} s exceeded in {job.state.value}; no automatic retry",
+        outcomeMayBeUnknown=outcome_may_be_unknown(job.state, ev)))
 
 
 def _system_error(job: JobView, ev: Evidence, now: Instant) -> dict[str, Any]:
     done = ("nothing was compacted" if job.state is S.WAITING_FOR_IDLE
             else "the compaction completed, no continuation turn was started")
-    return {"errorCode": "thread_system_error", "failedAt": now.iso,
-            "error": f"the thread's runtime status stayed systemError for {ev['windowS']:g} s after the user's "
-                     f"turn ended; {done}. {SYSTEM_ERROR_WAY_OUT}",
-            "outcomeMayBeUnknown": outcome_may_be_unknown(job.state, ev)}
+    return wire(JobStatus(
+        errorCode="thread_system_error", failedAt=now.iso,
+        error=f"the thread's runtime status stayed systemError for {ev['windowS']:g} s after the user's "
+              f"turn ended; {done}. {SYSTEM_ERROR_WAY_OUT}",
+        outcomeMayBeUnknown=outcome_may_be_unknown(job.state, ev)))
 
 
 def _failed(job: JobView, ev: Evidence, now: Instant) -> dict[str, Any]:
-    return {"errorCode": ev["errorCode"], "error": ev["error"], "failedAt": now.iso,
-            "outcomeMayBeUnknown": outcome_may_be_unknown(job.state, ev)}
+    return wire(JobStatus(errorCode=ev["errorCode"], error=ev["error"], failedAt=now.iso,
+                          outcomeMayBeUnknown=outcome_may_be_unknown(job.state, ev)))
 
 
 # --- the table -----------------------------------------------------------------------------

@@ -17,6 +17,7 @@ from typing import Any
 import attrs
 
 from rekall.states import SCHEDULE, JobState, JobView, find_row
+from rekall.states.status import ABSENT, HistoryEntry, ended_at, known, unknown, wire
 from rekall.store.errors import JournalCorrupt
 from rekall.store.journal import Scan, scan_journal
 from rekall.store.wire import NoteRecord, TransitionRecord
@@ -41,7 +42,7 @@ class Replay:
 
     @property
     def job_number(self) -> int:
-        return self.view.fields.get("jobNumber", 0)
+        return known(self.view.status.jobNumber) or 0
 
     @property
     def created_at(self) -> str:
@@ -92,34 +93,21 @@ def replay_file(path: Path, thread_id: str, job_id: str) -> Replay:
 # --- derived views -------------------------------------------------------------------------
 
 
-def ended_at(fields: dict[str, Any] | Any) -> str | None:
-    """When the job ended, whatever the ending (``completedAt`` is read too: older status files
-    used it for every ending)."""
-    for key in ("completedAt", "resumedAt", "failedAt", "cancelledAt", "timedOutAt"):
-        if fields.get(key):
-            return fields[key]
-    return None
-
-
 def summarize(job: Replay) -> dict[str, Any]:
     """One ``history`` entry: the Node version's fields (its ``completedAt`` renamed ``endedAt``) plus state,
     errorCode, outcomeMayBeUnknown."""
-    f = job.view.fields
-    entry: dict[str, Any] = {
-        "jobId": job.job_id,
-        "jobNumber": job.job_number,
-        "status": job.state.value,
-        "state": job.state.value,
-        "createdAt": f.get("createdAt"),
-        "endedAt": ended_at(f),  # neutral: a cancelled or failed job did not complete
-        **{key: f.get(key) for key in ("contextTokensBefore", "contextTokensAfter", "tokensReclaimed",
-                                       "reclaimedFraction", "compactionDurationMs", "resumeDelayMs")},
-        "errorCode": f.get("errorCode"),
-        "outcomeMayBeUnknown": f.get("outcomeMayBeUnknown"),
-    }
-    if f.get("resumeSkipped") is not None:
-        entry["resumeSkipped"] = f["resumeSkipped"]
-    return entry
+    f = job.view.status
+    entry = HistoryEntry(
+        jobId=job.job_id, jobNumber=job.job_number, status=job.state.value, state=job.state.value,
+        createdAt=known(f.createdAt),
+        endedAt=ended_at(job.view.fields),  # neutral: a cancelled or failed job did not complete
+        contextTokensBefore=known(f.contextTokensBefore), contextTokensAfter=known(f.contextTokensAfter),
+        tokensReclaimed=known(f.tokensReclaimed), reclaimedFraction=known(f.reclaimedFraction),
+        compactionDurationMs=known(f.compactionDurationMs), resumeDelayMs=known(f.resumeDelayMs),
+        errorCode=known(f.errorCode), outcomeMayBeUnknown=known(f.outcomeMayBeUnknown),
+        resumeSkipped=ABSENT if known(f.resumeSkipped) is None else f.resumeSkipped,
+    )
+    return wire(entry)
 
 
 def history_before(job: Replay, earlier: list[Replay]) -> list[dict[str, Any]]:
@@ -133,13 +121,10 @@ def derive_status(view: JobView, last: TransitionRecord, journal_path: Path, log
                   history: list[dict[str, Any]]) -> dict[str, Any]:
     """The status file's content, built only from the journal (and the thread's history)."""
     state = view.state.value
-    status: dict[str, Any] = {"jobId": view.job_id, "threadId": view.thread_id, "status": state, "state": state}
-    status.update(view.fields)
-    status.update(
-        updatedAt=last.at,
-        journalSeq=last.seq,
-        journalPath=str(journal_path),
-        logPath=str(log_path),
-        history=history,
-    )
+    derived = attrs.evolve(view.status, jobId=view.job_id, threadId=view.thread_id, status=state, state=state,
+                           updatedAt=last.at, journalSeq=last.seq, journalPath=str(journal_path),
+                           logPath=str(log_path), history=history)
+    status = wire(derived)
+    # A journal field this version does not know (a newer rekall wrote it) is kept as found.
+    status.update((key, view.fields[key]) for key in unknown(view.fields))
     return status
