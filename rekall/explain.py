@@ -19,6 +19,7 @@ from rich.text import Text
 
 from rekall.states import HEADROOM_LIMIT, JobState
 from rekall.states.render import mermaid
+from rekall.states.status import ABSENT, JobStatus, known, read
 from rekall.store import JobStore, Replay
 from rekall.store.wire import TransitionRecord
 
@@ -40,26 +41,26 @@ def _tokens(value: Any) -> str:
     return f"{value:,}" if isinstance(value, int) else "unknown"
 
 
-def _compaction_words(f: Mapping[str, Any]) -> str:
-    words = f"compacted {_tokens(f.get('contextTokensBefore'))} → {_tokens(f.get('contextTokensAfter'))} tokens"
-    if isinstance(f.get("reclaimedFraction"), (int, float)):
-        words += f" ({f['reclaimedFraction']:.0%} reclaimed)"
-    if f.get("compactionDurationMs") is not None:
-        words += f" in {_ms(f['compactionDurationMs'])}"
+def _compaction_words(f: JobStatus) -> str:
+    words = f"compacted {_tokens(f.contextTokensBefore)} → {_tokens(f.contextTokensAfter)} tokens"
+    if isinstance(f.reclaimedFraction, (int, float)):
+        words += f" ({f.reclaimedFraction:.0%} reclaimed)"
+    if known(f.compactionDurationMs) is not None:
+        words += f" in {_ms(f.compactionDurationMs)}"
     return words
 
 
-def _skip_words(f: Mapping[str, Any]) -> str:
-    at_resume = "resumeCheckWindowUsedFraction" in f
-    used = f.get("resumeCheckWindowUsedFraction") if at_resume else f.get("contextWindowUsedFraction")
+def _skip_words(f: JobStatus) -> str:
+    at_resume = f.resumeCheckWindowUsedFraction is not ABSENT
+    used = f.resumeCheckWindowUsedFraction if at_resume else f.contextWindowUsedFraction
     when = "at the check before resuming" if at_resume else "after compaction"
-    reason = f.get("resumeSkipReason")
+    reason = known(f.resumeSkipReason)
     if reason == "more_than_60_percent_used" and isinstance(used, (int, float)):
         return f"{_percent(used)} of the context window was in use {when}, above the {HEADROOM_LIMIT:.0%} limit"
     if reason == "stale_or_unreclaimed_token_telemetry":
-        tokens = f.get("resumeCheckContextTokens") if at_resume else f.get("contextTokensAfter")
+        tokens = f.resumeCheckContextTokens if at_resume else f.contextTokensAfter
         return (f"the token count {when} ({_tokens(tokens)}) was not below the count before the request "
-                f"({_tokens(f.get('contextTokensBefore'))}), so the telemetry may be stale")
+                f"({_tokens(f.contextTokensBefore)}), so the telemetry may be stale")
     if reason == "missing_token_telemetry":
         return f"no usable token telemetry {when}, so headroom could not be confirmed"
     return f"insufficient headroom ({reason or 'no reason recorded'})"
@@ -72,38 +73,40 @@ _CANCEL_WORDS = {
 }
 
 
-def _unknown_words(f: Mapping[str, Any]) -> str:
-    if not f.get("outcomeMayBeUnknown"):
+def _unknown_words(f: JobStatus) -> str:
+    if not known(f.outcomeMayBeUnknown):
         return ""
     return (" The outcome may be unknown: a request may have reached the extension, and its effect was "
             "not observed; check the thread before scheduling again.")
 
 
-def _unknown_before_words(f: Mapping[str, Any]) -> str:
-    if f.get("contextTokensBefore") is not None:
+def _unknown_before_words(f: JobStatus) -> str:
+    if known(f.contextTokensBefore) is not None:
         return ""
     return (f" The token count before the request was unknown, so only the {HEADROOM_LIMIT:.0%} limit was "
             "checked, not that the compaction reduced the count.")
 
 
-def describe_outcome(state: str, f: Mapping[str, Any]) -> str:
+def describe_outcome(state: str, fields: Mapping[str, Any]) -> str:
     """One or two plain sentences saying how the job ended (or where it is)."""
+    f = read(fields)
     if state == JobState.COMPLETED:
         return f"Completed: {_compaction_words(f)}; no continuation was asked for."
     if state == JobState.RESUMED:
-        return (f"Resumed: {_compaction_words(f)}; continuation turn {f.get('resumeTurnId')} started "
-                f"{_ms(f.get('resumeDelayMs'))} after the compaction completed." + _unknown_before_words(f))
+        return (f"Resumed: {_compaction_words(f)}; continuation turn {known(f.resumeTurnId)} started "
+                f"{_ms(f.resumeDelayMs)} after the compaction completed." + _unknown_before_words(f))
     if state == JobState.SKIPPED:
         return f"Resume skipped: {_skip_words(f)}. The compaction itself completed: {_compaction_words(f)}."
     if state == JobState.CANCELLED:
-        return _CANCEL_WORDS.get(f.get("reason", ""), f"Cancelled ({f.get('reason')})") + "." + _unknown_words(f)
-    error = str(f.get("error") or "no message recorded").rstrip(".")
+        reason = known(f.reason)
+        return _CANCEL_WORDS.get(reason or "", f"Cancelled ({reason})") + "." + _unknown_words(f)
+    error = str(known(f.error) or "no message recorded").rstrip(".")
     if state == JobState.TIMED_OUT:
         return f"Timed out: {error}." + _unknown_words(f)
     if state == JobState.FAILED:
-        if f.get("errorCode") == "worker_lost":
+        if f.errorCode == "worker_lost":
             return f"Failed: the worker process was lost ({error})." + _unknown_words(f)
-        return f"Failed ({f.get('errorCode')}): {error}." + _unknown_words(f)
+        return f"Failed ({known(f.errorCode)}): {error}." + _unknown_words(f)
     try:
         return f"In progress ({state}): {JobState(state).doc}"
     except ValueError:

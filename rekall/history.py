@@ -9,6 +9,7 @@ from __future__ import annotations
 from datetime import datetime, time, timezone
 from typing import Any
 
+import attrs
 from rich.console import Console
 from rich.padding import Padding
 from rich.text import Text
@@ -16,9 +17,13 @@ from rich.text import Text
 from rekall.errors import InvalidInput, StoreError
 from rekall.explain import describe_outcome
 from rekall.ids import thread_id as valid_thread
+from rekall.states.status import METRICS, JobStatus, ended_at
 from rekall.store import JobStore, Replay
 from rekall.store.node import node_jobs
-from rekall.store.replay import ended_at
+
+_S = attrs.fields(JobStatus)
+#: What a row keeps of the job's status: its metrics, then how it ended.
+_KEPT = (*METRICS, _S.resumeSkipReason.name, _S.errorCode.name, _S.outcomeMayBeUnknown.name)
 
 
 def parse_since(since: str) -> datetime:
@@ -37,16 +42,17 @@ def _when(iso: str | None) -> datetime | None:
     return None if not iso else datetime.fromisoformat(iso)
 
 
+def _metrics(status: dict[str, Any]) -> dict[str, Any]:
+    return {key: status.get(key) for key in _KEPT}
+
+
 def _node_row(job: dict[str, Any]) -> dict[str, Any]:
     state = job["state"]
     return {"threadId": job["threadId"], "jobId": job.get("jobId"), "jobNumber": job.get("jobNumber") or 0,
             "state": state, "platform": "extension-ipc", "outcome": f"Written by the Node version of rekall: {state}"
                                        + (f" ({job['error']})" if job.get("error") else "") + ".",
             "createdAt": job.get("createdAt") or "", "endedAt": job.get("endedAt"), "durationMs": None,
-            **{key: job.get(key) for key in ("contextTokensBefore", "contextTokensAfter", "tokensReclaimed",
-                                             "reclaimedFraction", "compactionDurationMs", "resumeDelayMs",
-                                             "resumeSkipReason", "errorCode", "outcomeMayBeUnknown")},
-            "writtenBy": "node", "jobsDir": job["jobsDir"]}
+            **_metrics(job), "writtenBy": "node", "jobsDir": job["jobsDir"]}
 
 
 def _row(job: Replay, status: dict[str, Any]) -> dict[str, Any]:
@@ -64,9 +70,7 @@ def _row(job: Replay, status: dict[str, Any]) -> dict[str, Any]:
         "createdAt": created,
         "endedAt": ended,
         "durationMs": None if start is None or end is None else round((end - start).total_seconds() * 1000),
-        **{key: f.get(key) for key in ("contextTokensBefore", "contextTokensAfter", "tokensReclaimed",
-                                       "reclaimedFraction", "compactionDurationMs", "resumeDelayMs",
-                                       "resumeSkipReason", "errorCode", "outcomeMayBeUnknown")},
+        **_metrics(f),
     }
 
 

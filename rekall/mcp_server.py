@@ -11,20 +11,24 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Annotated, Any, ParamSpec, TypeVar
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal, ParamSpec, TypeVar, Union, get_args, get_type_hints
 
-from typing_extensions import TypedDict  # pydantic needs it on Python < 3.12
+from typing_extensions import NotRequired, Required, TypedDict  # pydantic needs it on Python < 3.12
 
 import anyio
+import attrs
 from mcp.server import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.shared.exceptions import MCPError
 from mcp.types import ToolAnnotations
-from pydantic import ConfigDict, Field, ValidationError
+from pydantic import ConfigDict, Field, TypeAdapter, ValidationError
 
 from rekall import __version__, service
 from rekall.errors import InternalError, InvalidInput, RekallError, as_rekall_error, tool_error_text
 from rekall.secrets import shown_key
+from rekall.states.status import ALWAYS, Absent, HistoryEntry, JobStatus
+from rekall.store.handoff import MAX_HANDOFF_BYTES, MAX_LIST_ITEMS
 
 THREAD_ID_DESCRIPTION = (
     "Current CODEX_THREAD_ID; obtain it from the shell environment (echo $CODEX_THREAD_ID). "
@@ -57,7 +61,7 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 ThreadId = Annotated[str, Field(description=THREAD_ID_DESCRIPTION, min_length=1, max_length=200)]
-Entries = Annotated[list[Annotated[str, Field(min_length=1)]], Field(max_length=40)]
+Entries = Annotated[list[Annotated[str, Field(min_length=1)]], Field(max_length=MAX_LIST_ITEMS)]
 
 
 class Handoff(TypedDict):
@@ -67,10 +71,10 @@ class Handoff(TypedDict):
 
     summary: Annotated[str, Field(description=(
         "Task, constraints, decisions, completed work, verification and outstanding work. The whole "
-        "handoff is at most 32000 UTF-8 bytes."))]
-    preserve: Annotated[Entries, Field(description="Facts to retain (at most 40 non-empty strings).")]
+        f"handoff is at most {MAX_HANDOFF_BYTES} UTF-8 bytes (compact JSON)."))]
+    preserve: Annotated[Entries, Field(description=f"Facts to retain (at most {MAX_LIST_ITEMS} non-empty strings).")]
     discard: Annotated[Entries, Field(description=(
-        "History that can be summarised away (at most 40). This never authorises deleting files."))]
+        f"History that can be summarised away (at most {MAX_LIST_ITEMS}). This never authorises deleting files."))]
     nextStep: Annotated[str, Field(description=(
         "The exact authorised next action, including where to stop. Required (may be empty only when "
         "resume is false)."))]
@@ -100,60 +104,64 @@ class ProbeResult(TypedDict, total=False):
     extensionVersion: str | None
 
 
-class JobStatus(TypedDict, total=False):
-    """The thread's latest job, as in the status file (the handoff text is never stored there)."""
+# --- the job status, as the tools answer it -----------------------------------------------
 
-    __pydantic_config__ = ConfigDict(extra="allow")  # type: ignore[misc]
 
-    threadId: str
-    jobId: str
-    state: str
-    status: str
-    jobNumber: int
-    resume: bool
-    createdAt: str
-    updatedAt: str
-    errorCode: str | None
-    error: str | None
-    reason: str | None
-    outcomeMayBeUnknown: bool
-    pid: int | None
-    handoffPath: str | None
-    handoffSha256: str | None
-    requestedAt: str | None
-    acceptedAt: str | None
-    contextTokensBefore: int | None
-    modelContextWindowBefore: int | None
-    compactionId: str | None
-    compactionCompletedAt: str | None
-    contextTokensAfter: int | None
-    modelContextWindowAfter: int | None
-    tokensReclaimed: int | None
-    reclaimedFraction: float | None
-    compactionDurationMs: float | None
-    contextWindowUsedFraction: float | None
-    resumeSkipped: str | None
-    resumeSkipReason: str | None
-    resumeCheckContextTokens: int | None
-    resumeCheckModelContextWindow: int | None
-    resumeCheckWindowUsedFraction: float | None
-    resumeRequestedAt: str | None
-    resumeTurnId: str | None
-    resumedAt: str | None
-    resumeDelayMs: float | None
-    completedAt: str | None
-    cancelledAt: str | None
-    failedAt: str | None
-    timedOutAt: str | None
-    history: list[dict[str, Any]]
-    # schedule only
-    alreadyScheduled: bool
-    #: True when a handoff came with a call that found an unfinished job: it was not saved.
-    handoffIgnored: bool
-    message: str
-    handoff: dict[str, Any]
-    # cancel only
-    cancellationRequested: bool
+def _present(annotation: Any) -> Any:
+    """A status field's type without ``ABSENT`` (a field not set is left out, not sent)."""
+    arms = tuple(arm for arm in get_args(annotation) if arm != Literal[Absent.ABSENT])
+    return Union[arms] if len(arms) > 1 else arms[0]  # noqa: UP007 - a runtime tuple of arms
+
+
+def _schema_of(record: type, title: str, required: frozenset[str], types: Mapping[str, Any]) -> Any:
+    """A TypedDict for pydantic built from an attrs status record: one key per field, its type
+    and description from the record, ``required`` keys required, nothing else allowed."""
+    hints = get_type_hints(record)
+    keys = {}
+    for field in attrs.fields(record):
+        value = Annotated[types.get(field.name, _present(hints[field.name])),
+                          Field(description=field.metadata["doc"])]
+        keys[field.name] = Required[value] if field.name in required else NotRequired[value]
+    schema = TypedDict(title, keys)  # type: ignore[operator]
+    schema.__doc__ = record.__doc__
+    schema.__pydantic_config__ = ConfigDict(extra="forbid")
+    return schema
+
+
+HistoryEntryOut = _schema_of(HistoryEntry, "HistoryEntry", frozenset(), {})
+_TYPES = {"history": list[HistoryEntryOut], "handoff": Handoff}
+#: ``compaction_status``: a job, ``not_scheduled``, or the Node version's job (``writtenBy``).
+StatusResult = _schema_of(JobStatus, "JobStatus", frozenset({"threadId", "state"}), _TYPES)
+#: ``schedule_compaction``: the job scheduled, or the unfinished job that holds the thread.
+ScheduleResult = _schema_of(JobStatus, "ScheduledJob", ALWAYS | {"alreadyScheduled"}, _TYPES)
+#: ``cancel_compaction``: what was asked (or the ended job, with cancellationRequested false).
+CancelResult = _schema_of(JobStatus, "CancelResult",
+                          frozenset({"threadId", "jobId", "state", "cancellationRequested", "message"}), _TYPES)
+
+
+@functools.cache
+def _adapter(schema: Any) -> TypeAdapter[Any]:
+    return TypeAdapter(schema)
+
+
+def _fit(schema: Any, status: dict[str, Any]) -> dict[str, Any]:
+    """``status`` as the output schema describes it. A status rekall did not derive (the Node
+    version's file, or one found without a journal) may hold fields the schema does not
+    describe, or values that do not fit it: those are left out and named in ``fieldsNotShown``."""
+    try:
+        _adapter(schema).validate_python(status)
+        return status
+    except ValidationError as exc:
+        misfits = sorted({str(error["loc"][0]) for error in exc.errors(include_url=False, include_input=False)
+                          if error["loc"] and error["type"] != "missing"})
+    if not misfits:
+        raise InternalError(f"a status lacks what the output schema requires: {_argument_errors(exc).message}")
+    logger.warning("rekall mcp: status fields left out as the schema does not describe them: %s",
+                   ", ".join(misfits))
+    fitted = {k: v for k, v in status.items() if k not in misfits}
+    fitted["fieldsNotShown"] = misfits
+    _adapter(schema).validate_python(fitted)
+    return fitted
 
 
 def _tool_errors(fn: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
@@ -251,8 +259,8 @@ def build_server() -> MCPServer:
             "compaction_status later. " + STATES_TEXT),
     )
     @_tool_errors
-    async def schedule_compaction(threadId: ThreadId, handoff: Handoff | None = None) -> JobStatus:
-        return await service.schedule(threadId, dict(handoff) if handoff is not None else None)  # type: ignore
+    async def schedule_compaction(threadId: ThreadId, handoff: Handoff | None = None) -> ScheduleResult:
+        return _fit(ScheduleResult, await service.schedule(threadId, dict(handoff) if handoff is not None else None))
 
     @server.tool(
         annotations=ToolAnnotations(title="Compaction job status", read_only_hint=True, open_world_hint=False),
@@ -264,8 +272,8 @@ def build_server() -> MCPServer:
             "with resumeSkipReason."),
     )
     @_tool_errors
-    async def compaction_status(threadId: ThreadId) -> JobStatus:
-        return await anyio.to_thread.run_sync(service.status, threadId)  # type: ignore[return-value]
+    async def compaction_status(threadId: ThreadId) -> StatusResult:
+        return _fit(StatusResult, await anyio.to_thread.run_sync(service.status, threadId))
 
     @server.tool(
         annotations=ToolAnnotations(title="Cancel a compaction job", read_only_hint=False, destructive_hint=False,
@@ -280,8 +288,8 @@ def build_server() -> MCPServer:
         threadId: ThreadId,
         jobId: Annotated[str, Field(description="The jobId returned by schedule_compaction.", min_length=1,
                                     max_length=200)],
-    ) -> JobStatus:
-        return await anyio.to_thread.run_sync(service.cancel, threadId, jobId)  # type: ignore[return-value]
+    ) -> CancelResult:
+        return _fit(CancelResult, await anyio.to_thread.run_sync(service.cancel, threadId, jobId))
 
     return server
 

@@ -12,7 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from rekall.states import SUCCESSFUL_END_STATES, TERMINAL_STATES
-from rekall.store.replay import ended_at
+from rekall.states.status import SHOWN, ended_at
 
 if TYPE_CHECKING:
     from rekall.doctor import Report
@@ -32,31 +32,6 @@ UNSUCCESSFUL_STATES = frozenset(s.value for s in TERMINAL_STATES - SUCCESSFUL_EN
 
 #: A job or thread id (36 characters) must fit on one line next to its label.
 _ID_WIDTH = 36
-
-# The fields worth a person's attention, in reading order.
-_JOB_FIELDS = (
-    ("jobId", "job"),
-    ("jobNumber", "job number"),
-    ("resume", "resume requested"),
-    ("createdAt", "created"),
-    ("requestedAt", "compaction requested"),
-    ("acceptedAt", "accepted"),
-    ("compactionCompletedAt", "compaction completed"),
-    ("endedAt", "ended"),
-    ("contextTokensBefore", "tokens before"),
-    ("contextTokensAfter", "tokens after"),
-    ("reclaimedFraction", "reclaimed"),
-    ("compactionDurationMs", "compaction took (ms)"),
-    ("contextWindowUsedFraction", "window used after"),
-    ("resumeSkipReason", "resume skipped because"),
-    ("resumeTurnId", "continuation turn"),
-    ("resumeDelayMs", "resume delay (ms)"),
-    ("reason", "cancel reason"),
-    ("errorCode", "error code"),
-    ("error", "error"),
-    ("message", "note"),
-)
-
 
 class Fields:
     """Label and value pairs: side by side when an id fits next to the widest label, else stacked.
@@ -118,7 +93,7 @@ def job_table(job: Mapping[str, Any]) -> Fields:
         words = describe_outcome(state, job)  # says so when the outcome may be unknown
         rows.append(("outcome", _warning(words) if job.get("outcomeMayBeUnknown") else Text(words)))
     fields = {**job, "endedAt": ended_at(job) if ended else None}
-    for key, label in _JOB_FIELDS:
+    for key, label in SHOWN:
         value = fields.get(key)
         if value is not None and value != "":
             rows.append((label, Text(_fmt(key, value))))

@@ -16,9 +16,12 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+import attrs
+
 from rekall.config import REQUEST_TIMEOUT_S, check_settings, env_value
 from rekall.errors import RekallError
 from rekall.ids import job_id as valid_job_id, thread_id as valid_thread_id
+from rekall.states.status import ABSENT, JobStatus, read, wire
 from rekall.store import JobStore
 
 SCHEDULED_MESSAGE = (
@@ -205,10 +208,10 @@ async def schedule(
                                       extra=anchor)
     result = dict(created.status)
     if created.already_scheduled:
-        result["alreadyScheduled"] = True
+        answer = JobStatus(alreadyScheduled=True)
         if handoff is not None:  # never dropped silently: the unfinished job keeps its own handoff
-            result.update(handoffIgnored=True, message=HANDOFF_IGNORED_MESSAGE)
-        return result
+            answer = attrs.evolve(answer, handoffIgnored=True, message=HANDOFF_IGNORED_MESSAGE)
+        return {**result, **wire(answer)}
     try:
         pid = (spawn or _spawn_default)(thread_id, created.job_id,
                                         log_path=store.log_path(thread_id, created.job_id), env=env)
@@ -220,9 +223,8 @@ async def schedule(
                                "shows the job") from None
     # False when the worker already finished and released the lock: nothing left to name.
     await asyncio.to_thread(store.set_lock_owner, thread_id, created.job_id, pid, process_start_time(pid))
-    result.update(pid=pid, alreadyScheduled=False, message=SCHEDULED_MESSAGE)
-    if handoff is not None:
-        result["handoff"] = handoff
+    result.update(wire(JobStatus(pid=pid, alreadyScheduled=False, message=SCHEDULED_MESSAGE,
+                                 handoff=ABSENT if handoff is None else handoff)))
     return result
 
 
@@ -245,11 +247,12 @@ def status(thread_id: str, *, env: Mapping[str, str] | None = None) -> dict[str,
 
 def _or_node_job(store: JobStore, status: dict[str, Any]) -> dict[str, Any]:
     """Without a rekall job, the thread's job in the Node version's directory, if any (marked)."""
-    if status.get("state") != "not_scheduled":
+    thread = read(status)
+    if thread.state != "not_scheduled":
         return status
     from rekall.store.node import node_status
 
-    return node_status(store.node_dirs, status["threadId"]) or status
+    return node_status(store.node_dirs, str(thread.threadId)) or status
 
 
 def status_with_trail(thread_id: str, *, env: Mapping[str, str] | None = None) -> tuple[dict[str, Any], list[str]]:
@@ -268,25 +271,26 @@ def cancel(thread_id: str, job_id: str, *, env: Mapping[str, str] | None = None)
     thread_id, job_id = valid_thread_id(thread_id), valid_job_id(job_id)
     store = JobStore.open_reader(_env(env))  # the marker goes next to an existing job, never into a new folder
     store.reap_if_dead(thread_id)
-    current = store.read_status(thread_id)
-    if current.get("jobId") != job_id:
+    status = store.read_status(thread_id)
+    current = read(status)
+    if current.jobId != job_id:
         raise RekallError(f"job {job_id} is not the current job of thread {thread_id}",
                           code="job_identity_mismatch", hint="inspect the thread with compaction_status")
     from rekall.states import TERMINAL_STATES, JobState
     from rekall.states.rules import outcome_may_be_unknown
 
-    if JobState(current["state"]) in TERMINAL_STATES:
-        return {**current, "cancellationRequested": False,
-                "message": f"the job already ended as {current['state']}; nothing to cancel"}
+    state = JobState(current.state)
+    if state in TERMINAL_STATES:
+        return {**status, **wire(JobStatus(cancellationRequested=False,
+                                           message=f"the job already ended as {state.value}; nothing to cancel"))}
     store.request_cancel(thread_id, job_id)
-    if current["state"] != JobState.SCHEDULED.value:
+    if state is not JobState.SCHEDULED:
         # Past `scheduled` the worker has its handler installed; before that it finds the
         # marker itself when it starts.
         _signal_worker(store, thread_id, job_id)
     # A request sent before the worker stops cannot be retracted: the outcome rule says whether one may be out.
-    unknown = outcome_may_be_unknown(JobState(current["state"]), {})
-    return {"threadId": thread_id, "jobId": job_id, "state": current["state"], "cancellationRequested": True,
-            "outcomeMayBeUnknown": unknown, "message": CANCEL_MESSAGE}
+    return wire(JobStatus(threadId=thread_id, jobId=job_id, state=state.value, cancellationRequested=True,
+                          outcomeMayBeUnknown=outcome_may_be_unknown(state, {}), message=CANCEL_MESSAGE))
 
 
 def _signal_worker(store: JobStore, thread_id: str, job_id: str) -> None:
