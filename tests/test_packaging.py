@@ -49,6 +49,8 @@ SDIST_ALLOWED = (
     "fixtures/ipc/*.jsonl",
     "fixtures/schema/README.md",
     "fixtures/schema/codex-*/*.json",
+    "fixtures/store/*.json",
+    "fixtures/store/README.md",
     "scripts/test",
     "scripts/install-codex",
     ".agents/plugins/marketplace.json",

@@ -1,0 +1,112 @@
+"""The JobStatus record: one definition of the status fields, and what is derived from it."""
+
+from __future__ import annotations
+
+import attrs
+import pytest
+from rich.console import Console
+
+from rekall.errors import InvalidInput
+from rekall.render import print_job
+from rekall.states import JobState, JobView
+from rekall.states.status import (
+    ABSENT,
+    ANCHORS,
+    LIFECYCLE,
+    NAMES,
+    RESERVED,
+    SHOWN,
+    STORE,
+    HistoryEntry,
+    JobStatus,
+    ended_at,
+    read,
+    unknown,
+    wire,
+)
+from rekall.store.replay import derive_status
+from rekall.store.wire import TransitionRecord
+from tests.jobkit import RESUME_NEEDED, handoff, new_thread, open_store, run, schedule, script
+
+OUTCOMES = ("completed", "skipped", "skipped_at_resume", "resumed", "cancelled", "failed", "timed_out")
+
+
+def test_the_reserved_names_are_the_fields_the_store_sets():
+    # The list the store kept by hand before the record; now derived from each field's ``by``.
+    assert RESERVED == {"jobId", "threadId", "status", "state", "createdAt", "jobNumber", "userFingerprint", "resume",
+                        "handoffPath", "handoffSha256", "errorCode", "outcomeMayBeUnknown", "updatedAt", "journalSeq",
+                        "journalPath", "logPath", "history"}
+    assert ANCHORS == {"contextTokensAtSchedule", "modelContextWindowAtSchedule", "ownerIdAtSchedule"}
+
+
+@pytest.mark.parametrize("outcome", OUTCOMES)
+def test_every_field_a_journal_records_is_a_record_field_set_by_whom_the_record_says(tmp_path, clock, outcome):
+    store = open_store(tmp_path / "jobs", clock)
+    thread = new_thread()
+    created = store.create_job(thread, handoff=handoff(RESUME_NEEDED.get(outcome, True)), user_fingerprint="fp-1",
+                               extra={"ownerIdAtSchedule": "o1"})
+    run(store, clock, thread, created.job_id, outcome)
+    first, *moves = store.load(thread, created.job_id).transitions
+    by = {field.name: field.metadata["by"] for field in attrs.fields(JobStatus)}
+    assert {by[name] for name in first.fields} <= {STORE, "anchor"}
+    for record in moves:
+        assert record.fields and set(record.fields) <= NAMES, record.trigger
+        # errorCode and outcomeMayBeUnknown start as the store's defaults; transitions update them.
+        assert {name for name in record.fields if by[name] != LIFECYCLE} <= {"errorCode", "outcomeMayBeUnknown"}
+    assert len(moves) == len(script(created.job_id, outcome))
+
+
+def test_a_field_left_out_is_absent_from_the_json_while_a_null_is_kept():
+    fields = wire(JobStatus(requestedAt="2026-11-30T12:00:00.000Z", contextTokensBefore=None))
+    assert fields == {"requestedAt": "2026-11-30T12:00:00.000Z", "contextTokensBefore": None}
+    assert read(fields).acceptedAt is ABSENT and read(fields).contextTokensBefore is None
+
+
+def test_a_misspelt_status_field_fails_where_it_is_written():
+    with pytest.raises(TypeError, match="contextTokensBefor"):
+        JobStatus(contextTokensBefor=1)  # type: ignore[call-arg]
+
+
+def test_a_journal_field_this_version_does_not_know_is_kept_in_the_derived_status(tmp_path):
+    thread, job = new_thread(), "0199a5c2-0000-4000-8000-00000000000a"
+    fields = {"jobId": job, "threadId": thread, "createdAt": "2026-11-30T12:00:00.000Z", "jobNumber": 1,
+              "userFingerprint": None, "resume": False, "errorCode": None, "outcomeMayBeUnknown": False,
+              "fromANewerRekall": [1, 2]}
+    view = JobView(job, thread, JobState.SCHEDULED, fields, {JobState.SCHEDULED: 0})
+    last = TransitionRecord(seq=0, at="2026-11-30T12:00:00.000Z", mono_ms=0, trigger="schedule", source=None,
+                            dest=JobState.SCHEDULED, evidence={}, fields=fields)
+    status = derive_status(view, last, tmp_path / "j", tmp_path / "l", [])
+    assert unknown(status) == ["fromANewerRekall"] and status["fromANewerRekall"] == [1, 2]
+    assert {k: v for k, v in status.items() if k in fields} == fields
+
+
+def test_rekall_status_shows_a_person_the_records_labels_in_reading_order(tmp_path, clock):
+    store = open_store(tmp_path / "jobs", clock)
+    thread = new_thread()
+    job = schedule(store, thread).job_id
+    run(store, clock, thread, job, "resumed")
+    console = Console(record=True, width=120)
+    print_job(store.read_status(thread), console)
+    lines = console.export_text().splitlines()
+    label = {field.name: field.metadata["label"] for field in (*attrs.fields(HistoryEntry), *attrs.fields(JobStatus))}
+    shown = [name for name, _ in SHOWN if any(line.strip().startswith(label[name] + " ") for line in lines)]
+    assert shown == ["jobId", "jobNumber", "resume", "createdAt", "requestedAt", "acceptedAt", "compactionCompletedAt",
+                     "endedAt", "contextTokensBefore", "contextTokensAfter", "reclaimedFraction",
+                     "compactionDurationMs", "contextWindowUsedFraction", "resumeTurnId", "resumeDelayMs"]
+    positions = [next(i for i, line in enumerate(lines) if line.strip().startswith(label[name] + " "))
+                 for name in shown]
+    assert positions == sorted(positions)
+
+
+def test_a_job_ends_at_whichever_time_its_ending_recorded():
+    assert ended_at({"cancelledAt": "c"}) == "c"
+    assert ended_at({"completedAt": "a", "resumedAt": "b"}) == "a"  # older files used completedAt for all
+    assert ended_at({"requestedAt": "r"}) is None
+
+
+def test_extra_status_fields_from_a_scheduler_must_be_its_anchors(store):
+    with pytest.raises(InvalidInput, match="requestedAt is not one a scheduler sets"):
+        store.create_job(new_thread(), handoff=None, user_fingerprint=None, extra={"requestedAt": "now"})
+    with pytest.raises(InvalidInput, match="reserved"):
+        store.create_job(new_thread(), handoff=None, user_fingerprint=None, extra={"journalSeq": 9})
+    assert schedule(store, new_thread()).status["jobNumber"] == 1
