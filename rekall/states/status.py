@@ -183,7 +183,7 @@ NAMES: frozenset[str] = frozenset(a.name for a in STATUS_FIELDS)
 
 def known(value: Maybe[T]) -> T | None:
     """The value, or ``None`` when the field is not set."""
-    return None if value is ABSENT else value  # type: ignore[return-value]
+    return None if value is ABSENT else value
 
 
 def read(fields: Mapping[str, Any]) -> JobStatus:

@@ -108,14 +108,17 @@ def _accepted(job: JobView, ev: Evidence, now: Instant) -> dict[str, Any]:
 
 def _completion(job: JobView, ev: Evidence, now: Instant) -> dict[str, Any]:
     before, after = known(job.status.contextTokensBefore), ev["tokens"]
-    reclaimed = before - after if isinstance(before, int) and isinstance(after, int) else None
+    reclaimed = fraction = None
+    if isinstance(before, int) and isinstance(after, int):
+        reclaimed = before - after
+        fraction = reclaimed / before if before > 0 else None
     return wire(JobStatus(
         compactionId=ev["compactionId"],
         compactionCompletedAt=now.iso,
         contextTokensAfter=after,
         modelContextWindowAfter=ev["window"],
         tokensReclaimed=reclaimed,
-        reclaimedFraction=reclaimed / before if reclaimed is not None and before > 0 else None,
+        reclaimedFraction=fraction,
         compactionDurationMs=_since(job, S.REQUESTING, now),
         contextWindowUsedFraction=_headroom(job, ev).used_fraction,
     ))
