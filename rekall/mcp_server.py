@@ -27,7 +27,7 @@ from pydantic import ConfigDict, Field, TypeAdapter, ValidationError
 from rekall import __version__, service
 from rekall.errors import InternalError, InvalidInput, RekallError, as_rekall_error, tool_error_text
 from rekall.secrets import shown_key
-from rekall.states.status import ALWAYS, Absent, HistoryEntry, JobStatus
+from rekall.states.status import ALWAYS, Absent, HistoryEntry, JobStatus, wire
 from rekall.store.handoff import MAX_HANDOFF_BYTES, MAX_LIST_ITEMS
 
 THREAD_ID_DESCRIPTION = (
@@ -128,15 +128,20 @@ def _schema_of(record: type, title: str, required: frozenset[str], types: Mappin
     return schema
 
 
+def _names(*fields: attrs.Attribute[Any]) -> frozenset[str]:
+    return frozenset(field.name for field in fields)
+
+
+_S = attrs.fields(JobStatus)
 HistoryEntryOut = _schema_of(HistoryEntry, "HistoryEntry", frozenset(), {})
-_TYPES = {"history": list[HistoryEntryOut], "handoff": Handoff}
+_TYPES = {_S.history.name: list[HistoryEntryOut], _S.handoff.name: Handoff}
 #: ``compaction_status``: a job, ``not_scheduled``, or the Node version's job (``writtenBy``).
-StatusResult = _schema_of(JobStatus, "JobStatus", frozenset({"threadId", "state"}), _TYPES)
+StatusResult = _schema_of(JobStatus, "JobStatus", _names(_S.threadId, _S.state), _TYPES)
 #: ``schedule_compaction``: the job scheduled, or the unfinished job that holds the thread.
-ScheduleResult = _schema_of(JobStatus, "ScheduledJob", ALWAYS | {"alreadyScheduled"}, _TYPES)
+ScheduleResult = _schema_of(JobStatus, "ScheduledJob", ALWAYS | _names(_S.alreadyScheduled), _TYPES)
 #: ``cancel_compaction``: what was asked (or the ended job, with cancellationRequested false).
-CancelResult = _schema_of(JobStatus, "CancelResult",
-                          frozenset({"threadId", "jobId", "state", "cancellationRequested", "message"}), _TYPES)
+CancelResult = _schema_of(JobStatus, "CancelResult", _names(_S.threadId, _S.jobId, _S.state,
+                                                             _S.cancellationRequested, _S.message), _TYPES)
 
 
 @functools.cache
@@ -159,7 +164,7 @@ def _fit(schema: Any, status: dict[str, Any]) -> dict[str, Any]:
     logger.warning("rekall mcp: status fields left out as the schema does not describe them: %s",
                    ", ".join(misfits))
     fitted = {k: v for k, v in status.items() if k not in misfits}
-    fitted["fieldsNotShown"] = misfits
+    fitted.update(wire(JobStatus(fieldsNotShown=misfits)))
     _adapter(schema).validate_python(fitted)
     return fitted
 

@@ -35,6 +35,7 @@ from rekall.errors import IpcError, RekallError
 from rekall.owners import platform_named
 from rekall.platform import Acted, Failure, FollowedThread, Platform
 from rekall.states import REQUEST_SENT_UNOBSERVED, SUCCESSFUL_END_STATES, TERMINAL_STATES, JobState
+from rekall.states.status import known, read
 from rekall.store import JobStore, process_start_time
 
 log = logging.getLogger("rekall.worker")
@@ -127,7 +128,7 @@ class Worker:
         refuses instead of running it too; only the winner opens the journal for writing."""
         with self.store.guarded():  # not reentrant: no guarded store call inside
             job = self.store.load(self.thread_id, self.job_id)  # read-only: another worker may be writing
-            if job.view.fields.get("jobId") != self.job_id:
+            if job.view.status.jobId != self.job_id:
                 raise RekallError("job identity mismatch: the journal names another job",
                                   code="job_identity_mismatch",
                                   hint="inspect the thread with `rekall status`; this worker does nothing")
@@ -283,7 +284,7 @@ class Worker:
             case policy.VerifyHandoff(evidence=evidence):
                 try:
                     self._handoff = self.store.verify_handoff(self.thread_id, self.job_id,
-                                                              self.status.get("handoffSha256"))
+                                                              known(read(self.status).handoffSha256))
                 except RekallError as exc:
                     return policy.HandoffChecked(evidence, problem=exc.message)
                 return policy.HandoffChecked(evidence)

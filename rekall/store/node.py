@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from rekall.ids import is_uuid
+from rekall.states.status import JobStatus, ended_at, wire
 from rekall.store.errors import LockBusy
 from rekall.store.fsio import STATUS_LIMIT, read_private
 from rekall.store.owner import pid_exists
@@ -29,7 +30,6 @@ log = logging.getLogger("rekall.store")
 
 #: Node's terminal states (it has no skipped or timed_out).
 NODE_TERMINAL = frozenset({"completed", "resumed", "failed", "cancelled"})
-_ENDED_AT = ("completedAt", "resumedAt", "failedAt", "cancelledAt")
 
 
 def read_node_status(directory: Path, thread: str) -> dict[str, Any] | None:
@@ -47,8 +47,8 @@ def read_node_status(directory: Path, thread: str) -> dict[str, Any] | None:
 
 def _marked(entry: dict[str, Any], directory: Path, thread: str) -> dict[str, Any]:
     state = entry.get("status")
-    return {**entry, "threadId": thread, "state": state if isinstance(state, str) else "unknown",
-            "writtenBy": "node", "jobsDir": str(directory)}
+    return {**entry, **wire(JobStatus(threadId=thread, state=state if isinstance(state, str) else "unknown",
+                                      writtenBy="node", jobsDir=str(directory)))}
 
 
 def node_status(directories: Iterable[Path], thread: str) -> dict[str, Any] | None:
@@ -79,7 +79,7 @@ def node_jobs(directories: Iterable[Path], thread: str | None = None) -> list[di
             for entry in [*earlier, status]:
                 if isinstance(entry, dict):
                     row = _marked({k: v for k, v in entry.items() if k != "history"}, directory, owner)
-                    row["endedAt"] = next((entry[k] for k in _ENDED_AT if entry.get(k)), None)
+                    row["endedAt"] = ended_at(entry)
                     jobs.append(row)
     return jobs
 
