@@ -150,22 +150,23 @@ def _adapter(schema: Any) -> TypeAdapter[Any]:
 
 
 def _fit(schema: Any, status: dict[str, Any]) -> dict[str, Any]:
-    """``status`` as the output schema describes it. A status rekall did not derive (the Node
-    version's file, or one found without a journal) may hold fields the schema does not
-    describe, or values that do not fit it: those are left out and named in ``fieldsNotShown``."""
+    """``status`` as the output schema describes it. A status rekall did not derive from its
+    journal (the Node version's file, one found without a journal, or a field a newer rekall
+    journaled) may hold fields the schema does not describe, or values that do not fit it:
+    those are left out and named in ``fieldsNotShown``."""
     try:
         _adapter(schema).validate_python(status)
         return status
     except ValidationError as exc:
-        misfits = sorted({str(error["loc"][0]) for error in exc.errors(include_url=False, include_input=False)
-                          if error["loc"] and error["type"] != "missing"})
-    if not misfits:
-        raise InternalError(f"a status lacks what the output schema requires: {_argument_errors(exc).message}")
+        errors = exc.errors(include_url=False, include_input=False)
+    missing = sorted(str(e["loc"][0]) for e in errors if e["type"] == "missing" and e["loc"])
+    if missing:
+        raise InternalError(f"the status lacks {', '.join(missing)}, which the output schema requires")
+    misfits = sorted({str(e["loc"][0]) for e in errors if e["loc"]})
     logger.warning("rekall mcp: status fields left out as the schema does not describe them: %s",
                    ", ".join(misfits))
     fitted = {k: v for k, v in status.items() if k not in misfits}
     fitted.update(wire(JobStatus(fieldsNotShown=misfits)))
-    _adapter(schema).validate_python(fitted)
     return fitted
 
 
