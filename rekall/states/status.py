@@ -46,13 +46,28 @@ READER = "reader"  # a reader, about the status itself (a rebuilt file, a lost w
 ANSWER = "answer"  # the answer of one call (schedule, cancel, the MCP server), never the status file
 
 
+class _Record:
+    """Equality and repr by the JSON fields: cheaper to define than attrs' generated methods
+    for some sixty fields, which would cost ``rekall status`` milliseconds at every start."""
+
+    __slots__ = ()
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and wire(self) == wire(other)  # type: ignore[arg-type]
+
+    __hash__ = None  # type: ignore[assignment]  # values may be lists (history)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({wire(self)!r})"  # type: ignore[arg-type]
+
+
 def _field(doc: str, *, by: str, label: str | None = None, always: bool = False) -> Any:
     """One status field. ``always``: present in every status derived from a journal."""
     return attrs.field(default=ABSENT, metadata={"doc": doc, "by": by, "label": label, "always": always})
 
 
-@attrs.frozen(kw_only=True)
-class HistoryEntry:
+@attrs.frozen(kw_only=True, eq=False, repr=False)
+class HistoryEntry(_Record):
     """One earlier job of the thread, as the status's ``history`` summarises it (oldest first)."""
 
     jobId: Maybe[str] = _field("The earlier job's id.", by=STORE)
@@ -74,8 +89,8 @@ class HistoryEntry:
     resumeSkipped: Maybe[str] = _field("insufficient_headroom when its continuation was skipped.", by=STORE)
 
 
-@attrs.frozen(kw_only=True)
-class JobStatus:
+@attrs.frozen(kw_only=True, eq=False, repr=False)
+class JobStatus(_Record):
     """The thread's latest job. The handoff text is never stored here (only its path and hash)."""
 
     # --- the job, from its first journal record ---
