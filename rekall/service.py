@@ -195,8 +195,8 @@ async def schedule(
         raise Refused(f"the thread shows a compaction in progress ({running}); another now would compact it "
                       "twice", hint="wait until probe_compaction shows none in progress, then schedule again")
     fingerprint = mirror.boundary_fingerprint
-    anchor = {"contextTokensAtSchedule": mirror.tokens, "modelContextWindowAtSchedule": mirror.window,
-              "ownerIdAtSchedule": seen.owner_id, "platform": platform.name}
+    anchor = wire(JobStatus(contextTokensAtSchedule=mirror.tokens, modelContextWindowAtSchedule=mirror.window,
+                            ownerIdAtSchedule=seen.owner_id, platform=platform.name))
     # The schema check runs a subprocess and the store's guard may wait for another process:
     # both run on worker threads, so that an MCP server answers other calls meanwhile.
     schema = await asyncio.to_thread(public_schema_report, env, platform.name)

@@ -110,3 +110,24 @@ def test_extra_status_fields_from_a_scheduler_must_be_its_anchors(store):
     with pytest.raises(InvalidInput, match="reserved"):
         store.create_job(new_thread(), handoff=None, user_fingerprint=None, extra={"journalSeq": 9})
     assert schedule(store, new_thread()).status["jobNumber"] == 1
+
+
+def test_reading_a_status_through_the_record_loads_no_schema_or_converter_library_of_its_own(tmp_path, clock):
+    # The MCP schema is derived in rekall.mcp_server (pydantic); `rekall status` never pays for it.
+    import json
+    import os
+    import subprocess
+    import sys
+
+    store = open_store(tmp_path / "jobs", clock)
+    thread = new_thread()
+    run(store, clock, thread, schedule(store, thread).job_id, "resumed")
+    code = ("import json, sys\nfrom rekall.cli import main\n"
+            f"code = main(['status', {thread!r}, '--json'])\n"
+            "print(json.dumps({'code': code, 'loaded': sorted({m.split('.')[0] for m in sys.modules} & "
+            "{'pydantic', 'mcp', 'jsonschema', 'rekall'}), 'record': 'rekall.states.status' in sys.modules}), "
+            "file=sys.stderr)")
+    env = {**os.environ, "REKALL_JOBS_DIR": str(tmp_path / "jobs")}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
+    assert json.loads(out.stderr.strip().splitlines()[-1]) == {"code": 0, "loaded": ["rekall"], "record": True}
+    assert json.loads(out.stdout)["contextTokensBefore"] == 90_000
