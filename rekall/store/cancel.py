@@ -8,8 +8,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+import attrs
+
 from rekall.errors import StoreError
 from rekall.ids import job_id as valid_job, thread_id as valid_thread
+from rekall.states.status import JobStatus, wire
 from rekall.store.errors import UnknownJob
 
 if TYPE_CHECKING:
@@ -25,11 +28,11 @@ def request_cancel(store: JobStore, thread_id: str, job_id: str) -> dict[str, An
             raise StoreError(f"job {job} is not the current job of thread {thread}",
                              code="job_identity_mismatch", hint="inspect the thread with `rekall status`")
         raise UnknownJob(f"no job {job} for thread {thread}", hint="check the ids with `rekall status`")
-    answer: dict[str, Any] = {"threadId": thread, "jobId": job, "state": current.state.value}
+    answer = JobStatus(threadId=thread, jobId=job, state=current.state.value)
     if current.state.terminal:
-        return {**answer, "cancellationRequested": False}
+        return wire(attrs.evolve(answer, cancellationRequested=False))
     try:
         store.fs.create_exclusive(store.layout.cancel(thread, job), b"cancel\n")
     except FileExistsError:
         pass  # asked before: the marker is already there
-    return {**answer, "cancellationRequested": True}
+    return wire(attrs.evolve(answer, cancellationRequested=True))

@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from rekall.ids import job_id as valid_job, thread_id as valid_thread
+from rekall.states.status import read
 from rekall.store.errors import JournalCorrupt, UnknownJob
 from rekall.store.journal import first_record
 from rekall.store.paths import Layout
@@ -50,7 +51,7 @@ class Catalog:
                 first = first_record(self.layout.journal(thread, job))
             except FileNotFoundError:
                 continue  # pruned meanwhile
-            number = first.fields.get("jobNumber") if isinstance(first, TransitionRecord) else None
+            number = read(first.fields).jobNumber if isinstance(first, TransitionRecord) else None
             if not isinstance(number, int):
                 raise JournalCorrupt(f"{self.layout.journal(thread, job)} does not start by scheduling a job",
                                      hint="move it aside; nothing was changed")

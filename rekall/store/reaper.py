@@ -20,6 +20,7 @@ from rekall.errors import StoreError
 from rekall.ids import thread_id as valid_thread
 from rekall.states import JobState
 from rekall.states.rules import outcome_may_be_unknown
+from rekall.states.status import JobStatus, wire
 from rekall.store.errors import LockBusy
 from rekall.store.locks import job_liveness
 from rekall.store.owner import Liveness, LockOwner
@@ -154,11 +155,12 @@ def unrecorded_loss(job: Replay, problem: str) -> dict[str, Any]:
     may_have = {"requesting": "the compaction request may have reached the extension",
                 "accepted": "the compaction may still complete",
                 "resuming": "a continuation may have started"}.get(state, "nothing was sent after it")
-    return {"status": "failed", "state": "failed", "errorCode": "worker_lost",
-            "error": f"the worker process is gone and the journal could not be written after `{state}` "
-                     f"({problem}); {may_have}",
-            "outcomeMayBeUnknown": outcome_may_be_unknown(job.state, {"delivery": "unknown"}),
-            "lastJournaledState": state, "journalUnwritable": problem}
+    return wire(JobStatus(
+        status="failed", state="failed", errorCode="worker_lost",
+        error=f"the worker process is gone and the journal could not be written after `{state}` "
+              f"({problem}); {may_have}",
+        outcomeMayBeUnknown=outcome_may_be_unknown(job.state, {"delivery": "unknown"}),
+        lastJournaledState=state, journalUnwritable=problem))
 
 
 def _lost_words(state: JobState) -> str:

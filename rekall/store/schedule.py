@@ -24,6 +24,7 @@ import attrs
 from rekall.errors import InvalidInput, StoreError
 from rekall.ids import job_id as valid_job, thread_id as valid_thread
 from rekall.states import SCHEDULE, JobState
+from rekall.states.status import ANCHORS, RESERVED, JobStatus, wire
 from rekall.store.errors import LockBusy
 from rekall.store.handoff import record_bytes, sha256_hex, validate_handoff
 from rekall.store.locks import job_liveness
@@ -37,14 +38,6 @@ from rekall.store.wire import TransitionRecord, encode_record
 if TYPE_CHECKING:
     from rekall.store.jobstore import JobStore
 
-#: Status fields the store owns; ``extra`` may not overwrite them.
-_RESERVED = frozenset({
-    "jobId", "threadId", "status", "state", "createdAt", "jobNumber", "userFingerprint", "resume", "handoffPath",
-    "handoffSha256", "errorCode", "outcomeMayBeUnknown", "updatedAt", "journalSeq", "journalPath", "logPath",
-    "history",
-})
-
-
 @attrs.frozen
 class CreatedJob:
     job_id: str
@@ -56,10 +49,15 @@ class CreatedJob:
 def _checked_extra(extra: Mapping[str, Any] | None) -> dict[str, Any]:
     if extra is None:
         return {}
-    clash = sorted(set(extra) & _RESERVED)
+    clash = sorted(set(extra) & RESERVED)
     if clash:
         raise InvalidInput(f"extra status field {clash[0]} is reserved by the store", field=clash[0],
                            hint="rename the field")
+    other = sorted(set(extra) - ANCHORS)
+    if other:
+        raise InvalidInput(f"extra status field {other[0]} is not one a scheduler sets; allowed: "
+                           f"{', '.join(sorted(ANCHORS))}", field=other[0],
+                           hint="pass only what the thread showed when it was scheduled")
     try:
         fields: dict[str, Any] = json.loads(json.dumps(dict(extra), allow_nan=False))
     except (TypeError, ValueError) as exc:
@@ -109,7 +107,7 @@ def _settle_lock(store: JobStore, thread: str, path: Path, owner: LockOwner) -> 
         assert home is not None
         status = status_of(home, job)
         if home is not store:  # scheduled through another CODEX_HOME: still this thread's one job
-            status["jobsDir"] = str(home.root)
+            status.update(wire(JobStatus(jobsDir=str(home.root))))
         return CreatedJob(job.job_id, status, already_scheduled=True)
     state = "has no journal" if job is None else f"already ended ({job.state.value})"
     raise LockBusy(f"thread {thread} is locked by {where}, which {state} while its process still runs",
@@ -134,18 +132,15 @@ def _create(store: JobStore, thread: str, job: str, handoff: dict[str, Any] | No
     me = LockOwner(job_id=job, thread_id=thread, pid=pid, process_start_time=process_start_time(pid),
                    host=store.host, created_at=now.iso, jobs_dir=str(store.root))
     journal, handoff_path = store.layout.journal(thread, job), store.layout.handoff(thread, job)
-    fields: dict[str, Any] = {
-        "jobId": job, "threadId": thread, "createdAt": now.iso,
-        "jobNumber": store.catalog.next_job_number(thread),
-        "userFingerprint": fingerprint, "resume": bool(handoff and handoff["resume"]),
-        "errorCode": None, "outcomeMayBeUnknown": False,
-    }
+    fields = wire(JobStatus(jobId=job, threadId=thread, createdAt=now.iso,
+                            jobNumber=store.catalog.next_job_number(thread), userFingerprint=fingerprint,
+                            resume=bool(handoff and handoff["resume"]), errorCode=None, outcomeMayBeUnknown=False))
     lock = store.locks.take(me)
     try:
         if handoff is not None:
             data = record_bytes(thread, job, handoff)
             store.fs.create_exclusive(handoff_path, data)
-            fields.update(handoffPath=str(handoff_path), handoffSha256=sha256_hex(data))
+            fields.update(wire(JobStatus(handoffPath=str(handoff_path), handoffSha256=sha256_hex(data))))
         fields.update(extra)
         first = TransitionRecord(seq=0, at=now.iso, mono_ms=now.mono_ms, trigger=SCHEDULE, source=None,
                                  dest=JobState.SCHEDULED, fields=fields,

@@ -13,6 +13,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from rekall.ids import thread_id as valid_thread
+from rekall.states.status import JobStatus, read, wire
 from rekall.store.errors import StatusCorrupt
 from rekall.store.fsio import STATUS_LIMIT, FileOps, TooLarge, read_private
 from rekall.store.owner import Liveness
@@ -75,7 +76,7 @@ def status_of(store: JobStore, job: Replay) -> dict[str, Any]:
 
 def current_fields(store: JobStore, job: Replay) -> dict[str, Any]:
     """The job's fields and state, as :func:`status_of` reports them, without the thread's history."""
-    fields = {**job.view.fields, "state": job.state.value}
+    fields = {**job.view.fields, **wire(JobStatus(state=job.state.value))}
     problem = store.unrecorded.get(job.job_id)
     if problem is not None and not job.state.terminal:
         fields.update(unrecorded_loss(job, problem))
@@ -103,24 +104,27 @@ def read_status(store: JobStore, thread_id: str) -> dict[str, Any]:
         log.warning("status file of thread %s is %s; rebuilt from the journal", thread, problem)
         if store.lock_liveness(thread) is not Liveness.ALIVE and latest.job_id not in store.unrecorded:
             store.status_file.save_quietly(thread, status)
-        status["statusFileProblem"] = f"{problem}; rebuilt from the journal"
+        status.update(wire(JobStatus(statusFileProblem=f"{problem}; rebuilt from the journal")))
     return status
 
 
 def _without_journal(layout: Layout, thread: str, on_disk: dict[str, Any] | None,
                      problem: str | None) -> dict[str, Any]:
     if on_disk is not None:  # written by the Node version, or by hand: shown, not trusted
-        return {**on_disk, "statusFileProblem": "no journal backs this status file; shown as found"}
+        found = read(on_disk)
+        state = next((s for s in (found.state, found.status) if isinstance(s, str)), "unknown")
+        return {**on_disk, **wire(JobStatus(threadId=thread, state=state,
+                                            statusFileProblem="no journal backs this status file; shown as found"))}
     if problem is not None and problem != "missing":
         raise StatusCorrupt(f"the status file {layout.status(thread)} is {problem} and no journal "
                             "exists to rebuild it from",
                             hint="move the file aside; nothing else refers to it")
-    return {"threadId": thread, "status": "not_scheduled", "state": "not_scheduled"}
+    return wire(JobStatus(threadId=thread, status="not_scheduled", state="not_scheduled"))
 
 
 def _behind(on_disk: dict[str, Any] | None, status: dict[str, Any]) -> bool:
     """The file shows an earlier point of the same job's journal."""
-    if on_disk is None or on_disk.get("jobId") != status.get("jobId"):
+    if on_disk is None or read(on_disk).jobId != read(status).jobId:
         return False
-    seq = on_disk.get("journalSeq")
-    return isinstance(seq, int) and seq < status["journalSeq"]
+    seq, now = read(on_disk).journalSeq, read(status).journalSeq
+    return isinstance(seq, int) and isinstance(now, int) and seq < now
