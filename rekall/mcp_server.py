@@ -1,17 +1,19 @@
 """The MCP server (``rekall mcp``): four tools over stdio, thin wrappers of ``rekall.service``.
 
 Tool names, inputs and limits match the Node version, so agents and skills written for it
-keep working. Results are structured (TypedDicts: slotted attrs classes break the SDK's
-output schemas). Tools are ``async`` and blocking store work runs on a worker thread, so a
-slow probe never holds up ``compaction_status``.
+keep working. Results are structured: the SDK derives each tool's output schema from its
+return type and validates every result against it. The job tools' return types are
+TypedDicts built here from the ``JobStatus`` record (``rekall.states.status``; the SDK cannot
+take a slotted attrs class), so the schema lists exactly the record's fields. Tools are
+``async`` and blocking store work runs on a worker thread, so a slow probe never holds up
+``compaction_status``.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Awaitable, Callable
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Annotated, Any, Literal, ParamSpec, TypeVar, Union, get_args, get_type_hints
 
 from typing_extensions import NotRequired, Required, TypedDict  # pydantic needs it on Python < 3.12
