@@ -17,7 +17,7 @@ from rich.text import Text
 from rekall.errors import InvalidInput, StoreError
 from rekall.explain import describe_outcome
 from rekall.ids import thread_id as valid_thread
-from rekall.states.status import METRICS, JobStatus, ended_at
+from rekall.states.status import METRICS, JobStatus, ended_at, known, read
 from rekall.store import JobStore, Replay
 from rekall.store.node import node_jobs
 
@@ -65,7 +65,7 @@ def _row(job: Replay, status: dict[str, Any]) -> dict[str, Any]:
         "jobNumber": job.job_number,
         "state": f["state"],
         # Jobs scheduled before platforms were recorded all ran on the extension: the only one then.
-        "platform": f.get("platform") or "extension-ipc",
+        "platform": known(read(f).platform) or "extension-ipc",
         "outcome": describe_outcome(f["state"], f),
         "createdAt": created,
         "endedAt": ended,

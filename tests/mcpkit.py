@@ -53,7 +53,10 @@ class Rekall:
         result = await self.client.call_tool(tool, {"threadId": self.thread_id, **arguments})
         if result.is_error:
             raise AssertionError(f"{tool} failed: {result.content[0].text}")
-        return result.structured_content or json.loads(result.content[0].text)
+        content = result.structured_content or json.loads(result.content[0].text)
+        # Every field of a status rekall derived is one the JobStatus record (and so the schema) describes.
+        assert "fieldsNotShown" not in content, content
+        return content
 
     async def call_error(self, tool: str, **arguments: Any) -> str:
         result = await self.client.call_tool(tool, {"threadId": self.thread_id, **arguments})

@@ -116,6 +116,9 @@ class JobStatus(_Record):
     contextTokensAtSchedule: Maybe[int | None] = _field("Tokens in use when scheduled.", by=ANCHOR)
     modelContextWindowAtSchedule: Maybe[int | None] = _field("The context window when scheduled.", by=ANCHOR)
     ownerIdAtSchedule: Maybe[str | None] = _field("The thread's owner window when scheduled.", by=ANCHOR)
+    platform: Maybe[str] = _field("Where the thread lives: extension-ipc (a VS Code window) or app-server "
+                                  "(the shared Codex app-server); jobs scheduled before it was recorded ran on "
+                                  "extension-ipc.", by=ANCHOR)
     # --- set by the lifecycle's transitions ---
     pid: Maybe[int] = _field("The worker's process id.", by=LIFECYCLE)
     workerStartedAt: Maybe[str] = _field("When the worker took the job.", by=LIFECYCLE)
