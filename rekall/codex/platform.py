@@ -36,8 +36,10 @@ from rekall.transports.control_socket import START_HINT
 log = logging.getLogger("rekall.codex.platform")
 
 NAME = "app-server"
-#: The newest turns an observation lists: enough to find the latest user turn behind compactions.
-TURNS_OBSERVED = 20
+#: The newest turns an observation lists, with their items ("full": the "summary" view shows no
+#: ``contextCompaction`` item, so a compaction, done or running, would be invisible): enough to find
+#: the latest user turn behind compactions.
+TURNS_OBSERVED = 10
 #: How 0.171.0 says a thread has no first turn yet (``thread/resume``; ``thread/turns/list``).
 NO_ROLLOUT = ("no rollout found", "is not materialized yet")
 SERVABLE_SESSION = ("start the shared app-server with `codex app-server daemon start`, then attach the terminal "
@@ -308,7 +310,8 @@ async def observe_on(server: SharedAppServer, thread_id: str, timeout_s: float) 
     _check_conversation(thread_id, thread)
     try:
         page = await server.request("thread/turns/list", {"threadId": thread_id, "sortDirection": "desc",
-                                                          "limit": TURNS_OBSERVED}, timeout=timeout_s)
+                                                          "limit": TURNS_OBSERVED, "itemsView": "full"},
+                                    timeout=timeout_s)
     except AppServerError as exc:
         if any(words in exc.rpc_message for words in NO_ROLLOUT):
             raise _no_rollout(thread_id) from None

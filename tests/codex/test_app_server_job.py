@@ -119,6 +119,8 @@ async def test_the_agent_schedules_its_own_compaction_on_the_shared_app_server_a
     assert (row["platform"], row["state"]) == ("app-server", "resumed")
     probed = rekall_cli(daemon, "probe", thread_id)
     assert "platform" in probed and "app-server" in probed and "unknown until a worker follows" in probed
+    probed_json = json.loads(rekall_cli(daemon, "probe", thread_id, "--json"))
+    assert (probed_json["completedCompactions"], probed_json["compactionsInProgress"]) == (1, 0)
 
 
 def rekall_cli(daemon: Daemon, *args: str) -> str:

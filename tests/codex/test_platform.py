@@ -260,3 +260,18 @@ async def test_a_server_whose_codex_fails_the_schema_checks_is_refused_by_schedu
     assert f"{bin_dir}/codex (the `codex` on PATH (the server is not daemon-managed" in schema.detail
     assert rows["app_server"].level == "GREEN" and "not managed by `codex app-server daemon`" in rows["app_server"].detail
     assert "thread/compact/start" not in script.sent and "thread/resume" not in script.sent
+
+
+async def test_schedule_refuses_while_the_listing_shows_a_compaction_running(folder: Path, tmp_path: Path) -> None:
+    from rekall import service
+
+    running = [*IDLE_THREAD["turns"], {"id": "c", "status": "inProgress",
+                                       "items": [{"type": "contextCompaction", "id": "x"}]}]
+    script = Script(thread__loaded__list=loaded(T), thread__read=ok({"thread": {**IDLE_THREAD, "turns": []}}),
+                    thread__turns__list=ok({"data": list(reversed(running)), "nextCursor": None}))
+    env = {**env_for(folder / "app.sock"), "CODEX_HOME": str(tmp_path), "TMPDIR": str(tmp_path), "PATH": "",
+           "REKALL_JOBS_DIR": str(tmp_path / "jobs")}
+    async with fake_app_server(folder / "app.sock", script):
+        with anyio.fail_after(20), pytest.raises(service.Refused, match=r"compaction in progress \(x\)"):
+            await service.schedule(T, None, env=env, spawn=lambda *a, **k: pytest.fail("no worker may start"))
+    assert "thread/compact/start" not in script.sent
