@@ -35,7 +35,7 @@ from typing import Any
 import attrs
 import cattrs
 
-from rekall.codex.schema_checks import SchemaCheck, Status, overall_status, run_checks
+from rekall.codex.schema_checks import APP_SERVER_CHECKS, CHECKS, SchemaCheck, Status, overall_status, run_checks
 from rekall.config import codex_home
 from rekall.store.fsio import read_limited
 
@@ -212,9 +212,13 @@ class _SchemaFiles(Mapping[str, Any]):
         return True
 
 
-def check_schema_dir(directory: Path) -> tuple[SchemaCheck, ...]:
-    """Run the checks on an already generated (or fixture) schema directory."""
-    return run_checks(_SchemaFiles(directory))
+#: The check suites: the public protocol the extension relays, and the shared app-server's additions.
+SUITES: dict[str, tuple[tuple[str, Any], ...]] = {"public": CHECKS, "app-server": CHECKS + APP_SERVER_CHECKS}
+
+
+def check_schema_dir(directory: Path, suite: str = "public") -> tuple[SchemaCheck, ...]:
+    """Run a suite's checks on an already generated (or fixture) schema directory."""
+    return run_checks(_SchemaFiles(directory), SUITES[suite])
 
 
 # --- cache ------------------------------------------------------------------------------
@@ -255,19 +259,21 @@ def _write_cache(path: Path, report: SchemaReport) -> None:
 
 
 def check_compatibility(binary: Path, *, cache_dir: Path | None, timeout_s: float = 15.0,
-                        tmp_root: Path | None = None) -> SchemaReport:
-    """Check ``binary``'s public schema; reuse a cached report for the same binary identity.
+                        tmp_root: Path | None = None, suite: str = "public") -> SchemaReport:
+    """Check ``binary``'s public schema with a suite's checks (:data:`SUITES`); reuse a cached
+    report for the same binary identity and suite.
 
     ``cache_dir=None`` disables the cache. Raises :class:`SchemaGenerationFailed` when the
     schema cannot be generated (never cached); an incompatible schema is a report with
     ``status == "incompatible"`` (cached like any other result).
     """
     identity = binary_identity(binary, timeout_s=timeout_s)
-    cache_file = _private_dir(cache_dir) / identity.cache_name() if cache_dir is not None else None
+    name = identity.cache_name() if suite == "public" else identity.cache_name().replace("schema-", f"schema-{suite}-")
+    cache_file = _private_dir(cache_dir) / name if cache_dir is not None else None
     if cache_file is not None and (cached := _read_cache(cache_file, identity)) is not None:
         return cached
     with generated_schema_dir(binary, timeout_s=timeout_s, tmp_root=tmp_root) as directory:
-        checks = check_schema_dir(directory)
+        checks = check_schema_dir(directory, suite)
     report = SchemaReport(overall_status(checks), checks, identity,
                           dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"))
     if cache_file is not None:

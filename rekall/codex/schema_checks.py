@@ -11,6 +11,11 @@ the private relay has almost certainly changed too, so the public schema is our 
   ``tokenUsage.modelContextWindow``;
 - ``turn/start`` accepts a text input and requires nothing beyond ``threadId`` and ``input``.
 
+The shared app-server platform also calls and reads more of the protocol; its suite
+(:data:`APP_SERVER_CHECKS`, run after these against the server's binary) checks
+``thread/loaded/list``, ``thread/read``, ``thread/turns/list``, ``thread/resume`` (``excludeTurns``),
+``turn/start``'s ``clientUserMessageId``, ``thread/status/changed`` and ``serverRequest/resolved``.
+
 ``$ref``s are resolved fully (chains of references, ``oneOf``/``anyOf`` unions nested at any
 depth, ``allOf`` compositions), local to a file or across files of the generated directory, with
 cycles detected instead of followed. Each check reports where it looked: the file and JSON
@@ -273,13 +278,78 @@ CHECKS: tuple[tuple[str, CheckFn], ...] = (
     ("turn_start.text_input", _turn_start_text),
 )
 
+
+
+# --- what the shared app-server platform also sends and reads (rekall/codex/platform.py) --------
+
+
+def _requires_only_thread_id(method: str, *options: tuple[str, str]) -> CheckFn:
+    """``method``'s params require only a string ``threadId`` and offer each ``(name, type)`` option."""
+
+    def check(docs: SchemaDocuments) -> CheckResult:
+        params = docs.method_params(REQUESTS_FILE, method)
+        _, required = docs.object_view(params)
+        if extra := required - {"threadId"}:
+            raise SchemaProblem(f"{method} now also requires {', '.join(sorted(extra))}", docs.resolve(params))
+        if not docs.allows_type(docs.property(params, "threadId"), "string"):
+            raise SchemaProblem(f"{method} threadId is not a string", docs.resolve(params))
+        for name, json_type in options:
+            option = docs.property(params, name, required=False)
+            if json_type != "enum" and not docs.allows_type(option, json_type):
+                raise SchemaProblem(f"{method} {name} is not a {json_type}", docs.resolve(option))
+        offered = "".join(f", offers {name}" for name, _ in options)
+        return f"{method} requires only threadId{offered}", docs.resolve(params)
+
+    return check
+
+
+def _loaded_list(docs: SchemaDocuments) -> CheckResult:
+    params = docs.method_params(REQUESTS_FILE, "thread/loaded/list")
+    _, required = docs.object_view(params)
+    if required:
+        raise SchemaProblem(f"thread/loaded/list now requires {', '.join(sorted(required))}", docs.resolve(params))
+    docs.property(params, "cursor", required=False)
+    return "thread/loaded/list requires nothing and pages with cursor", docs.resolve(params)
+
+
+def _turn_start_marker(docs: SchemaDocuments) -> CheckResult:
+    marker = docs.property(docs.method_params(REQUESTS_FILE, "turn/start"), "clientUserMessageId", required=False)
+    if not docs.allows_type(marker, "string"):
+        raise SchemaProblem("turn/start clientUserMessageId is not a string", docs.resolve(marker))
+    return "turn/start accepts clientUserMessageId (the job marker)", docs.resolve(marker)
+
+
+def _notification_requires(method: str, *names: str) -> CheckFn:
+    def check(docs: SchemaDocuments) -> CheckResult:
+        params = docs.method_params(NOTIFICATIONS_FILE, method)
+        _, required = docs.object_view(params)
+        if missing := set(names) - required:
+            raise SchemaProblem(f"{method} params no longer require {', '.join(sorted(missing))}", docs.resolve(params))
+        return f"{method} params require {' and '.join(names)}", docs.resolve(params)
+
+    return check
+
+
+#: The shared app-server platform's own needs, checked after :data:`CHECKS` against its binary.
+APP_SERVER_CHECKS: tuple[tuple[str, CheckFn], ...] = (
+    ("thread_loaded_list.params", _loaded_list),
+    ("thread_read.params", _requires_only_thread_id("thread/read", ("includeTurns", "boolean"))),
+    ("thread_turns_list.params", _requires_only_thread_id("thread/turns/list", ("limit", "integer"),
+                                                          ("sortDirection", "enum"), ("itemsView", "enum"))),
+    ("thread_resume.params", _requires_only_thread_id("thread/resume", ("excludeTurns", "boolean"))),
+    ("turn_start.client_user_message_id", _turn_start_marker),
+    ("thread_status_changed.params", _notification_requires("thread/status/changed", "threadId", "status")),
+    ("server_request_resolved.params", _notification_requires("serverRequest/resolved", "threadId", "requestId")),
+)
+
 Status = Literal["compatible", "incompatible"]
 
 
-def run_checks(documents: Mapping[str, Any]) -> tuple[SchemaCheck, ...]:
+def run_checks(documents: Mapping[str, Any],
+               checks: tuple[tuple[str, CheckFn], ...] = CHECKS) -> tuple[SchemaCheck, ...]:
     docs = SchemaDocuments(documents)
     results = []
-    for name, check in CHECKS:
+    for name, check in checks:
         try:
             detail, node = check(docs)
             results.append(SchemaCheck(name, True, detail, node.file, node.pointer))

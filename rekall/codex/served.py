@@ -76,7 +76,7 @@ def schema_report(env: Mapping[str, str]) -> dict[str, Any]:
     served = served_by(env)
     if served.binary is None:
         return {"status": "not_checked", "reason": "no_binary", "note": served.note}
-    report = check_compatibility(Path(served.binary), cache_dir=default_cache_dir(env)).to_json()
+    report = check_compatibility(Path(served.binary), cache_dir=default_cache_dir(env), suite="app-server").to_json()
     report.update(binaryPath=served.binary, binaryNote=served.note)
     return report
 

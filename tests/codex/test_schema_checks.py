@@ -150,3 +150,16 @@ def test_a_duplicated_method_is_refused_rather_than_guessed(excerpt: Path) -> No
 def test_no_checks_means_incompatible() -> None:
     assert overall_status(()) == "incompatible"
     assert overall_status(run_checks({})) == "incompatible"
+
+
+@pytest.mark.codex
+def test_the_real_schema_passes_the_app_server_suite_and_a_drift_in_it_is_named(schema_copy: Path) -> None:
+    assert all(check.passed for check in check_schema_dir(schema_copy, "app-server"))
+    with edit(schema_copy, REQUESTS) as doc:
+        resume = doc["definitions"]["ThreadResumeParams"]
+        del resume["properties"]["excludeTurns"]
+        doc["definitions"]["ThreadReadParams"]["required"].append("includeTurns")
+    failed = {c.name: c.detail for c in check_schema_dir(schema_copy, "app-server") if not c.passed}
+    assert failed == {"thread_resume.params": "property 'excludeTurns' is missing",
+                      "thread_read.params": "thread/read now also requires includeTurns"}
+    assert all(check.passed for check in check_schema_dir(schema_copy))  # the extension's suite does not use them
