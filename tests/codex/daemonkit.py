@@ -147,6 +147,8 @@ def stop_daemon(daemon: Daemon) -> None:
     targets = _link_targets(daemon.codex_home)
     try:
         daemon.daemon_command("stop")
+    except subprocess.TimeoutExpired:
+        pass  # e.g. a turn still waits for an approval: the processes are ended by pid below
     finally:
         end_daemon_processes(daemon.codex_home)
         for target in targets:

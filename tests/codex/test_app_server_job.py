@@ -11,8 +11,10 @@ reads the post-compaction size from the real telemetry and starts the one contin
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -129,3 +131,49 @@ def rekall_cli(daemon: Daemon, *args: str) -> str:
     done = subprocess.run([sys.executable, "-m", "rekall", *args], capture_output=True, text=True, env=env, timeout=60)
     assert done.returncode == 0, done.stderr
     return done.stdout
+
+
+async def test_a_pending_approval_holds_the_job_and_rekall_never_answers_it(
+        app_server_daemon: Daemon, daemon_model: MockModel, private_dir: Path) -> None:
+    from rekall import service
+    from tests.mcpkit import wait_for_note
+    from tests.support.mock_model import escalated_command
+
+    daemon, jobs = app_server_daemon, private_dir / "jobs"
+    untouched = private_dir / "never-created"
+    env = {"CODEX_HOME": str(daemon.codex_home), "REKALL_JOBS_DIR": str(jobs), "REKALL_IDLE_STABLE_MS": "50",
+           "TMPDIR": str(private_dir), "PATH": "/usr/bin:/bin"}  # HOME (the lock folder's) stays the test's
+    async with peer_client(daemon.socket_path) as user:
+        thread_id = (await user.request("thread/start"))["thread"]["id"]  # the daemon's on-request approvals
+        await run_turn(user, thread_id, "Read the parser.")
+        daemon_model.queue_tool_call("exec_command", escalated_command(f"touch {untouched}"))
+        start = len(user.messages)
+        await user.request("turn/start", {"threadId": thread_id, "input": [{"type": "text", "text": "Create it."}]})
+        approval = await user.wait_for(lambda m: "id" in m and m.get("method", "").endswith("requestApproval")
+                                       and m["params"].get("threadId") == thread_id, start=start, timeout=JOB_S)
+
+        with anyio.fail_after(JOB_S):
+            scheduled = await service.schedule(thread_id, {**HANDOFF, "resume": False}, env={**os.environ, **env})
+            await wait_for_note(jobs, scheduled["jobId"], "connected", timeout=JOB_S)
+        # Nothing happens to await while the approval waits: watch many idle-stable intervals.
+        await anyio.sleep(1.0)
+        held = JobStore.open_reader({"REKALL_JOBS_DIR": str(jobs)}).read_status(thread_id)
+        assert held["state"] == "waiting_for_idle", held
+        assert not [m for m in user.messages[start:] if on_thread("item/started", thread_id)(m)
+                    and m["params"]["item"]["type"] == "contextCompaction"]
+
+        await user.connection.send(json.dumps({"id": approval["id"], "result": {"decision": "decline"}}))
+        store = JobStore.open_reader({"REKALL_JOBS_DIR": str(jobs)})
+        with anyio.fail_after(JOB_S):
+            while (done := store.read_status(thread_id))["state"] not in TERMINAL:
+                await anyio.sleep(0.05)
+        await wait_for_worker_exit(done["pid"])
+        seen = user.messages[start:]
+
+    assert done["state"] == "completed" and done["platform"] == "app-server", done
+    resolved = [m["params"]["requestId"] for m in seen if on_thread("serverRequest/resolved", thread_id)(m)]
+    assert resolved == [approval["id"]]  # resolved once: by the user's decline
+    compactions = [m["params"]["item"]["id"] for m in seen if on_thread("item/completed", thread_id)(m)
+                   and m["params"]["item"]["type"] == "contextCompaction"]
+    assert compactions == [done["compactionId"]]
+    assert not untouched.exists()
