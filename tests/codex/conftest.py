@@ -11,10 +11,12 @@ import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
+import attrs
 import pytest
 
 from rekall.codex.schema import generated_schema_dir
-from tests.codex.daemonkit import Daemon, rekall_mcp_toml, start_daemon, stop_daemon
+from tests.codex.daemonkit import Daemon, rekall_mcp_toml, start_daemon, stop_daemon, trusted_project_toml
+from tests.codex.tmuxkit import Tmux
 from tests.codexkit import real_codex
 from tests.support.codex_home import make_isolated_home
 from tests.support.mock_model import MockModel
@@ -67,15 +69,28 @@ def app_server_daemon(codex_binary: Path, daemon_model: MockModel,
     """ONE real ``codex app-server daemon`` per test session, in an isolated CODEX_HOME.
 
     Its ``config.toml`` registers this checkout's ``rekall mcp`` (jobs in ``Daemon.jobs_dir``),
-    so an agent on the daemon can schedule its own compaction. At session end the daemon is
+    so an agent on the daemon can schedule its own compaction, and trusts ``Daemon.workspace``
+    (a folder outside any git checkout), where the terminal UI starts without asking. At session end the daemon is
     stopped and every process it started is ended by pid, the ``daemon pid-update-loop`` helper
     that outlives ``daemon stop`` and the ``rekall mcp`` servers and workers included.
     """
     root = tmp_path_factory.mktemp("daemon")
-    home, jobs = root / "codex-home", root / "jobs"
-    home = make_isolated_home(home, daemon_model.base_url, rekall_mcp_toml(home, jobs), approval_policy="on-request")
-    daemon = start_daemon(codex_binary, home, jobs)
+    home, jobs, workspace = root / "codex-home", root / "jobs", root / "workspace"
+    workspace.mkdir(mode=0o700)
+    extra = rekall_mcp_toml(home, jobs) + trusted_project_toml(workspace)
+    home = make_isolated_home(home, daemon_model.base_url, extra, approval_policy="on-request")
+    daemon = attrs.evolve(start_daemon(codex_binary, home, jobs), workspace=workspace)
     try:
         yield daemon
     finally:
         stop_daemon(daemon)
+
+
+@pytest.fixture
+def tmux(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tmux]:
+    """A private tmux server (its socket in a short tmp dir), killed with whatever it runs."""
+    server = Tmux(tmp_path_factory.mktemp("tmux"))
+    try:
+        yield server
+    finally:
+        server.close()

@@ -46,6 +46,8 @@ class Daemon:
     status: dict[str, Any]
     #: The jobs directory of the ``rekall mcp`` registered in its config (see :func:`rekall_mcp_toml`).
     jobs_dir: Path | None = None
+    #: A folder the config trusts (see :func:`trusted_project_toml`): where a terminal UI starts.
+    workspace: Path | None = None
 
     @property
     def env(self) -> dict[str, str]:
@@ -79,6 +81,11 @@ def rekall_mcp_toml(codex_home: Path, jobs_dir: Path) -> str:
     env = {"CODEX_HOME": str(codex_home), "REKALL_JOBS_DIR": str(jobs_dir), "REKALL_IDLE_STABLE_MS": REKALL_IDLE_STABLE_MS}
     return "\n".join(["[mcp_servers.rekall]", f"command = {json.dumps(sys.executable)}", 'args = ["-m", "rekall", "mcp"]',
                       "", "[mcp_servers.rekall.env]", *(f"{k} = {json.dumps(v)}" for k, v in env.items()), ""])
+
+
+def trusted_project_toml(folder: Path) -> str:
+    """``[projects."<folder>"]`` trusted: the terminal UI opens there without its folder-access prompt."""
+    return "\n".join([f"[projects.{json.dumps(str(folder))}]", 'trust_level = "trusted"', ""])
 
 
 def start_daemon(binary: Path, codex_home: Path, jobs_dir: Path | None = None) -> Daemon:

@@ -108,6 +108,15 @@ def test_a_request_labelled_compaction_in_metadata_is_a_compaction(model: MockMo
     assert model.requests[-1].kind == "compaction"
 
 
+def test_the_terminal_uis_title_request_gets_the_title_and_leaves_the_script_alone(model: MockModel) -> None:
+    model.queue_text("scripted")
+    body = {**user_turn("Generate a short title for this prompt"), "client_metadata": {
+        "x-codex-turn-metadata": json.dumps({"request_kind": "turn", "thread_source": "thread_title"})}}
+    assert post(model, body)[2][1]["item"]["content"][0]["text"] == model.title_text
+    assert model.requests[-1].kind == "title"
+    assert post(model, user_turn("next"))[2][1]["item"]["content"][0]["text"] == "scripted"
+
+
 def test_unknown_routes_are_recorded_and_refused(model: MockModel) -> None:
     status, _, _ = post(model, {"x": 1}, path="/v1/models")
     assert status == 404

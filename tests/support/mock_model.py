@@ -17,7 +17,9 @@ prompt, labelled ``request_kind: "compaction"`` in ``client_metadata``, and keep
 as the summary. The compacted history keeps the user messages and that summary and drops the
 rest (assistant messages, tool calls and outputs). Such requests are recorded with
 ``kind == "compaction"`` and always answered with ``summary_text``; scripted replies are kept
-for turn requests.
+for turn requests. The terminal UI names each new thread in a side thread of its own
+(``thread_source: "thread_title"`` in the metadata): those requests are ``kind == "title"``,
+answered with ``title_text``, and never take a scripted reply meant for the user's thread.
 
 Every request is recorded (thread-safe). Tests can script the next replies: a text message
 or a ``function_call`` for a named tool (to make Codex call a tool, or ask for an approval).
@@ -40,8 +42,9 @@ import attrs
 COMPACTION_PROMPT_MARKER = "CONTEXT CHECKPOINT COMPACTION"
 DEFAULT_REPLY = "Done."
 DEFAULT_SUMMARY = "Summary: the user worked on a task; continue from the handoff."
+DEFAULT_TITLE = "Mock thread title"
 
-RequestKind = Literal["turn", "compaction", "other"]
+RequestKind = Literal["turn", "compaction", "title", "other"]
 
 
 @attrs.frozen
@@ -118,10 +121,11 @@ class MockModel:
     """The mock server. Use as a context manager, or call :meth:`start` and :meth:`close`."""
 
     def __init__(self, *, bytes_per_token: int = 4, reply_text: str = DEFAULT_REPLY,
-                 summary_text: str = DEFAULT_SUMMARY) -> None:
+                 summary_text: str = DEFAULT_SUMMARY, title_text: str = DEFAULT_TITLE) -> None:
         self.bytes_per_token = bytes_per_token
         self.reply_text = reply_text
         self.summary_text = summary_text
+        self.title_text = title_text
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self._requests: list[RecordedRequest] = []
@@ -242,7 +246,8 @@ class MockModel:
         if kind == "other":
             return 404, json.dumps({"error": {"message": f"mock model: no route {method} {path}"}}).encode(), "application/json"
         if reply is None:
-            reply = TextReply(self.summary_text if kind == "compaction" else self.reply_text)
+            defaults = {"compaction": self.summary_text, "title": self.title_text}
+            reply = TextReply(defaults.get(kind, self.reply_text))
         return 200, b"".join(_sse_events(seq, reply, tokens, self.bytes_per_token)), "text/event-stream"
 
 
@@ -252,10 +257,13 @@ def _request_kind(method: str, path: str, body: dict[str, Any] | None, text: str
     # Codex labels its requests in client metadata; the prompt is the fallback if that changes.
     metadata = ((body or {}).get("client_metadata") or {}).get("x-codex-turn-metadata")
     try:
-        labelled = json.loads(metadata).get("request_kind") if isinstance(metadata, str) else None
+        labels = json.loads(metadata) if isinstance(metadata, str) else {}
+        labelled, source = labels.get("request_kind"), labels.get("thread_source")
     except (ValueError, AttributeError):
-        labelled = None
-    return "compaction" if labelled == "compaction" or COMPACTION_PROMPT_MARKER in text else "turn"
+        labelled = source = None
+    if labelled == "compaction" or COMPACTION_PROMPT_MARKER in text:
+        return "compaction"
+    return "title" if source == "thread_title" else "turn"
 
 
 def _output_item(seq: int, reply: Reply) -> dict[str, Any]:

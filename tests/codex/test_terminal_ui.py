@@ -1,0 +1,134 @@
+"""The REAL Codex terminal UI, attached to the session's daemon, compacts and resumes through rekall.
+
+``codex --remote unix://<socket>`` runs in a private tmux server (tests/codex/tmuxkit.py), in a
+folder the daemon's config trusts. The test pastes the user's prompts and presses Enter; the mock
+model answers the first with a long text (the context fills) and the second with a call of
+``schedule_compaction`` through the daemon's ``rekall mcp``. Everything after that is rekall and
+the daemon. Asserted: the job's record, the daemon's own record of the thread, the mock model's
+requests, and the continuation's answer (a marker) in the pane; never the UI's wording.
+
+The UI names each new conversation in a side thread (``threadSource: "thread_title"``); its
+model request must never be taken for the user's thread.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from typing import Any
+
+import anyio
+import pytest
+
+from tests.codex.daemonkit import Daemon, PeerClient, peer_client
+from tests.codex.test_app_server_job import JOB_S, rekall_cli, wait_terminal
+from tests.codex.tmuxkit import Tmux
+from tests.mcpkit import HANDOFF, wait_for_worker_exit
+from tests.support.mock_model import MockModel, RecordedRequest
+
+pytestmark = [pytest.mark.codex, pytest.mark.slow, pytest.mark.anyio]
+
+FILLER = "context filler " * 8000
+#: Long enough that typing it key by key would be slow: it is pasted.
+FIRST_PROMPT = "Read the parser module and tell me everything about its grammar and its error paths. " * 12
+SECOND_PROMPT = "Compact this conversation now, then write the changelog."
+UI_START_S = 60.0
+
+
+def thread_of(request: RecordedRequest) -> str | None:
+    metadata = ((request.body or {}).get("client_metadata") or {}).get("x-codex-turn-metadata")
+    return json.loads(metadata).get("thread_id") if isinstance(metadata, str) else None
+
+
+async def wait_rekall_connected(observer: PeerClient, thread_id: str) -> None:
+    """The thread's ``rekall mcp`` answers (bounded): the agent may call it from the next turn on."""
+    with anyio.fail_after(JOB_S):
+        while True:
+            listed = await observer.request("mcpServerStatus/list", {"threadId": thread_id, "serverName": "rekall",
+                                                                     "detail": "toolsAndAuthOnly"})
+            if [s["runtimeStatus"] for s in listed["data"]] == ["connected"]:
+                return
+            await anyio.sleep(0.1)
+
+
+async def test_the_real_terminal_ui_attached_to_the_daemon_compacts_through_rekall_and_shows_the_continuation(
+        app_server_daemon: Daemon, daemon_model: MockModel, tmux: Tmux) -> None:
+    daemon = app_server_daemon
+    answer = f"CONTINUED-{uuid.uuid4().hex[:8]}"
+    ui_env = {"CODEX_HOME": str(daemon.codex_home), "HOME": str(tmux.tmp_dir), "PATH": os.environ.get("PATH", ""),
+              "TERM": "xterm-256color", "LANG": "C.UTF-8"}
+    async with peer_client(daemon.socket_path, name="observer") as observer:
+        watch_from = len(observer.messages)
+        # "-a never": the UI would otherwise ask its user to approve the MCP call (it is not read-only).
+        tmux.start([str(daemon.binary), "--remote", f"unix://{daemon.socket_path}", "-a", "never"],
+                   cwd=daemon.workspace, env=ui_env)
+        started = await observer.wait_for(lambda m: m.get("method") == "thread/started"
+                                          and m["params"]["thread"].get("threadSource") == "user",
+                                          start=watch_from, timeout=UI_START_S)
+        thread_id = started["params"]["thread"]["id"]
+        await anyio.to_thread.run_sync(lambda: tmux.wait_for_text("›", timeout=UI_START_S))
+
+        daemon_model.queue_text(FILLER)
+        await anyio.to_thread.run_sync(lambda: tmux.paste(FIRST_PROMPT, timeout=JOB_S))
+        tmux.press("Enter")
+        await anyio.to_thread.run_sync(lambda: daemon_model.wait_for(
+            lambda r: r.kind == "turn" and thread_of(r) == thread_id and "error paths" in r.text, timeout=JOB_S))
+        await wait_rekall_connected(observer, thread_id)
+        # The first turn is over once the daemon lists the thread idle again.
+        with anyio.fail_after(JOB_S):
+            while (await observer.request("thread/read", {"threadId": thread_id}))["thread"]["status"]["type"] != "idle":
+                await anyio.sleep(0.1)
+
+        # The agent's turn: the tool call, then its reply; then the continuation's answer.
+        daemon_model.queue_mcp_call("rekall", "schedule_compaction", {"threadId": thread_id, "handoff": HANDOFF})
+        daemon_model.queue_text("Compaction scheduled.")
+        daemon_model.queue_text(answer)
+        await anyio.to_thread.run_sync(lambda: tmux.paste(SECOND_PROMPT, timeout=JOB_S))
+        tmux.press("Enter")
+        done = await wait_terminal(daemon, thread_id)
+        await wait_for_worker_exit(done["pid"])
+        pane = await anyio.to_thread.run_sync(lambda: tmux.wait_for_text(answer, timeout=JOB_S))
+        turns = (await observer.request("thread/turns/list", {"threadId": thread_id, "sortDirection": "asc",
+                                                              "itemsView": "full"}))["data"]
+    print("\n--- the terminal UI's pane at the end ---\n" + "\n".join(line.rstrip() for line in pane.splitlines()))
+
+    # The job: resumed on the shared app-server, with real telemetry on both sides of the compaction.
+    assert done["state"] == "resumed", done
+    assert done["platform"] == "app-server" and done["outcomeMayBeUnknown"] is False
+    assert done["contextTokensAfter"] < done["contextTokensBefore"]
+
+    # The daemon's own record of the user's thread: one compaction, then the continuation turn
+    # carrying the job's id, which the model answered with the marker the pane shows.
+    items: list[dict[str, Any]] = [item for turn in turns for item in turn["items"]]
+    assert [i["id"] for i in items if i["type"] == "contextCompaction"] == [done["compactionId"]]
+    assert turns[-1]["id"] == done["resumeTurnId"] and turns[-1]["status"] == "completed"
+    (continuation,) = [i for i in turns[-1]["items"] if i["type"] == "userMessage"]
+    assert continuation["clientId"] == done["jobId"]
+
+    # The model: the UI's title request ran in its own thread and rekall never touched it; the
+    # compaction and the one continuation (marker and exact handoff) went to the user's thread.
+    titles = [r for r in daemon_model.requests if r.kind == "title" and FIRST_PROMPT[:40] in r.text]
+    assert titles and all(thread_of(r) not in (None, thread_id) for r in titles)
+    marker = f"[Automatic continuation requested through rekall; job {done['jobId']}]"
+    (request,) = daemon_model.requests_containing(marker)
+    assert thread_of(request) == thread_id and request.kind == "turn"
+    assert json.dumps(HANDOFF, indent=2, ensure_ascii=False) in request.text
+    compactions = [r for r in daemon_model.requests if r.kind == "compaction" and thread_of(r) == thread_id]
+    assert len(compactions) == 1
+    title_thread = thread_of(titles[0])
+    assert not [r for r in daemon_model.requests if thread_of(r) == title_thread and r.kind != "title"]
+    assert "title request" in rekall_cli_refusal(daemon, title_thread)
+
+
+def rekall_cli_refusal(daemon: Daemon, thread_id: str | None) -> str:
+    """What ``rekall probe`` says of a thread it must refuse (exit status not 0)."""
+    import subprocess
+    import sys
+
+    env = {"CODEX_HOME": str(daemon.codex_home), "REKALL_JOBS_DIR": str(daemon.jobs_dir), "PATH": "/usr/bin:/bin",
+           "TMPDIR": str(daemon.jobs_dir.parent), "COLUMNS": "200"}
+    done = subprocess.run([sys.executable, "-m", "rekall", "probe", str(thread_id)], capture_output=True, text=True,
+                          env=env, timeout=60)
+    assert done.returncode != 0, done.stdout
+    return done.stdout + done.stderr
