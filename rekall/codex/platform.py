@@ -202,6 +202,11 @@ class AppServerThread:
         async for message in server.messages():
             for event in self.model.apply(message):
                 self._queue.put_nowait(event)
+            if message.method == "thread/closed" and message.params.get("threadId") == self.thread_id:
+                # Gone from the server, not busy: end this link; reconnecting says whether it is back.
+                self._queue.put_nowait(ev.ConnectionLost(f"thread {self.thread_id} was closed on the shared "
+                                                         "app-server (thread/closed)"))
+                return
         if not link.closing and not self._closed:
             self._queue.put_nowait(ev.ConnectionLost(server._closed_reason or "the shared app-server closed"))
 

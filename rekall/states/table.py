@@ -164,13 +164,14 @@ def _cancelled(job: JobView, ev: Evidence, now: Instant) -> dict[str, Any]:
 
 
 def _settled(job: JobView, ev: Evidence, now: Instant) -> dict[str, Any]:
-    seen = (f"the owner {ev['ownerId']} showed the thread idle (runtime {ev['runtimeStatus']}) with no compaction "
+    owner = "the owner" if ev.get("ownerId") is None else f"the owner {ev['ownerId']}"  # none on the app-server
+    seen = (f"{owner} showed the thread idle (runtime {ev['runtimeStatus']}) with no compaction "
             f"in progress and no new completed compaction for {ev['quietMs'] / 1000:.1f} s (revision "
             f"{ev['revision']})")
     return wire(JobStatus(
         errorCode="outcome_unknown", failedAt=now.iso, outcomeMayBeUnknown=True,
         error=f"the answer to the request sent in {job.state.value} was lost; after reconnecting, {seen}. "
-              "The request may or may not have reached the extension; nothing was retried"))
+              "The request may or may not have reached the thread's owner; nothing was retried"))
 
 
 def _timed_out(job: JobView, ev: Evidence, now: Instant) -> dict[str, Any]:
