@@ -15,6 +15,10 @@ side, where the extension would see them:
 * ``mcp_ready_ms``: spawning ``rekall mcp`` until ``tools/list`` is answered.
 
 Targets: both overheads ≤ 10 ms at p95; status ≤ startup + 120 ms; MCP ready ≤ 1500 ms.
+
+``--app-server-jobs N`` adds the other platform beside it: N whole jobs on the real shared
+app-server daemon with the same debounce (bench/app_server_jobs.py), reported under
+``app_server`` with the same overhead figures; no target (a real engine, reported only).
 """
 
 from __future__ import annotations
@@ -160,6 +164,31 @@ def mcp_ready_ms(env: dict[str, str]) -> float:
         server.wait()
 
 
+def app_server_figures(count: int, debounce_ms: int) -> dict[str, Any]:
+    """The same overheads for whole jobs on the real shared app-server daemon (reported, no target)."""
+    import anyio
+
+    from bench.app_server_jobs import app_server_jobs
+    from tests.support.pinned import find_real_codex
+
+    binary, reason = find_real_codex()
+    if binary is None:
+        raise SystemExit(f"--app-server-jobs needs the real Codex: {reason}")
+    shared = anyio.run(app_server_jobs, binary, count, debounce_ms)
+    if not shared["allResumed"]:
+        raise RuntimeError(f"an app-server bench job did not resume: {shared['runs']}")
+    runs = shared["runs"]
+    dispatch = [r["dispatchOverheadMs"] for r in runs]
+    resume = [r["resumeOverheadMs"] for r in runs]
+    return {"jobs": count, "debounce_ms": debounce_ms,
+            "dispatch_overhead_ms_p50": percentile(dispatch, 0.5), "dispatch_overhead_ms_p95": percentile(dispatch, 0.95),
+            "resume_overhead_ms_p50": percentile(resume, 0.5), "resume_overhead_ms_p95": percentile(resume, 0.95),
+            "attach_ms_p50": percentile([r["attachMs"] for r in runs], 0.5),
+            "schedule_to_resumed_ms_p50": percentile([r["scheduleToResumedMs"] for r in runs], 0.5),
+            "context_tokens_before_p50": percentile([r["contextTokensBefore"] for r in runs], 0.5),
+            "context_tokens_after_p50": percentile([r["contextTokensAfter"] for r in runs], 0.5)}
+
+
 TARGETS = {
     "resume_overhead_ms_p95": ("<=", 10.0),
     "dispatch_overhead_ms_p95": ("<=", 10.0),
@@ -174,8 +203,12 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=30)
     parser.add_argument("--debounce-ms", type=int, default=200)
     parser.add_argument("--startup-runs", type=int, default=15)
+    parser.add_argument("--app-server-jobs", type=int, default=0,
+                        help="also run N jobs on the real shared app-server daemon (needs scripts/install-codex)")
     args = parser.parse_args()
     figures = {**run_jobs(args.jobs, args.debounce_ms), **startup_costs(args.startup_runs)}
+    if args.app_server_jobs:
+        figures["app_server"] = app_server_figures(args.app_server_jobs, args.debounce_ms)
     figures["targets_met"] = {name: figures[name] <= limit for name, (_, limit) in TARGETS.items()}
     if args.json:
         print(json.dumps(figures, indent=2))

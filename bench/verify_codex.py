@@ -28,8 +28,13 @@ In both paths the mock model must receive the continuation. The model is a local
 counts are derived from request sizes (bytes / 4), and its latency is near zero, so durations
 measure the engine and rekall, not a real model.
 
-Usage: ``python bench/verify_codex.py [--runs N] [--path job|follower|both] [--idle-stable-ms MS]
-[--json] [--binary PATH]``
+``app-server`` (``appServerRuns``): whole rekall jobs on the other platform, the real shared
+app-server daemon (bench/app_server_jobs.py), with the same debounce; ``all`` runs the three and
+prints both platforms' jobs side by side (dispatch and resume overhead beyond the debounce,
+schedule → resumed, tokens before and after).
+
+Usage: ``python bench/verify_codex.py [--runs N] [--path job|follower|both|app-server|all]
+[--idle-stable-ms MS] [--json] [--binary PATH]``
 """
 
 from __future__ import annotations
@@ -210,7 +215,7 @@ async def verify(binary: Path, runs: int, path: str = "both", idle_stable_ms: in
         "machine": {"python": platform.python_version(), "platform": platform.platform()},
     }
     ok = True
-    if path in ("job", "both"):
+    if path in ("job", "both", "all"):
         jobs = [await one_job_run(binary, index, idle_stable_ms) for index in range(1, runs + 1)]
         result.update(
             jobPath="rekall.service.schedule -> detached rekall worker -> Unix socket -> rekall.sim owner -> "
@@ -219,7 +224,14 @@ async def verify(binary: Path, runs: int, path: str = "both", idle_stable_ms: in
             allJobsResumed=all(j["state"] == "resumed" and j["continuationReachedModel"]
                                and j["ownerRequests"] == {"compact": 1, "startTurn": 1} for j in jobs))
         ok = ok and result["allJobsResumed"]
-    if path in ("follower", "both"):
+    if path in ("app-server", "all"):
+        from bench.app_server_jobs import app_server_jobs
+
+        shared = await app_server_jobs(binary, runs, idle_stable_ms)
+        result.update(appServerPath=shared["path"], appServerRuns=shared["runs"], appServerMedian=shared["median"],
+                      allAppServerJobsResumed=shared["allResumed"])
+        ok = ok and shared["allResumed"]
+    if path in ("follower", "both", "all"):
         follower = [await one_run(binary, index) for index in range(1, runs + 1)]
         result.update(
             path="rekall.adapters follower -> Unix socket -> rekall.sim owner -> codex app-server relay",
@@ -238,11 +250,27 @@ def _print_table(title: str, runs: list[dict[str, Any]]) -> None:
               f"{r['reduction']:>9.1%}  {r['compactionDurationMs']:>13}  {r['continuationDelayMs']:>15}")
 
 
+def _print_platforms(result: dict[str, Any], idle_stable_ms: int) -> None:
+    """Medians of whole jobs on both platforms, side by side."""
+    def ms(value: Any) -> str:
+        return "-" if value is None else f"{value:.0f}"
+
+    extension, shared = result["jobMedian"], result["appServerMedian"]
+    print(f"whole jobs, medians (idle debounce {idle_stable_ms} ms):")
+    print("platform    tokens before → after  compaction ms  resume overhead ms  schedule→resumed ms")
+    for name, m, overhead in (("extension", extension, None if extension["continuationDelayMs"] is None
+                               else extension["continuationDelayMs"] - idle_stable_ms),
+                              ("app-server", shared, shared["resumeOverheadMs"])):
+        print(f"{name:10}  {m['contextTokensBefore']:>13.0f} → {m['contextTokensAfter']:<6.0f}  "
+              f"{ms(m['compactionDurationMs']):>13}  {ms(overhead):>18}  {ms(m['scheduleToResumedMs']):>19}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--path", choices=("job", "follower", "both"), default="both",
-                        help="whole rekall jobs, rekall's follower alone, or both (default)")
+    parser.add_argument("--path", choices=("job", "follower", "both", "app-server", "all"), default="both",
+                        help="whole rekall jobs, rekall's follower alone, both (default), whole jobs on the "
+                             "shared app-server daemon, or all three")
     parser.add_argument("--idle-stable-ms", type=int, default=DEFAULT_IDLE_STABLE_MS,
                         help=f"the worker's idle debounce for job runs (default {DEFAULT_IDLE_STABLE_MS})")
     parser.add_argument("--json", action="store_true", help="print the full result as JSON")
@@ -261,6 +289,8 @@ def main(argv: list[str] | None = None) -> int:
             _print_table(f"whole rekall jobs (idle debounce {args.idle_stable_ms} ms):", result["jobRuns"])
         if "runs" in result:
             _print_table("rekall follower alone:", result["runs"])
+        if "jobRuns" in result and "appServerRuns" in result:
+            _print_platforms(result, args.idle_stable_ms)
     return 0 if result["ok"] else 1
 
 
