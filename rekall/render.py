@@ -162,6 +162,20 @@ def _probe_refusals(result: Mapping[str, Any]) -> list[str]:
     return found
 
 
+def _installs_words(installs: Any) -> str | None:
+    """The installed extensions probe found: where, version, and the table or why none was read."""
+    if not isinstance(installs, list) or not installs:
+        return None
+    words = []
+    for install in installs:
+        if not isinstance(install, Mapping):
+            continue
+        head = f"{install.get('what')} {install.get('version')} ({install.get('path')})"
+        table = install.get("table")
+        words.append(f"{head}: table {table}" if table is not None else f"{head}: {install.get('problem')}")
+    return "; ".join(words) or None
+
+
 def print_probe(result: Mapping[str, Any], console: Console) -> None:
     headroom = result.get("headroom") or {}
     used = headroom.get("usedFraction")
@@ -176,6 +190,8 @@ def print_probe(result: Mapping[str, Any], console: Console) -> None:
         ("endpoint", endpoint.get("path") if isinstance(endpoint, Mapping) else endpoint),
         ("endpoint kind", endpoint.get("kind") if isinstance(endpoint, Mapping) else None),
         ("adapter", result.get("adapter")),
+        ("generation because", result.get("generationReason")),
+        ("installed extension", _installs_words(result.get("extensions"))),
         ("runtime", result.get("runtimeStatus")),
         ("runtime hint", result.get("runtimeHint")),
         ("idle", result.get("idle")),

@@ -119,14 +119,25 @@ def _names(generations: Sequence[gen.Generation]) -> str:
 _ANSWERS: dict[tuple[str, str], tuple[str, str | None, str]] = {}
 
 
-def remembered(endpoint: str, thread_id: str, candidates: Sequence[Adapter]) -> tuple[Adapter, str] | None:
+@attrs.frozen
+class Remembered:
+    adapter: Adapter
+    owner: str | None
+    reason: str
+
+
+def remembered(endpoint: str, thread_id: str, candidates: Sequence[Adapter]) -> Remembered | None:
     entry = _ANSWERS.get((endpoint, thread_id))
     if entry is None:
         return None
     name, owner, why = entry
     adapter = next((a for a in candidates if a.NAME == name), None)
-    return (adapter, f"{why} (remembered for owner {owner})") if adapter is not None else None
+    return Remembered(adapter, owner, f"{why} (remembered for owner {owner})") if adapter is not None else None
 
 
 def remember(endpoint: str, thread_id: str, generation: str, owner: str | None, why: str) -> None:
     _ANSWERS[(endpoint, thread_id)] = (generation, owner, why)
+
+
+def forget(endpoint: str, thread_id: str) -> None:
+    _ANSWERS.pop((endpoint, thread_id), None)

@@ -102,11 +102,19 @@ class ExtensionIpc:
                                                        "`rekall protocol` shows the table and the differences")
         adapter, candidates, reason = chosen.adapter, chosen.candidates, chosen.reason
         where = endpoint.path if endpoint is not None else _endpoint_path(self.env)
-        if adapter is None and where is not None and (hit := evidence.remembered(where, thread_id, candidates)):
-            adapter, reason = hit
+        hit = evidence.remembered(where, thread_id, candidates) if adapter is None and where is not None else None
+        if hit is not None:
+            adapter, reason = hit.adapter, hit.reason
         session = await connect_thread(thread_id, env=self.env, endpoint=endpoint, request_timeout_s=request_timeout_s,
                                        snapshot_timeout_s=snapshot_timeout_s, adapter=adapter,
                                        candidates=candidates or None)
+        if hit is not None and not hit.adapter.owner_discovery and session.owner_id != hit.owner:
+            # Another owner answered than the one whose answer was remembered (a reload, perhaps
+            # an update): the memory proves nothing about it, so ask the owner again.
+            await session.aclose()
+            evidence.forget(where or "", thread_id)
+            return await self.connect(thread_id, request_timeout_s=request_timeout_s, write_cache=write_cache,
+                                      snapshot_timeout_s=snapshot_timeout_s, endpoint=endpoint)
         session.generation_reason = reason if adapter is not None else f"{reason}: {session.generation_reason}"
         if adapter is None:
             evidence.remember(session.endpoint.path, thread_id, session.adapter, session.owner_id,

@@ -141,6 +141,11 @@ async def test_the_owners_answer_is_remembered_so_the_delay_is_paid_once(tmp_pat
         assert first.details["adapter"] == second.details["adapter"] == "26.721"
         assert len(sim.routed_for(p.OWNER_DISCOVERY)) == 1
         assert "remembered for owner" in second.details["generationReason"]
+        # Another owner (a window reload): the remembered answer proves nothing about it; ask again.
+        sim.owner_id = f"owner-{sim.thread_id}"
+        third = await platform.observe(sim.thread_id, request_timeout_s=5)
+        assert len(sim.routed_for(p.OWNER_DISCOVERY)) == 2 and third.owner_id == sim.owner_id
+        assert "remembered" not in third.details["generationReason"]
 
 
 # --- refusing an unknown table --------------------------------------------------------------
