@@ -16,6 +16,7 @@ import pytest
 from rekall import events as ev
 from rekall.adapters import connect_thread
 from rekall.thread.patches import apply_patches
+from rekall.sim import protocol as p
 from rekall.sim import ScriptedBackend, SimError, SimulatedOwner, start_sim_in_thread
 from rekall.transports import MemoryTransport, MessageChannel
 
@@ -128,17 +129,20 @@ def test_the_threaded_handle_reports_a_failed_start():
         start_sim_in_thread(mode="neither")
 
 
-def test_rekall_sim_prints_the_socket_and_thread_and_stops_cleanly_on_sigterm():
+@pytest.mark.parametrize("generation", sorted(p.TABLES))
+def test_rekall_sim_prints_the_socket_thread_and_generation_and_stops_cleanly_on_sigterm(generation):
     root = Path(tempfile.mkdtemp(prefix="rk", dir="/tmp"))
     path = root / "cli.sock"
-    proc = subprocess.Popen([sys.executable, "-m", "rekall", "sim", "--socket", str(path)],
+    proc = subprocess.Popen([sys.executable, "-m", "rekall", "sim", "--socket", str(path), "--generation", generation],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             cwd=Path(__file__).resolve().parents[2])
     try:
         first = proc.stdout.readline()
         second = proc.stdout.readline()
+        third = proc.stdout.readline()
         assert first.strip() == f"rekall sim listening on {path}"
         assert second.startswith("thread id: ")
+        assert third.strip() == f"extension generation: {generation}"
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=10) == 0
         assert not path.exists()
@@ -158,6 +162,13 @@ def test_run_sim_refuses_an_unavailable_backend_with_a_usage_error(monkeypatch):
     with pytest.raises(UsageError, match="codex backend is a development tool") as raised:
         cli.run_sim(argparse.Namespace(socket=None, backend="codex", json=False))
     assert "--backend scripted" in raised.value.hint and "checkout" in str(raised.value)
+
+
+def test_rekall_sim_refuses_a_generation_it_cannot_play():
+    done = subprocess.run([sys.executable, "-m", "rekall", "sim", "--generation", "27.1"], capture_output=True,
+                          text=True, timeout=30, cwd=Path(__file__).resolve().parents[2])
+    assert done.returncode != 0 and "unknown generation '27.1'" in done.stderr
+    assert all(name in done.stderr for name in p.TABLES)
 
 
 def test_a_scripted_backend_starts_like_the_node_fake():
