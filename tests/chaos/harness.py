@@ -29,6 +29,7 @@ from rekall import service
 from rekall.errors import RekallError
 from rekall.spawn import spawn_worker
 from rekall.explain import build_explanation
+from rekall.sim import protocol as sim_protocol
 from rekall.sim import start_sim_in_thread
 from rekall.sim.threaded import SimHandle
 from rekall.states import SCHEDULE, TERMINAL_STATES, JobState, find_row
@@ -39,6 +40,8 @@ from tests.mcpkit import HANDOFF, job_env
 COMPACT = "thread-follower-compact-thread"
 START_TURN = "thread-follower-start-turn"
 TERMINAL = frozenset(state.value for state in TERMINAL_STATES)
+#: A state version newer than any build the simulator plays (never a hard-coded number).
+NEWER_STATE = max(table[sim_protocol.STATE_CHANGED] for table in sim_protocol.TABLES.values()) + 1
 #: The router's errors and those that prove non-delivery, stated from the design on purpose
 #: (not imported from the adapter), so that a wrong constant there fails here.
 ROUTER_ERRORS = ("no-client-found", "request-version-mismatch", "no-handler-for-request",

@@ -32,7 +32,7 @@ from typing import Any
 import attrs
 
 from rekall.errors import RekallError
-from tests.chaos.harness import COMPACT, ROUTER_ERRORS, START_TURN, ChaosJob, Audit, audit
+from tests.chaos.harness import COMPACT, NEWER_STATE, ROUTER_ERRORS, START_TURN, ChaosJob, Audit, audit
 from tests.chaos.ledger import Ledger
 from tests.mcpkit import HANDOFF
 
@@ -124,7 +124,7 @@ TIMED_ACTIONS: dict[str, Action] = {
     "approval request": lambda job: job.sim.add_request(),
     "cancel": _cancel,
     "worker SIGKILL": _kill,
-    "protocol version bump": lambda job: job.sim.set_option("state_version", 12),
+    "protocol version bump": lambda job: job.sim.set_option("state_version", NEWER_STATE),
     "owner gone for good": lambda job: (job.sim.set_option("no_owner", True), job.sim.disconnect_all()),
 }
 

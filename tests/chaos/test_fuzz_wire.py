@@ -20,9 +20,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rekall import events as ev
-from rekall.adapters import connect_thread
+from rekall.adapters import connect_thread, registry
 from rekall.thread import PatchError, RevisionGap, ThreadMirror, derive_facts
-from rekall.adapters import registry
 from rekall.thread.patches import MISSING
 from rekall.sim import SimulatedOwner
 from rekall.sim import protocol as p
@@ -34,6 +33,8 @@ from tests.chaos.strategies import json_values
 pytestmark = pytest.mark.chaos
 
 FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+KNOWN_STATE = p.TABLES[p.DEFAULT_GENERATION][p.STATE_CHANGED]
 
 
 # --- frames ----------------------------------------------------------------------------------
@@ -116,7 +117,7 @@ hostile_messages = st.one_of(
                           optional={"requestId": json_values, "resultType": json_values, "error": json_values,
                                     "method": st.sampled_from([p.STATE_CHANGED, p.FOLLOWING_STATUS_REQUESTED, "x"])
                                     | json_values,
-                                    "version": st.sampled_from([11, 12, 1]) | json_values,
+                                    "version": st.sampled_from([KNOWN_STATE, KNOWN_STATE + 1, 1]) | json_values,
                                     "sourceClientId": st.sampled_from([OWNER, "other"]) | json_values,
                                     "params": json_values | st.fixed_dictionaries(
                                         {"conversationId": st.just(THREAD), "hostId": st.just(p.HOST_ID)},

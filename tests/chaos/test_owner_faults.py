@@ -28,7 +28,7 @@ from typing import Any
 import attrs
 import pytest
 
-from tests.chaos.harness import COMPACT, NOT_DELIVERED, ROUTER_ERRORS, START_TURN, ChaosJob, audit
+from tests.chaos.harness import COMPACT, NEWER_STATE, NOT_DELIVERED, ROUTER_ERRORS, START_TURN, ChaosJob, audit
 from tests.chaos.ledger import LEDGER
 
 pytestmark = [pytest.mark.chaos, pytest.mark.slow]
@@ -97,7 +97,7 @@ def lost(unknown: bool) -> tuple[str, str, bool]:
 
 def bump(then: Script = nothing) -> Script:
     def inject(job: ChaosJob) -> None:
-        job.sim.set_option("state_version", 12)
+        job.sim.set_option("state_version", NEWER_STATE)
         then(job)
     return inject
 

@@ -116,8 +116,9 @@ def test_the_threaded_handle_scripts_and_waits_from_synchronous_code():
         assert len(sim.compact_requests) == 1 and sim.follow_count == 1
         sim.user_turn("more")
         assert sim.call(lambda owner: owner.backend.state["turns"][-1]["params"]["input"][0]["text"]) == "more"
-        sim.set_option("state_version", 12)
-        assert sim.call(lambda owner: owner.state_version) == 12
+        newer = sim.call(lambda owner: owner.state_version) + 1
+        sim.set_option("state_version", newer)
+        assert sim.call(lambda owner: owner.state_version) == newer
         with pytest.raises(TimeoutError):
             sim.wait_until(lambda owner: owner.follow_count == 99, timeout=0.05)
         with pytest.raises(AttributeError):
