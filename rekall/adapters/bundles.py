@@ -61,14 +61,20 @@ class Install:
     what: str
     path: str
     version: str
-    #: The method table read; ``None`` when none was read (see ``problem``).
-    table: Mapping[str, int] | None
-    #: Why no table was read (unreadable, none found, several that disagree).
+    #: The method tables read: one normally; none (see ``problem``); several that disagree.
+    tables: tuple[Mapping[str, int], ...]
+    #: Why not exactly one table was read (unreadable, none found, several that disagree).
     problem: str | None = None
+
+    @property
+    def table(self) -> Mapping[str, int] | None:
+        """The table, when exactly one was read."""
+        return self.tables[0] if len(self.tables) == 1 else None
 
     def to_json(self) -> dict[str, Any]:
         return {"what": self.what, "path": self.path, "version": self.version,
-                "table": dict(self.table) if self.table is not None else None, "problem": self.problem}
+                "table": dict(self.table) if self.table is not None else None,
+                "tables": [dict(t) for t in self.tables], "problem": self.problem}
 
 
 def tables_in(data: bytes) -> list[dict[str, int]]:
@@ -230,7 +236,7 @@ def _desktop_bundles(env: Mapping[str, str]) -> list[tuple[str, Path]]:
 
 def _install(what: str, where: Path, version: str, files: list[Path], cache: TableCache) -> Install:
     if not files:
-        return Install(what, str(where), version, None, "no JavaScript bundle found in it")
+        return Install(what, str(where), version, (), "no JavaScript bundle found in it")
     tables: list[dict[str, int]] = []
     try:
         for path in files:
@@ -238,14 +244,14 @@ def _install(what: str, where: Path, version: str, files: list[Path], cache: Tab
                 if table not in tables:
                     tables.append(table)
     except OSError as exc:
-        return Install(what, str(where), version, None, f"cannot read its bundle: {exc.strerror or exc}")
+        return Install(what, str(where), version, (), f"cannot read its bundle: {exc.strerror or exc}")
     if not tables:
-        return Install(what, str(where), version, None,
+        return Install(what, str(where), version, (),
                        f"no method table (no {NEEDLE.decode()} object literal) in its bundle")
     if len(tables) > 1:
-        return Install(what, str(where), version, None,
-                       f"its bundle holds {len(tables)} method tables that disagree: {tables}")
-    return Install(what, str(where), version, tables[0])
+        return Install(what, str(where), version, tuple(tables),
+                       f"its bundle holds {len(tables)} method tables that disagree")
+    return Install(what, str(where), version, (tables[0],))
 
 
 def find_installs(env: Mapping[str, str], *, write_cache: bool) -> list[Install]:

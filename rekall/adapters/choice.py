@@ -58,12 +58,12 @@ def pinned(env: Mapping[str, str]) -> Adapter | None:
 
 
 def refusal_for(install: Install) -> str | None:
-    """Why ``install``'s table cannot be spoken, saying which side is behind; ``None`` if it can."""
-    table = install.table
-    if table is None or gen.matching(table):
-        return None
-    shown = ", ".join(f"{m} {table[m]}" for m in gen.COMPARED_METHODS if m in table)
-    return f"{_refusal(install, table)} (table read from {install.path}: {shown})"
+    """Why a table of ``install`` cannot be spoken, saying which side is behind; ``None`` if all can."""
+    for table in install.tables:
+        if not gen.matching(table):
+            shown = ", ".join(f"{m} {table[m]}" for m in gen.COMPARED_METHODS if m in table)
+            return f"{_refusal(install, table)} (table read from {install.path}: {shown})"
+    return None
 
 
 def _refusal(install: Install, table: Mapping[str, int]) -> str:
@@ -81,13 +81,14 @@ def choose(env: Mapping[str, str], *, write_cache: bool) -> Choice:
     """Evidence (a) and (c); (b) happens on connect when ``adapter`` is ``None``."""
     installs = tuple(find_installs(env, write_cache=write_cache))
     pin = pinned(env)
-    read = [i for i in installs if i.table is not None]
+    read = [i for i in installs if i.tables]
     for install in read:
         if (refusal := refusal_for(install)) is not None:
             return Choice(None, (), f"the table of {install.what} {install.version} ({install.path})", installs,
                           refusal)
-    found = {g.name: g for i in read for g in gen.matching(i.table or {})}
-    described = ", ".join(f"{i.what} {i.version} ({_names(gen.matching(i.table or {}))})" for i in read)
+    found = {g.name: g for i in read for t in i.tables for g in gen.matching(t)}
+    described = ", ".join(f"{i.what} {i.version} ({_names([g for t in i.tables for g in gen.matching(t)])})"
+                          for i in read)
     if len(found) == 1:
         adapter = _adapter(next(iter(found)))
         if pin is not None and pin.NAME != adapter.NAME:
@@ -97,7 +98,7 @@ def choose(env: Mapping[str, str], *, write_cache: bool) -> Choice:
         return Choice(adapter, (), f"the installed extension's table matches it: {described}", installs)
     if found:
         candidates = tuple(_adapter(name) for name in found)
-        return Choice(None, candidates, f"installed extensions disagree ({described}); the owner's answer to "
+        return Choice(None, candidates, f"installed tables disagree ({described}); the owner's answer to "
                                         "owner discovery decides", installs)
     if pin is not None:
         return Choice(pin, (), f"pinned by {GENERATION_VAR} (no installed extension table was read)", installs)

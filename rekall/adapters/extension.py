@@ -236,15 +236,16 @@ def check_extension(env: Mapping[str, str]) -> Row:
     detail = f"{found}; {decided}: {chosen.reason}"
     unread = [i for i in chosen.installs if i.table is None]
     if unread:
-        return Row("extension_protocol", "AMBER", detail, "rekall cannot read the installed extension's table; "
-                   "the owner's answer (or REKALL_GENERATION) decides instead")
+        return Row("extension_protocol", "AMBER", detail, "rekall did not read exactly one table from an installed "
+                   "extension (see the detail); the owner's answer (or REKALL_GENERATION) decides instead")
     return Row.green("extension_protocol", detail)
 
 
 def _install_text(install: Any) -> str:
     head = f"{install.what} {install.version} at {install.path}"
     if install.table is None:
-        return f"{head}: {install.problem}"
+        tables = "; ".join(", ".join(f"{m} {v}" for m, v in t.items() if m in _COMPARED) for t in install.tables)
+        return f"{head}: {install.problem}" + (f" ({tables})" if tables else "")
     return f"{head}: table " + ", ".join(f"{m} {v}" for m, v in install.table.items()
                                          if m in _COMPARED)
 

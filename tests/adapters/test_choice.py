@@ -126,7 +126,7 @@ def test_installs_that_disagree_are_named_and_the_owners_answer_settles_them(tmp
     import anyio
     details = anyio.run(observe)
     assert details["adapter"] == "26.721"
-    assert "installed extensions disagree" in details["generationReason"]
+    assert "installed tables disagree" in details["generationReason"]
     assert "no-client-found" in details["generationReason"] and "answered following" in details["generationReason"]
 
 
@@ -223,3 +223,14 @@ def test_the_behind_messages_in_the_docs_are_what_rekall_prints():
     for line, version in zip(shown, ("26.1201.3", "26.101.1"), strict=True):
         seen = int(line.split(" at base version ")[1].split(";")[0].split(",")[0])
         assert line == behind_text(f"the installed extension ({version}) expects", p.COMPACT, seen)
+
+
+def test_one_bundle_with_two_tables_that_disagree_is_named_and_left_to_the_owner(tmp_path):
+    home = tmp_path / "home"
+    extension = install_extension(home, "26.950.1", build_table("26.9xx"))
+    (extension / "webview" / "assets").mkdir(parents=True)
+    (extension / "webview" / "assets" / "index.js").write_text(minified(build_table("26.721")))
+    chosen = evidence.choose(env_for(home), write_cache=False)
+    assert chosen.adapter is None and sorted(a.NAME for a in chosen.candidates) == ["26.721", "26.9xx"]
+    row = check_extension(env_for(home))
+    assert row.level == "AMBER" and "holds 2 method tables that disagree" in row.detail
