@@ -12,9 +12,13 @@ import json
 import re
 from typing import Any
 
+import attrs
 import pytest
 
-from rekall.adapters.generations import GENERATIONS
+from rekall.adapters import RequestFailed, connect_thread
+from rekall.adapters.generations import G26_721, G26_9XX, GENERATIONS
+from rekall.adapters.ipc import IpcAdapter
+from rekall.sim import SimulatedOwner
 from rekall.sim import protocol as p
 from tests.support.record import SCENARIOS, record
 
@@ -54,3 +58,30 @@ async def test_the_wire_differs_where_the_builds_differ():
         start = next(m for m in messages if m.get("method") == p.START_TURN)
         assert p.START_TURN_KEYS[generation] in start["params"], generation
         assert start["version"] == p.accepted_version(table, p.START_TURN, start), generation
+
+
+@pytest.mark.parametrize(("change", "call", "why"), [
+    ({"base_versions": {**G26_721.base_versions, p.START_TURN: G26_721.base_versions[p.START_TURN] + 1}},
+     "start_turn", "a start-turn version the build does not have"),
+    ({"base_versions": {**G26_721.base_versions, p.COMPACT: G26_721.base_versions[p.COMPACT] + 1}},
+     "compact", "a compact version the build does not have"),
+    ({"start_turn_shape": "turnStart"}, "start_turn", "the other build's start-turn shape"),
+])
+async def test_a_wrong_record_fails_against_the_simulators_own_table(change, call, why):
+    """What the cross-generation suite rests on: the simulator's table is not the record's."""
+    wrong = IpcAdapter(attrs.evolve(G26_721, **change))
+    async with SimulatedOwner(generation=G26_721.name) as sim:
+        session = await connect_thread(sim.thread_id, env=sim.env, adapter=wrong)
+        try:
+            with pytest.raises(RequestFailed) as caught:
+                if call == "compact":
+                    await session.compact()
+                else:
+                    await session.start_turn("go on", "job-1")
+        finally:
+            await session.aclose()
+        if "start_turn_shape" in change:  # the owner's handler throws; rekall cannot tell what it did
+            assert caught.value.code == f"invalid-request: {p.START_TURN} needs {p.START_TURN_KEYS[G26_721.name]}"
+        else:  # refused by discovery: no client can handle that version
+            assert (caught.value.code, caught.value.delivery) == ("no-client-found", "not_delivered"), why
+            assert sim.compact_requests == [] and sim.start_turn_requests == []
