@@ -10,18 +10,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Any
-
-from rich.console import Console
-from rich.panel import Panel
-from rich.table import Table
-from rich.text import Text
+from typing import TYPE_CHECKING, Any
 
 from rekall.states import HEADROOM_LIMIT, JobState
-from rekall.states.render import mermaid
 from rekall.states.status import ABSENT, JobStatus, known, read
 from rekall.store import JobStore, Replay
 from rekall.store.wire import TransitionRecord
+
+if TYPE_CHECKING:  # rich is imported by the printers only: `--json` output never loads it
+    from rich.console import Console
+    from rich.text import Text
 
 
 def _percent(fraction: float) -> str:
@@ -125,6 +123,8 @@ def _elapsed_ms(previous: TransitionRecord | None, record: Any) -> int | None:
 
 def path_diagram(job: Replay) -> str:
     """The lifecycle diagram with the transitions taken numbered and the states visited styled."""
+    from rekall.states.render import mermaid
+
     lines = mermaid().splitlines()
     steps = {(t.source.value, t.dest.value, t.trigger): n
              for n, t in enumerate(job.transitions[1:], start=1) if t.source is not None}
@@ -199,6 +199,8 @@ def _pairs(value: Mapping[str, Any]) -> str:
 
 
 def _step(row: Mapping[str, Any]) -> Text:
+    from rich.text import Text
+
     text = Text()
     text.append(f"{row['from'] or '∅'} → {row['to']}", style="bold")
     text.append(f"  on {row['trigger']}")
@@ -211,6 +213,8 @@ def _step(row: Mapping[str, Any]) -> Text:
 
 
 def _note(note: Mapping[str, Any]) -> Text:
+    from rich.text import Text
+
     text = Text(f"note: {note['kind']}", style="dim")
     if note["detail"]:
         text.append("\n" + _pairs(note["detail"]), style="dim")
@@ -219,6 +223,9 @@ def _note(note: Mapping[str, Any]) -> Text:
 
 def print_timeline(explanation: Mapping[str, Any], console: Console) -> None:
     """One row per journal record: seq, time, time since the previous step, and what happened."""
+    from rich.table import Table
+    from rich.text import Text
+
     table = Table.grid(padding=(0, 1))
     table.add_column(justify="right", no_wrap=True)
     table.add_column(no_wrap=True)
@@ -237,6 +244,9 @@ def print_timeline(explanation: Mapping[str, Any], console: Console) -> None:
 
 
 def print_explanation(explanation: Mapping[str, Any], console: Console, *, show_journal: bool = True) -> None:
+    from rich.panel import Panel
+    from rich.text import Text
+
     state = explanation["state"]
     console.print(Text(f"job {explanation['jobId']}", style="bold"))
     console.print(Text("thread ", style="dim") + Text(explanation["threadId"]))

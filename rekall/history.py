@@ -7,12 +7,9 @@ status file summarises. A journal that cannot be read is listed with its error, 
 from __future__ import annotations
 
 from datetime import datetime, time, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
-from rich.console import Console
-from rich.padding import Padding
-from rich.text import Text
 
 from rekall.errors import InvalidInput, StoreError
 from rekall.explain import describe_outcome
@@ -24,6 +21,9 @@ from rekall.store.node import node_jobs
 _S = attrs.fields(JobStatus)
 #: What a row keeps of the job's status: its metrics, then how it ended.
 _KEPT = (*METRICS, _S.resumeSkipReason.name, _S.errorCode.name, _S.outcomeMayBeUnknown.name)
+
+if TYPE_CHECKING:  # rich is imported by the printer only: `--json` output never loads it
+    from rich.console import Console
 
 
 def parse_since(since: str) -> datetime:
@@ -109,6 +109,9 @@ def _durations(row: dict[str, Any]) -> str:
 def print_history(rows: list[dict[str, Any]], console: Console, *, left_out: int = 0) -> None:
     """One short block per job: when, state, short ids (any 8+ character prefix works as an id),
     the outcome in words (with the warning when the outcome may be unknown), and durations."""
+    from rich.padding import Padding
+    from rich.text import Text
+
     if not rows:
         console.print("No jobs yet." if not left_out else f"No jobs shown; {left_out} left out.")
         return

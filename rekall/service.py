@@ -8,7 +8,6 @@ the same shape.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import signal
 import sys
@@ -91,6 +90,8 @@ def headroom_now(tokens: int | None, window: int | None) -> dict[str, Any]:
 
 async def probe(thread_id: str, *, env: Mapping[str, str] | None = None) -> dict[str, Any]:
     """Read-only preflight: reach the owner, read the thread, check compatibility. Never compacts."""
+    import asyncio  # here, not at the top: `status` and `cancel` start without the event loop's imports
+
     from rekall.owners import find_owner
     from rekall.thread.facts import RUNTIME_NULL
     from rekall.states.rules import SYSTEM_ERROR_WAY_OUT
@@ -172,6 +173,8 @@ async def schedule(
     spawn: Spawn | None = None,
 ) -> dict[str, Any]:
     """Queue one compaction (and, with ``handoff.resume``, one continuation) for ``thread_id``."""
+    import asyncio
+
     from rekall.owners import find_owner
     from rekall.store import process_start_time, validate_handoff
 

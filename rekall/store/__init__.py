@@ -18,7 +18,7 @@ from rekall.store.errors import (
     UnknownRecordVersion,
 )
 from rekall.store.fsio import FileOps
-from rekall.store.handoff import MAX_HANDOFF_BYTES, credential_kind, read_handoff_file, validate_handoff
+from rekall.store.handoff import MAX_HANDOFF_BYTES, read_handoff_file, validate_handoff
 from rekall.store.jobstore import CreatedJob, JobStore
 from rekall.store.lifecycle import Lifecycle
 from rekall.store.owner import Liveness, LockOwner, process_start_time
@@ -44,7 +44,6 @@ __all__ = [
     "SystemClock",
     "UnknownJob",
     "UnknownRecordVersion",
-    "credential_kind",
     "process_start_time",
     "read_handoff_file",
     "resolve_jobs_dir",

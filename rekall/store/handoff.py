@@ -22,7 +22,6 @@ from typing import Any
 
 from rekall import safejson
 from rekall.errors import InvalidInput
-from rekall.secrets import credential_kind, shown_key
 from rekall.store.errors import HandoffChanged
 from rekall.store.fsio import TooLarge, read_limited, read_private
 
@@ -53,6 +52,9 @@ def _strings(value: Mapping[str, Any]) -> list[tuple[str, str]]:
 
 def validate_handoff(value: Any) -> dict[str, Any]:
     """A normalised copy of a valid handoff, or ``InvalidInput`` naming the field at fault."""
+    # Here, not at the top: reading jobs (status, history) never loads the secret detector.
+    from rekall.secrets import credential_kind, shown_key
+
     if not isinstance(value, Mapping):
         raise _invalid("handoff must be an object with summary, preserve, discard, nextStep and resume",
                        "handoff")

@@ -32,13 +32,16 @@ import socket
 import sys
 from enum import Enum
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import attrs
-import psutil
 
 from rekall.errors import RekallError
 from rekall.ids import is_uuid
 from rekall.store.paths import resolve_jobs_dir
+
+if TYPE_CHECKING:  # psutil is imported where a process is examined: reading a finished job never needs it
+    import psutil
 
 #: Readings of one process's start differ by rounding and by the boot time moving a second
 #: between two reads; a PID is never reused that fast.
@@ -85,6 +88,8 @@ def boot_id() -> str | None:
 
 def process_start_time(pid: int) -> str | None:
     """A token that changes when ``pid`` is reused; ``None`` when it cannot be read here."""
+    import psutil
+
     try:
         created = psutil.Process(pid).create_time()
         booted = psutil.boot_time()
@@ -131,11 +136,15 @@ def token_boot_id(token: str | None) -> str | None:
 
 def _running(process: psutil.Process) -> bool:
     """The one rule for "still running": a zombie has finished running, whatever its PID says."""
+    import psutil
+
     return process.status() not in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD)
 
 
 def pid_exists(pid: int) -> bool | None:
     """True, False, or None when it cannot be told. A zombie has finished running."""
+    import psutil
+
     if pid <= 0:
         return False
     try:
@@ -193,6 +202,8 @@ def worker_processes() -> list[WorkerProcess]:
 
     "Running" is :func:`pid_exists`'s rule (a zombie is not). ``doctor`` compares them with the locks.
     """
+    import psutil
+
     uid = os.geteuid()
     found = []
     for process in psutil.process_iter():

@@ -14,11 +14,10 @@ from __future__ import annotations
 import json
 import re
 import zlib
+from functools import cache
 from typing import Any
 
 import attrs
-import cattrs
-from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
 
 from rekall.states import GuardVerdict, JobState
 from rekall.store.owner import LockOwner
@@ -57,22 +56,88 @@ Record = TransitionRecord | NoteRecord
 _TYPES: dict[str, type[Record]] = {"transition": TransitionRecord, "note": NoteRecord}
 _TYPE_OF = {cls: name for name, cls in _TYPES.items()}
 
-converter = cattrs.Converter()
+@cache
+def converter() -> Any:
+    """The cattrs converter that owns the formats. Built on first use: a reader whose records are
+    all well-formed never needs it (see :func:`_read_plainly`), so `status` starts without cattrs."""
+    import cattrs
+    from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
+
+    made = cattrs.Converter()
+
+    def register(cls: type, *, strict: bool, **renames: str) -> None:
+        overrides = {name: override(rename=wire) for name, wire in renames.items()}
+        made.register_structure_hook(
+            cls, make_dict_structure_fn(cls, made, _cattrs_forbid_extra_keys=strict, **overrides))
+        made.register_unstructure_hook(cls, make_dict_unstructure_fn(cls, made, **overrides))
+
+    register(TransitionRecord, strict=True, **_RENAMES[TransitionRecord])
+    register(NoteRecord, strict=True, **_RENAMES[NoteRecord])
+    register(GuardVerdict, strict=True)
+    # The lock is read leniently: the Node version wrote only jobId and threadId.
+    register(LockOwner, strict=False, **_RENAMES[LockOwner])
+    return made
 
 
-def _register(cls: type, *, strict: bool, **renames: str) -> None:
-    overrides = {name: override(rename=wire) for name, wire in renames.items()}
-    converter.register_structure_hook(
-        cls, make_dict_structure_fn(cls, converter, _cattrs_forbid_extra_keys=strict, **overrides))
-    converter.register_unstructure_hook(cls, make_dict_unstructure_fn(cls, converter, **overrides))
+_RENAMES: dict[type, dict[str, str]] = {
+    TransitionRecord: {"mono_ms": "monoMs", "source": "from", "dest": "to"},
+    NoteRecord: {"mono_ms": "monoMs"},
+    LockOwner: {"job_id": "jobId", "thread_id": "threadId", "process_start_time": "processStartTime",
+                "created_at": "createdAt", "jobs_dir": "jobsDir"},
+}
+#: The JSON type each field has when a record is written by this rekall: bool, int, str, dict or a
+#: (JobState, nullable) pair; anything else (lists of guards aside) is left to cattrs.
+_PLAIN: dict[type, dict[str, Any]] = {
+    TransitionRecord: {"seq": int, "at": str, "monoMs": int, "trigger": str, "from": (JobState, True),
+                       "to": (JobState, False), "evidence": dict, "guards": list, "fields": dict},
+    NoteRecord: {"seq": int, "at": str, "monoMs": int, "kind": str, "detail": dict},
+}
+_STATES = {state.value: state for state in JobState}
 
 
-_register(TransitionRecord, strict=True, mono_ms="monoMs", source="from", dest="to")
-_register(NoteRecord, strict=True, mono_ms="monoMs")
-_register(GuardVerdict, strict=True)
-# The lock is read leniently: the Node version wrote only jobId and threadId.
-_register(LockOwner, strict=False, job_id="jobId", thread_id="threadId", process_start_time="processStartTime",
-          created_at="createdAt", jobs_dir="jobsDir")
+def _plain(value: Any, kind: Any) -> tuple[bool, Any]:
+    """``(True, structured value)`` when ``value`` already has exactly the written type, else ``(False, None)``."""
+    if isinstance(kind, tuple):
+        enum, nullable = kind
+        if value is None:
+            return nullable, None
+        state = _STATES.get(value) if type(value) is str else None
+        return state is not None, state
+    if kind is list:  # the guards: a list of {to, guard, passed}
+        if type(value) is not list:
+            return False, None
+        verdicts = []
+        for item in value:
+            if not (type(item) is dict and item.keys() == {"to", "guard", "passed"} and type(item["guard"]) is str
+                    and type(item["passed"]) is bool and type(item["to"]) is str and item["to"] in _STATES):
+                return False, None
+            verdicts.append(GuardVerdict(to=_STATES[item["to"]], guard=item["guard"], passed=item["passed"]))
+        return True, tuple(verdicts)
+    if type(value) is not kind:
+        return False, None
+    if kind is dict and not all(type(key) is str for key in value):
+        return False, None
+    return True, value
+
+
+def _read_plainly(data: dict[str, Any], cls: type) -> Any:
+    """The record built directly, when ``data`` is exactly what :func:`encode_record` writes; else ``None``.
+
+    Only for records whose every field already has its written type, so the result is the one
+    cattrs would give; anything unusual (a missing or extra key, a float for an int) goes to cattrs,
+    which structures it or names what is wrong.
+    """
+    kinds = _PLAIN[cls]
+    if data.keys() != kinds.keys():
+        return None
+    renames = {wire: name for name, wire in _RENAMES[cls].items()}
+    values = {}
+    for key, kind in kinds.items():
+        ok, value = _plain(data[key], kind)
+        if not ok:
+            return None
+        values[renames.get(key, key)] = value
+    return cls(**values)
 
 
 def dumps(value: Any) -> str:
@@ -94,7 +159,7 @@ class NewerVersion(ValueError):
 
 
 def encode_record(record: Record) -> bytes:
-    body = dumps({"v": RECORD_VERSION, "type": _TYPE_OF[type(record)], **converter.unstructure(record)})
+    body = dumps({"v": RECORD_VERSION, "type": _TYPE_OF[type(record)], **converter().unstructure(record)})
     raw = body.encode("utf-8")
     return b'{"crc32":"%08x","record":%s}\n' % (zlib.crc32(raw), raw)
 
@@ -121,22 +186,29 @@ def decode_line(line: bytes) -> Record:
     cls = _TYPES.get(data.pop("type", None))  # type: ignore[arg-type]
     if cls is None:
         raise BadRecord("unknown record type")
+    plain = _read_plainly(data, cls)
+    if plain is not None:
+        return plain
+    import cattrs
+
     try:
-        return converter.structure(data, cls)
+        return converter().structure(data, cls)
     except (cattrs.BaseValidationError, ValueError, TypeError, KeyError) as exc:
         problems = cattrs.transform_error(exc) if isinstance(exc, cattrs.BaseValidationError) else [str(exc)]
         raise BadRecord("; ".join(problems)) from exc
 
 
 def encode_lock(owner: LockOwner) -> bytes:
-    return (json.dumps(converter.unstructure(owner), indent=2) + "\n").encode("utf-8")
+    return (json.dumps(converter().unstructure(owner), indent=2) + "\n").encode("utf-8")
 
 
 def decode_lock(raw: bytes) -> LockOwner:
     """Raises ``ValueError`` with a reason when the lock is unreadable."""
+    import cattrs
+
     try:
         data = json.loads(raw.decode("utf-8"))
-        return converter.structure(data, LockOwner)
+        return converter().structure(data, LockOwner)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ValueError(f"not JSON: {exc}") from exc
     except (cattrs.BaseValidationError, TypeError, KeyError) as exc:

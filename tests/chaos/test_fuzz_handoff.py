@@ -18,7 +18,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rekall.errors import InvalidInput
-from rekall.store import MAX_HANDOFF_BYTES, JobStore, credential_kind, validate_handoff
+from rekall.secrets import credential_kind
+from rekall.store import MAX_HANDOFF_BYTES, JobStore, validate_handoff
 from tests.chaos.ledger import LEDGER
 from tests.chaos.strategies import json_values
 from tests.jobkit import new_thread

@@ -4,6 +4,7 @@ import os
 import subprocess
 import sys
 
+import psutil
 import pytest
 
 from rekall.store import Liveness, LockOwner, process_start_time
@@ -84,10 +85,10 @@ def test_a_live_worker_stays_alive_when_the_clock_is_set(mocker, linux):
         pytest.skip("the boot id exists on Linux")
     mocker.patch.object(owner_module, "_LINUX", linux)
     recorded = process_start_time(os.getpid())
-    created, booted = owner_module.psutil.Process(os.getpid()).create_time(), owner_module.psutil.boot_time()
+    created, booted = psutil.Process(os.getpid()).create_time(), psutil.boot_time()
     # Setting the clock an hour ahead moves psutil's wall-clock start and boot times together.
-    mocker.patch.object(owner_module.psutil.Process, "create_time", return_value=created + 3600)
-    mocker.patch.object(owner_module.psutil, "boot_time", return_value=booted + 3600)
+    mocker.patch.object(psutil.Process, "create_time", return_value=created + 3600)
+    mocker.patch.object(psutil, "boot_time", return_value=booted + 3600)
     assert liveness(_owner(process_start_time=recorded)) is Liveness.ALIVE
 
 

@@ -1,0 +1,75 @@
+"""The paths that must start fast never import the heavy modules.
+
+Each command runs in a fresh interpreter (a subprocess), which then reports what it had
+imported, so that a later top-level import anywhere on the path makes this fail instead of
+silently slowing ``rekall status`` down. The speed itself is measured by
+``bench/lifecycle.py``, never here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rekall.store import JobStore
+from rekall.testing import FakeClock
+from tests.jobkit import new_thread, scheduled_run
+
+#: Top-level packages (or modules) that the fast paths must not load.
+HEAVY = ("mcp", "mcp_types", "transitions", "rich", "cattrs", "psutil", "websockets", "asyncio", "ssl",
+         "rekall.secrets", "rekall.adapters.bundles")
+
+#: Runs the CLI in-process, then prints the modules loaded (stdout of the command goes to stderr).
+PROBE = """
+import contextlib, json, sys
+from rekall.cli import main
+with contextlib.redirect_stdout(sys.stderr):
+    code = main(sys.argv[1:])
+print(json.dumps({"code": code, "modules": sorted(sys.modules)}))
+"""
+
+
+def loaded_by(argv: list[str], env: dict[str, str]) -> tuple[int, set[str], str]:
+    done = subprocess.run([sys.executable, "-c", PROBE, *argv], env=env, capture_output=True, text=True,
+                          timeout=60, check=False)
+    assert done.stdout, done.stderr
+    report = json.loads(done.stdout.splitlines()[-1])
+    return report["code"], set(report["modules"]), done.stderr
+
+
+def heavy_in(modules: set[str]) -> list[str]:
+    return sorted(m for m in modules if any(m == h or m.startswith(h + ".") for h in HEAVY))
+
+
+@pytest.fixture
+def busy_thread(jobs_dir: Path, clock: FakeClock) -> str:
+    """A thread with finished jobs behind it, so the read path replays real journals."""
+    store = JobStore.open({"REKALL_JOBS_DIR": str(jobs_dir)}, clock=clock)
+    thread = new_thread()
+    for outcome in ("resumed", "failed", "skipped", "resumed"):
+        scheduled_run(store, clock, thread, outcome)
+    return thread
+
+
+@pytest.mark.parametrize("argv", [["status", "{thread}", "--json"], ["history", "--json", "--limit", "3000"],
+                                  ["history", "--json", "--thread", "{thread}"]],
+                         ids=["status", "history", "history-of-a-thread"])
+def test_the_json_read_paths_load_no_heavy_module(argv: list[str], busy_thread: str, jobs_dir: Path):
+    env = {**os.environ, "REKALL_JOBS_DIR": str(jobs_dir)}
+    code, modules, output = loaded_by([a.format(thread=busy_thread) for a in argv], env)
+    assert code == 0, output
+    assert busy_thread in output  # the jobs were really read
+    assert heavy_in(modules) == []
+
+
+def test_the_probe_sees_a_heavy_module_when_one_is_loaded(busy_thread: str, jobs_dir: Path):
+    # The same probe, on a path that prints with rich: proves the check can fail.
+    env = {**os.environ, "REKALL_JOBS_DIR": str(jobs_dir)}
+    code, modules, _ = loaded_by(["status", busy_thread], env)
+    assert code == 0
+    assert "rich" in heavy_in(modules)
