@@ -43,10 +43,11 @@ class Catalog:
         except UnknownJob:
             return None
 
-    def ordered(self, thread: str) -> list[tuple[int, str, str]]:
-        """``(job number, created at, job id)`` of the thread's jobs, oldest first, from first records only."""
+    def ordered(self, thread: str, jobs: list[str] | None = None) -> list[tuple[int, str, str]]:
+        """``(job number, created at, job id)`` of the thread's jobs (or of ``jobs``, already listed), oldest
+        first, from first records only."""
         order = []
-        for _, job in self.layout.journals(thread=thread):
+        for job in jobs if jobs is not None else [job for _, job in self.layout.journals(thread=thread)]:
             try:
                 first = first_record(self.layout.journal(thread, job))
             except FileNotFoundError:
@@ -58,15 +59,16 @@ class Catalog:
             order.append((number, first.at, job))
         return sorted(order)
 
-    def thread_jobs(self, thread_id: str, *, before: int | None = None, last: int | None = None) -> list[Replay]:
+    def thread_jobs(self, thread_id: str, *, before: int | None = None, last: int | None = None,
+                    listed: list[str] | None = None) -> list[Replay]:
         """The thread's jobs, oldest first: optionally only those numbered below ``before``, and the
-        ``last`` few of them (only those are replayed)."""
+        ``last`` few of them (only those are replayed). ``listed``: the thread's job ids, when known."""
         thread = valid_thread(thread_id)
-        order = [entry for entry in self.ordered(thread) if before is None or entry[0] < before]
+        order = [entry for entry in self.ordered(thread, listed) if before is None or entry[0] < before]
         return [self.load(thread, job) for _, _, job in order[-last if last else 0:]]
 
-    def latest(self, thread_id: str) -> Replay | None:
-        jobs = self.thread_jobs(thread_id, last=1)
+    def latest(self, thread_id: str, listed: list[str] | None = None) -> Replay | None:
+        jobs = self.thread_jobs(thread_id, last=1, listed=listed)
         return jobs[0] if jobs else None
 
     def next_job_number(self, thread: str) -> int:

@@ -166,8 +166,8 @@ class Layout:
             if not name.endswith(JOURNAL_SUFFIX):
                 continue
             t, _, j = name[: -len(JOURNAL_SUFFIX)].partition(".")
-            if not (is_uuid(t) and is_uuid(j)) or (thread and t != thread) or (job and j != job):
-                continue
+            if (thread and t != thread) or (job and j != job) or not (is_uuid(t) and is_uuid(j)):
+                continue  # the cheap comparisons first: a thread's jobs are looked up among many
             found.append((t, j))
         return found
 

@@ -57,11 +57,13 @@ def reap_if_dead(store: JobStore, thread_id: str) -> dict[str, Any] | None:
 
 def reap_all(store: JobStore) -> list[dict[str, Any]]:
     """``reap_if_dead`` for every thread that has a job here."""
-    threads = {thread for thread, _ in store.layout.journals()}
+    threads: dict[str, list[str]] = {}
+    for thread, job in store.layout.journals():  # listed once, not once per thread
+        threads.setdefault(thread, []).append(job)
     done = []
     for thread in sorted(threads):
         try:
-            result = reap_if_dead(store, thread)
+            result = reap_if_dead(store, thread) if _may_need_reaping(store, thread, threads[thread]) else None
         except StoreError as exc:  # one unreadable journal must not hide the others
             log.warning("cannot judge thread %s: %s", thread, exc.message)
             continue
@@ -70,11 +72,11 @@ def reap_all(store: JobStore) -> list[dict[str, Any]]:
     return done
 
 
-def _may_need_reaping(store: JobStore, thread: str) -> bool:
+def _may_need_reaping(store: JobStore, thread: str, listed: list[str] | None = None) -> bool:
     if store.locks.exists(thread):
         return True
     try:
-        latest = store.catalog.latest(thread)
+        latest = store.catalog.latest(thread, listed)
     except StoreError:
         return False  # an unreadable journal proves nothing; readers report it
     return latest is not None and not latest.state.terminal and latest.job_id not in store.unrecorded
