@@ -15,7 +15,10 @@ that one part's memory does not inflate another's RSS.
   Target: the 50 MB cost ≤ 2× the 1 MB cost.
 * ``follow_cpu_fraction`` and ``follow_rss_mb``: a ``ThreadSession`` following a 50 MB
   thread while the simulated owner (another process) sends 100 patches/s for 10 s, over a
-  real Unix socket. Targets: CPU ≤ 5% of one core; RSS ≤ 3 × the state's JSON size + 50 MB.
+  real Unix socket. Targets: CPU ≤ 5% of one core; RSS ≤ 3 × the state's JSON size + 50 MB, and
+  ≤ 110 MB (issue 19: keep the lead over the Node version).
+* ``snapshot_load_ms``: connecting to that 50 MB thread until its snapshot is loaded, against
+  ``python_startup_ms`` (median of 7 bare ``python -c 0`` in the same run). Target: ≤ 20× start-up.
 """
 
 from __future__ import annotations
@@ -237,7 +240,9 @@ def part_follow(quick: bool) -> dict[str, Any]:
 
 
 async def _follow(child: subprocess.Popen[str], ready: dict[str, Any], seconds: float) -> dict[str, Any]:
+    loading = time.perf_counter()
     session = await connect_thread(ready["thread"], env={"REKALL_PIPE": ready["socket"]}, snapshot_timeout_s=120)
+    snapshot_load_ms = (time.perf_counter() - loading) * 1000
     events = 0
 
     async def drain() -> None:
@@ -272,7 +277,7 @@ async def _follow(child: subprocess.Popen[str], ready: dict[str, Any], seconds: 
     await session.aclose()
     await asyncio.gather(drainer, sampler, return_exceptions=True)
     state_mb = ready["stateBytes"] / MB
-    return {"follow_cpu_fraction": round(cpu / wall, 4), "follow_rss_mb": round(max(samples), 1),
+    return {"snapshot_load_ms": round(snapshot_load_ms, 1), "follow_cpu_fraction": round(cpu / wall, 4), "follow_rss_mb": round(max(samples), 1),
             "follow_state_json_mb": round(state_mb, 1), "follow_rss_target_mb": round(3 * state_mb + 50, 1),
             "follow_peak_rss_mb_incl_snapshot_load": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
             "follow_patches": done["sent"], "follow_seconds": round(wall, 2), "follow_events": events,
@@ -280,6 +285,17 @@ async def _follow(child: subprocess.Popen[str], ready: dict[str, Any], seconds: 
 
 
 # --- orchestration --------------------------------------------------------------------------------
+
+
+def _python_startup_ms(runs: int = 7) -> float:
+    """Median of bare interpreter start-ups: the baseline of the snapshot-load target."""
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        subprocess.run([sys.executable, "-c", "0"], check=True)
+        times.append((time.perf_counter() - start) * 1000)
+    return statistics.median(times)
+
 
 PARTS = {"decode": part_decode, "patch": part_patch, "follow": part_follow}
 
@@ -298,7 +314,7 @@ def main() -> int:
     if args.part:
         print(json.dumps(PARTS[args.part](args.quick)))
         return 0
-    results: dict[str, Any] = {}
+    results: dict[str, Any] = {"python_startup_ms": round(_python_startup_ms(), 1)}
     for part in PARTS:  # each part in a fresh process: no memory carried between them
         command = [sys.executable, __file__, "--part", part] + (["--quick"] if args.quick else [])
         results.update(json.loads(subprocess.run(command, check=True, capture_output=True, text=True).stdout))
@@ -307,6 +323,8 @@ def main() -> int:
         "patch_50mb_at_most_2x_1mb": results["patch_us_50mb"] <= 2 * results["patch_us_1mb"],
         "follow_cpu_at_most_5_percent": results["follow_cpu_fraction"] <= 0.05,
         "follow_rss_within_target": results["follow_rss_mb"] <= results["follow_rss_target_mb"],
+        "follow_rss_at_most_110_mb": results["follow_rss_mb"] <= 110,
+        "snapshot_load_at_most_20x_startup": results["snapshot_load_ms"] <= 20 * results["python_startup_ms"],
     }
     results["targets_met"] = checks
     results["python"] = sys.version.split()[0]
