@@ -13,6 +13,7 @@ import asyncio
 import copy
 import os
 from collections.abc import Mapping
+from typing import Any
 
 from rekall.errors import RekallError
 from rekall.platform import Platform, ThreadSnapshot
@@ -27,14 +28,16 @@ class OwnerUnknown(RekallError):
     code = "owner_unknown"
 
 
-def platform_named(name: str | None, env: Mapping[str, str] | None = None) -> Platform:
+def platform_named(name: str | None, env: Mapping[str, str] | None = None, *, settled: Any = None) -> Platform:
     """The platform a job recorded. Jobs scheduled before platforms were recorded are the extension's:
-    it was the only one."""
+    it was the only one. ``settled``: the job's record of the protocol generation schedule settled
+    (the extension reuses it for the same owner on the same router; see ``choice.Settled``)."""
     env = os.environ if env is None else env
     if name in (None, EXTENSION):
+        from rekall.adapters.choice import Settled
         from rekall.adapters.extension import ExtensionIpc
 
-        return ExtensionIpc(env)
+        return ExtensionIpc(env, settled=Settled.from_json(settled))
     if name == APP_SERVER:
         from rekall.codex.platform import SharedAppServerPlatform
 

@@ -199,7 +199,8 @@ async def schedule(
                       "twice", hint="wait until probe_compaction shows none in progress, then schedule again")
     fingerprint = mirror.boundary_fingerprint
     anchor = wire(JobStatus(contextTokensAtSchedule=mirror.tokens, modelContextWindowAtSchedule=mirror.window,
-                            ownerIdAtSchedule=seen.owner_id, platform=platform.name))
+                            ownerIdAtSchedule=seen.owner_id, platform=platform.name,
+                            generationAtSchedule=seen.details.get("generationEvidence", ABSENT)))
     # The schema check runs a subprocess and the store's guard may wait for another process:
     # both run on worker threads, so that an MCP server answers other calls meanwhile.
     schema = await asyncio.to_thread(public_schema_report, env, platform.name)

@@ -136,7 +136,8 @@ class Worker:
                 raise RekallError(f"job {self.job_id} is {job.state.value}, not scheduled; only its own worker "
                                   "runs it, once", code="job_already_started", hint="inspect it with `rekall explain`")
             if self.platform is None:  # the one schedule found; never guessed again here
-                self.platform = platform_named(known(job.view.status.platform), self.env)
+                self.platform = platform_named(known(job.view.status.platform), self.env,
+                                               settled=known(job.view.status.generationAtSchedule))
             self.lifecycle = self.store.open_lifecycle(self.thread_id, self.job_id)
             if self.store.cancel_path(self.thread_id, self.job_id).exists():
                 self._fire("cancel", reason="explicit_cancellation")  # cancelled before we started

@@ -6,13 +6,16 @@
     are the candidates, and (b) must settle it.
 (b) how the owner answers owner discovery (:class:`~rekall.adapters.session.ThreadSession`
     decides among the candidates on connect). The answer is remembered per router and
-    thread in this process, so the delay of a ``no-client-found`` is paid once.
+    thread in this process, and ``schedule`` keeps it in the job for the worker
+    (:class:`Settled`), so the delay of a ``no-client-found`` is paid once per owner.
 (c) ``REKALL_GENERATION``, when no installed table was read (test endpoints, or an
     extension rekall cannot find). It never overrides a table that was read.
 """
 
 from __future__ import annotations
 
+import os
+import stat
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -116,28 +119,68 @@ def _names(generations: Sequence[gen.Generation]) -> str:
     return " and ".join(g.name for g in generations) or "no known generation"
 
 
-#: (b) remembered: (endpoint path, thread id) → (generation name, owner id, why).
-_ANSWERS: dict[tuple[str, str], tuple[str, str | None, str]] = {}
-
-
 @attrs.frozen
-class Remembered:
-    adapter: Adapter
-    owner: str | None
-    reason: str
+class Settled:
+    """A generation the owner's answer settled (b), with its evidence: which owner answered,
+    on which router. ``schedule`` keeps it in the job, so that the worker, a separate process,
+    does not pay a ``no-client-found`` delay again for the same owner."""
+
+    generation: str
+    #: The client id that answered (the owner when the generation was settled).
+    owner: str
+    #: The router's endpoint path and its socket's identity (device:inode; ``None`` for a pipe).
+    router: str
+    socket: str | None
+    #: Why this generation (the reason text shown as "generation because").
+    how: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"generation": self.generation, "ownerId": self.owner, "router": self.router, "socket": self.socket,
+                "how": self.how}
+
+    @classmethod
+    def from_json(cls, data: Any) -> Settled | None:
+        """The record as a job keeps it; ``None`` unless every field has its type (then the
+        generation is settled again from evidence: never guessed from half a record)."""
+        if not isinstance(data, Mapping):
+            return None
+        generation, owner, router, socket, how = (data.get(k) for k in ("generation", "ownerId", "router", "socket",
+                                                                         "how"))
+        if not (isinstance(generation, str) and generation and isinstance(owner, str) and owner
+                and isinstance(router, str) and router and isinstance(how, str)
+                and (socket is None or isinstance(socket, str))):
+            return None
+        return cls(generation, owner, router, socket, how)
+
+    def reusable(self, router: str, candidates: Sequence[Adapter]) -> Adapter | None:
+        """The settled generation, if it may be spoken on ``router`` without asking again: the
+        same router (path and socket) and a generation without owner discovery (with discovery,
+        the owner's answer costs nothing, so it is asked again). The caller still checks that
+        the same owner answers the follow."""
+        if router != self.router or socket_identity(router) != self.socket:
+            return None
+        return next((a for a in candidates if a.NAME == self.generation and not a.owner_discovery), None)
 
 
-def remembered(endpoint: str, thread_id: str, candidates: Sequence[Adapter]) -> Remembered | None:
-    entry = _ANSWERS.get((endpoint, thread_id))
-    if entry is None:
+def socket_identity(path: str) -> str | None:
+    """device:inode of the router's socket: a restarted router makes a new one at the same path."""
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError):
         return None
-    name, owner, why = entry
-    adapter = next((a for a in candidates if a.NAME == name), None)
-    return Remembered(adapter, owner, f"{why} (remembered for owner {owner})") if adapter is not None else None
+    return f"{st.st_dev}:{st.st_ino}" if stat.S_ISSOCK(st.st_mode) else None
 
 
-def remember(endpoint: str, thread_id: str, generation: str, owner: str | None, why: str) -> None:
-    _ANSWERS[(endpoint, thread_id)] = (generation, owner, why)
+#: (b) remembered in this process: (endpoint path, thread id) → what settled it.
+_ANSWERS: dict[tuple[str, str], Settled] = {}
+
+
+def remembered(endpoint: str, thread_id: str) -> Settled | None:
+    return _ANSWERS.get((endpoint, thread_id))
+
+
+def remember(thread_id: str, settled: Settled) -> None:
+    _ANSWERS[(settled.router, thread_id)] = settled
 
 
 def forget(endpoint: str, thread_id: str) -> None:

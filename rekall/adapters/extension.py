@@ -20,6 +20,7 @@ import attrs
 from rekall import events as ev
 from rekall.adapters import choice as evidence
 from rekall.adapters import registry
+from rekall.adapters.contract import Adapter
 from rekall.adapters.errors import ConnectionLostError, VersionMismatch
 from rekall.adapters.generations import COMPARED_METHODS
 from rekall.adapters.session import ThreadSession, connect_thread
@@ -59,7 +60,8 @@ class IpcThread:
 
     def evidence(self) -> dict[str, Any]:
         return {"platform": NAME, "ownerId": self.session.owner_id, "adapter": self.session.adapter,
-                "generationReason": self.session.generation_reason}
+                "generationReason": self.session.generation_reason,
+                "generationSettled": self.session.generation_settled}
 
     async def reconnect(self) -> None:
         await self.session.reconnect()
@@ -87,13 +89,16 @@ class ExtensionIpc:
 
     name = NAME
 
-    def __init__(self, env: Mapping[str, str] | None = None) -> None:
+    def __init__(self, env: Mapping[str, str] | None = None, *, settled: evidence.Settled | None = None) -> None:
         self.env = os.environ if env is None else env
         #: The evidence of the last connect (probe shows it).
         self.last_choice: evidence.Choice = evidence.Choice(None, (), "not connected yet")
+        #: What ``schedule`` settled, from the job (the worker reuses it for the same owner).
+        self.settled_at_schedule = settled
 
     async def connect(self, thread_id: str, *, request_timeout_s: float, write_cache: bool,
-                      snapshot_timeout_s: float = 12.0, endpoint: Endpoint | None = None) -> ThreadSession:
+                      snapshot_timeout_s: float = 12.0, endpoint: Endpoint | None = None,
+                      reuse: bool = True) -> ThreadSession:
         """Connect speaking the generation the evidence supports (:mod:`rekall.adapters.choice`)."""
         chosen = evidence.choose(self.env, write_cache=write_cache)
         self.last_choice = chosen
@@ -102,24 +107,37 @@ class ExtensionIpc:
                                                        "`rekall protocol` shows the table and the differences")
         adapter, candidates, reason = chosen.adapter, chosen.candidates, chosen.reason
         where = endpoint.path if endpoint is not None else _endpoint_path(self.env)
-        hit = evidence.remembered(where, thread_id, candidates) if adapter is None and where is not None else None
-        if hit is not None:
-            adapter, reason = hit.adapter, hit.reason
+        earlier, source = None, "found anew"
+        if adapter is None and reuse and (hit := self._reusable(where, thread_id, candidates)) is not None:
+            earlier, adapter, source = hit
+            reason = earlier.how
         session = await connect_thread(thread_id, env=self.env, endpoint=endpoint, request_timeout_s=request_timeout_s,
                                        snapshot_timeout_s=snapshot_timeout_s, adapter=adapter,
                                        candidates=candidates or None)
-        if hit is not None and not hit.adapter.owner_discovery and session.owner_id != hit.owner:
+        if earlier is not None and session.owner_id != earlier.owner:
             # Another owner answered than the one whose answer was remembered (a reload, perhaps
             # an update): the memory proves nothing about it, so ask the owner again.
             await session.aclose()
             evidence.forget(where or "", thread_id)
             return await self.connect(thread_id, request_timeout_s=request_timeout_s, write_cache=write_cache,
-                                      snapshot_timeout_s=snapshot_timeout_s, endpoint=endpoint)
+                                      snapshot_timeout_s=snapshot_timeout_s, endpoint=endpoint, reuse=False)
         session.generation_reason = reason if adapter is not None else f"{reason}: {session.generation_reason}"
-        if adapter is None:
-            evidence.remember(session.endpoint.path, thread_id, session.adapter, session.owner_id,
-                              session.generation_reason)
+        session.generation_settled = source
+        if chosen.adapter is None and earlier is None and (settled := settled_by(session)) is not None:  # (b) now
+            evidence.remember(thread_id, settled)
         return session
+
+    def _reusable(self, where: str | None, thread_id: str,
+                  candidates: tuple[Adapter, ...]) -> tuple[evidence.Settled, Adapter, str] | None:
+        """A generation settled earlier for this router and thread: by ``schedule`` (the job's
+        record), or by this process."""
+        if where is None:
+            return None
+        for settled, source in ((self.settled_at_schedule, "reused from schedule"),
+                                (evidence.remembered(where, thread_id), "reused in this process")):
+            if settled is not None and (adapter := settled.reusable(where, candidates)) is not None:
+                return settled, adapter, source
+        return None
 
     async def follow(self, thread_id: str, *, request_timeout_s: float) -> IpcThread:
         return IpcThread(await self.connect(thread_id, request_timeout_s=request_timeout_s, write_cache=True))
@@ -131,6 +149,8 @@ class ExtensionIpc:
                 "endpoint": attrs.asdict(session.endpoint),
                 "adapter": session.adapter,
                 "generationReason": session.generation_reason,
+                "generationSettled": session.generation_settled,
+                **({"generationEvidence": settled.to_json()} if (settled := settled_by(session)) is not None else {}),
                 "extensions": [i.to_json() for i in self.last_choice.installs],
                 "methodVersions": dict(session.protocol.METHOD_VERSIONS),
                 "observedVersions": {method: sorted(versions)
@@ -145,6 +165,15 @@ class ExtensionIpc:
         if (owner_row := await check_owner(self, endpoint)) is not None:
             rows.append(owner_row)
         return rows
+
+
+def settled_by(session: ThreadSession) -> evidence.Settled | None:
+    """The generation a connected session speaks, with its evidence; ``None`` without an owner."""
+    if session.owner_id is None:
+        return None
+    path = session.endpoint.path
+    return evidence.Settled(session.adapter, session.owner_id, path, evidence.socket_identity(path),
+                            session.generation_reason)
 
 
 def _endpoint_path(env: Mapping[str, str]) -> str | None:

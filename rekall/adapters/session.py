@@ -121,6 +121,8 @@ class ThreadSession:
         self._adapter: Adapter = adapter if adapter is not None else self._candidates[0]
         #: Why this generation is spoken (shown by probe and doctor).
         self.generation_reason = "chosen by the caller" if adapter is not None else "not decided yet"
+        #: Whether the generation was found on this connect or reused (set by the platform).
+        self.generation_settled = "found anew"
         self._owner_unanswered = False  # discovery said no-client-found; following must find the owner
         self.client_type = client_type
         self.request_timeout_s = request_timeout_s

@@ -119,6 +119,9 @@ class JobStatus(_Record):
     platform: Maybe[str] = _field("Where the thread lives: extension-ipc (a VS Code window) or app-server "
                                   "(the shared Codex app-server); jobs scheduled before it was recorded ran on "
                                   "extension-ipc.", by=ANCHOR)
+    generationAtSchedule: Maybe[dict[str, Any] | None] = _field(
+        "The IPC protocol generation the scheduler settled, with its evidence (generation, ownerId, router, "
+        "socket, how); the worker reuses it only for the same owner on the same router.", by=ANCHOR)
     # --- set by the lifecycle's transitions ---
     pid: Maybe[int] = _field("The worker's process id.", by=LIFECYCLE)
     workerStartedAt: Maybe[str] = _field("When the worker took the job.", by=LIFECYCLE)

@@ -9,9 +9,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import attrs
 import pytest
 
-from rekall.adapters import bundles
+from rekall.adapters import bundles, registry
 from rekall.adapters import choice as evidence
 from rekall.adapters.extension import ExtensionIpc, check_extension
 from rekall.adapters.generations import GENERATIONS
@@ -140,12 +141,14 @@ async def test_the_owners_answer_is_remembered_so_the_delay_is_paid_once(tmp_pat
         second = await platform.observe(sim.thread_id, request_timeout_s=5)
         assert first.details["adapter"] == second.details["adapter"] == "26.721"
         assert len(sim.routed_for(p.OWNER_DISCOVERY)) == 1
-        assert "remembered for owner" in second.details["generationReason"]
+        assert first.details["generationSettled"] == "found anew"
+        assert second.details["generationSettled"] == "reused in this process"
+        assert second.details["generationEvidence"]["ownerId"] == first.owner_id == sim.owner_id
         # Another owner (a window reload): the remembered answer proves nothing about it; ask again.
         sim.owner_id = f"owner-{sim.thread_id}"
         third = await platform.observe(sim.thread_id, request_timeout_s=5)
         assert len(sim.routed_for(p.OWNER_DISCOVERY)) == 2 and third.owner_id == sim.owner_id
-        assert "remembered" not in third.details["generationReason"]
+        assert third.details["generationSettled"] == "found anew"
 
 
 # --- refusing an unknown table --------------------------------------------------------------
@@ -234,3 +237,31 @@ def test_one_bundle_with_two_tables_that_disagree_is_named_and_left_to_the_owner
     assert chosen.adapter is None and sorted(a.NAME for a in chosen.candidates) == ["26.721", "26.9xx"]
     row = check_extension(env_for(home))
     assert row.level == "AMBER" and "holds 2 method tables that disagree" in row.detail
+
+
+# --- the generation schedule settled, as a job keeps it for the worker ----------------------
+
+
+def test_a_settled_generation_is_reused_only_on_the_same_router_socket_and_never_from_half_a_record(tmp_path):
+    import socket as sockets
+
+    path = tmp_path / "router.sock"
+    listener, restarted = sockets.socket(sockets.AF_UNIX), sockets.socket(sockets.AF_UNIX)
+    try:
+        listener.bind(str(path))
+        settled = evidence.Settled("26.721", "owner-1", str(path), evidence.socket_identity(str(path)), "why")
+        assert settled.socket is not None and evidence.Settled.from_json(settled.to_json()) == settled
+        assert settled.reusable(str(path), registry.ADAPTERS).NAME == "26.721"
+        assert settled.reusable(str(tmp_path / "other.sock"), registry.ADAPTERS) is None
+        # A generation with owner discovery is asked again: its answer costs nothing.
+        assert attrs.evolve(settled, generation="26.9xx").reusable(str(path), registry.ADAPTERS) is None
+        # A restarted router: a new socket at the same path (the old one still open, so a new inode).
+        restarted.bind(str(tmp_path / "new.sock"))
+        os.replace(tmp_path / "new.sock", path)
+        assert settled.reusable(str(path), registry.ADAPTERS) is None
+    finally:
+        listener.close()
+        restarted.close()
+    for broken in (None, [], {**settled.to_json(), "ownerId": None}, {**settled.to_json(), "generation": ""},
+                   {**settled.to_json(), "socket": 7}, {k: v for k, v in settled.to_json().items() if k != "how"}):
+        assert evidence.Settled.from_json(broken) is None

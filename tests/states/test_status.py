@@ -36,7 +36,8 @@ def test_the_reserved_names_are_the_fields_the_store_sets():
     assert RESERVED == {"jobId", "threadId", "status", "state", "createdAt", "jobNumber", "userFingerprint", "resume",
                         "handoffPath", "handoffSha256", "errorCode", "outcomeMayBeUnknown", "updatedAt", "journalSeq",
                         "journalPath", "logPath", "history"}
-    assert ANCHORS == {"contextTokensAtSchedule", "modelContextWindowAtSchedule", "ownerIdAtSchedule", "platform"}
+    assert ANCHORS == {"contextTokensAtSchedule", "modelContextWindowAtSchedule", "ownerIdAtSchedule", "platform",
+                       "generationAtSchedule"}
 
 
 @pytest.mark.parametrize("outcome", OUTCOMES)
