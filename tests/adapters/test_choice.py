@@ -265,3 +265,22 @@ def test_a_settled_generation_is_reused_only_on_the_same_router_socket_and_never
     for broken in (None, [], {**settled.to_json(), "ownerId": None}, {**settled.to_json(), "generation": ""},
                    {**settled.to_json(), "socket": 7}, {k: v for k, v in settled.to_json().items() if k != "how"}):
         assert evidence.Settled.from_json(broken) is None
+
+
+@pytest.mark.anyio
+async def test_known_limit_without_a_table_a_no_client_found_discovery_from_a_26_9xx_owner_reads_as_26_721(tmp_path):
+    # docs/adapters.md, "a wrong discovery version": the real router would likely answer a wrong
+    # discovery version this way. Step 2 cannot tell it from 26.721; the start-turn is refused.
+    home = tmp_path / "home"
+    home.mkdir()
+    async with SimulatedOwner(generation="26.9xx") as sim:
+        sim.fail_next(p.OWNER_DISCOVERY, "no-client-found")
+        thread = await ExtensionIpc({**env_for(home), **sim.env}).follow(sim.thread_id, request_timeout_s=5)
+        try:
+            assert thread.session.adapter == "26.721"
+            assert (await thread.compact()).failure is None
+            refused = (await thread.start_turn("go on", "job-1")).failure
+            assert refused.code == "no-client-found" and refused.delivery == "not_delivered"
+        finally:
+            await thread.aclose()
+        assert [len(sim.compact_requests), len(sim.start_turn_requests)] == [1, 0]
