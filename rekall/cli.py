@@ -202,7 +202,7 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 
 
 def cmd_mcp(args: argparse.Namespace) -> int:
-    from rekall.mcp_server import run_stdio
+    from rekall.mcp_light import run_stdio  # the SDK is loaded only for what the light path does not serve
 
     return run_stdio()
 

@@ -20,7 +20,6 @@ the wire.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import AsyncIterator
 from typing import Any, BinaryIO
 
@@ -31,9 +30,7 @@ from mcp.server import MCPServer
 from mcp.server.stdio import stdio_server
 
 from rekall import safejson
-
-#: Far above any valid call (a handoff is at most 32,000 bytes), far below harm.
-MAX_LINE_BYTES = 4 * 1024 * 1024
+from rekall.mcp_light import MAX_LINE_BYTES, claim_stdio
 PARSE_ERROR, INVALID_REQUEST, INTERNAL_ERROR = -32700, -32600, -32603
 #: How long calls in flight when stdin closes may take to finish (a schedule waits at most
 #: about 25 s: the store's guard, then the owner's snapshot).
@@ -43,18 +40,33 @@ DRAIN_S = 30.0
 class LineWriter:
     """The wire's stdout: each ``write`` is one whole line, written and flushed under a lock."""
 
-    def __init__(self, raw: BinaryIO) -> None:
+    def __init__(self, raw: BinaryIO, swallow_id: Any = None) -> None:
         self._raw = raw
         self._lock = anyio.Lock()
         #: Ids of requests read from stdin and not answered yet.
         self.open_ids: set[Any] = set()
         self._answered = anyio.Event()
+        #: The id of a replayed ``initialize`` the light path already answered: its reply is not sent again.
+        self._swallow_id = swallow_id
 
     async def write(self, text: str) -> None:
+        if self._swallow_id is not None and self._is_reply_to(text, self._swallow_id):
+            # initialize is handled inline by the SDK, so its reply comes before any other request's.
+            self._swallow_id = None
+            self._note_answer(text)
+            return
         data = text.encode("utf-8")
         async with self._lock:
             await anyio.to_thread.run_sync(self._write, data)
         self._note_answer(text)
+
+    @staticmethod
+    def _is_reply_to(text: str, request_id: Any) -> bool:
+        try:
+            message = json.loads(text)
+        except ValueError:
+            return False
+        return isinstance(message, dict) and "method" not in message and message.get("id") == request_id
 
     def _note_answer(self, text: str) -> None:
         if not self.open_ids:
@@ -138,15 +150,22 @@ class CheckedLines:
     """The wire's stdin as the SDK reads it: only valid messages get through."""
 
     def __init__(self, raw: BinaryIO, writer: LineWriter, max_line_bytes: int = MAX_LINE_BYTES,
-                 drain_s: float = DRAIN_S) -> None:
+                 drain_s: float = DRAIN_S, replay: list[bytes] | None = None) -> None:
         self._raw = raw
         self._writer = writer
         self._max = max_line_bytes
         self._drain_s = drain_s
+        #: Lines already read from the wire (by the light path), read before the wire's next line.
+        self._replay = list(replay or [])
+
+    async def _next_line(self) -> bytes:
+        if self._replay:
+            return self._replay.pop(0)
+        return await anyio.to_thread.run_sync(self._raw.readline, self._max + 1)
 
     async def __aiter__(self) -> AsyncIterator[str]:
         while True:
-            line = await anyio.to_thread.run_sync(self._raw.readline, self._max + 1)
+            line = await self._next_line()
             if not line:
                 await self._writer.drain(self._drain_s)  # the SDK stops its handlers once we return
                 return
@@ -173,20 +192,16 @@ class CheckedLines:
                 return
 
 
-def _claim_stdio() -> tuple[BinaryIO, BinaryIO]:
-    """Move the wire to private descriptors; point fd 0 at the null device, fd 1 at stderr."""
-    wire_in, wire_out = os.dup(0), os.dup(1)
-    null = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(null, 0)
-    os.close(null)
-    os.dup2(2, 1)
-    return os.fdopen(wire_in, "rb"), os.fdopen(wire_out, "wb")
-
-
 async def serve_stdio(server: MCPServer) -> None:
-    wire_in, wire_out = _claim_stdio()
-    writer = LineWriter(wire_out)
-    async with stdio_server(stdin=CheckedLines(wire_in, writer), stdout=writer) as (read, write):  # type: ignore[arg-type]
+    await serve_wire(server, *claim_stdio())
+
+
+async def serve_wire(server: MCPServer, wire_in: BinaryIO, wire_out: BinaryIO, replay: list[bytes] | None = None,
+                     swallow_id: Any = None) -> None:
+    """Serve the session on the claimed wire; ``replay`` lines are read first (see ``rekall.mcp_light``)."""
+    writer = LineWriter(wire_out, swallow_id)
+    lines = CheckedLines(wire_in, writer, replay=replay)
+    async with stdio_server(stdin=lines, stdout=writer) as (read, write):  # type: ignore[arg-type]
         # What MCPServer.run_stdio_async does, with our streams in place of the SDK's.
         lowlevel = server._lowlevel_server
         await lowlevel.run(read, write, lowlevel.create_initialization_options())
