@@ -25,6 +25,8 @@ import sys
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from rekall import safejson
+
 DATA_PATH = Path(__file__).with_name("mcp_light.json")
 #: Far above any valid call (a handoff is at most 32,000 bytes), far below harm. A longer line goes to the SDK path,
 #: which refuses it.
@@ -144,8 +146,8 @@ class LightSession:
     def answer(self, line: bytes) -> str | None:
         """The reply line (with newline) for ``line``, or None for a notification served; else HandOff."""
         try:
-            message = json.loads(line)
-        except ValueError:
+            message = safejson.loads(line.decode("utf-8"))  # refuses deep nesting before decoding it
+        except (ValueError, safejson.TooDeep):  # not UTF-8, not JSON, too deep: the SDK path words the error
             raise HandOff from None
         if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
             raise HandOff

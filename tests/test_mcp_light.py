@@ -1,0 +1,156 @@
+"""The light path of ``rekall mcp`` answers byte for byte what the SDK server answers.
+
+Both servers run over real stdio with the same request lines; their output lines are compared
+(sorted: the SDK may answer concurrent tool calls in any order). Each run also reports which
+modules it loaded, so a script the light path must serve is shown to be served without the SDK
+(otherwise the comparison would prove nothing), and one it must hand over is shown to reach it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rekall import mcp_light
+from rekall.store import JobStore
+from rekall.testing import FakeClock
+from tests.jobkit import new_thread, scheduled_run
+
+#: The light server (as ``rekall mcp`` runs it), reporting its modules on stderr when stdin closes.
+LIGHT = ("import json, sys\nfrom rekall.mcp_light import run_stdio\ncode = run_stdio()\n"
+         "print('MODULES ' + json.dumps(sorted(sys.modules)), file=sys.stderr)\nraise SystemExit(code)")
+UNKNOWN_VERSION = "2099-01-01"
+LIGHT_MODULES = ("mcp", "mcp_types", "pydantic", "anyio")
+
+
+def start(program: str, env: dict[str, str]) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-c", program], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env)
+
+
+def finish(server: subprocess.Popen[str], lines: list[str]) -> tuple[list[str], set[str]]:
+    stdout, stderr = server.communicate("".join(line + "\n" for line in lines), timeout=120)
+    assert server.returncode == 0, stderr[-3000:]
+    modules = {m for line in stderr.splitlines() if line.startswith("MODULES ") for m in json.loads(line[8:])}
+    return stdout.splitlines(), modules
+
+
+def run_light(lines: list[str], env: dict[str, str]) -> tuple[list[str], set[str]]:
+    """The light server's reply lines and the modules it loaded."""
+    return finish(start(LIGHT, env), lines)
+
+
+def both(lines: list[str], env: dict[str, str]) -> tuple[list[str], set[str]]:
+    """The light server's reply lines (asserted equal to the SDK's) and the modules it loaded."""
+    light_server, sdk_server = start(LIGHT, env), start(mcp_light.SDK_SERVER, env)  # side by side: half the wait
+    light, modules = finish(light_server, lines)
+    sdk, _ = finish(sdk_server, lines)
+    assert sorted(light) == sorted(sdk)
+    return light, modules
+
+
+def sdk_loaded(modules: set[str]) -> bool:
+    return any(m == h or m.startswith(h + ".") for m in modules for h in LIGHT_MODULES)
+
+
+def request(request_id: Any, method: str, params: Any = None) -> str:
+    message = {"jsonrpc": "2.0", "id": request_id, "method": method}
+    if params is not None:
+        message["params"] = params
+    return json.dumps(message)
+
+
+def initialize(version: str, request_id: Any = 1) -> list[str]:
+    params = {"protocolVersion": version, "capabilities": {"roots": {"listChanged": True}},
+              "clientInfo": {"name": "codex-mcp-client", "title": "Codex", "version": "0.1"}}
+    return [request(request_id, "initialize", params), json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"})]
+
+
+def status_call(request_id: Any, arguments: Any) -> str:
+    return request(request_id, "tools/call", {"name": "compaction_status", "arguments": arguments})
+
+
+@pytest.fixture
+def env(jobs_dir: Path) -> dict[str, str]:
+    return {**os.environ, "REKALL_JOBS_DIR": str(jobs_dir)}
+
+
+@pytest.fixture
+def finished_thread(jobs_dir: Path, clock: FakeClock) -> str:
+    store = JobStore.open({"REKALL_JOBS_DIR": str(jobs_dir)}, clock=clock)
+    thread = new_thread()
+    for outcome in ("failed", "skipped", "resumed"):
+        scheduled_run(store, clock, thread, outcome)
+    return thread
+
+
+def test_the_shipped_data_is_what_the_sdk_server_generates_today():
+    # Fails when a tool's description or schema, or the SDK's handshake, changed without
+    # `python -m rekall.mcp_light --generate`.
+    assert mcp_light.generated_text() == mcp_light.DATA_PATH.read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("version", [*mcp_light.load_data()["versions"], UNKNOWN_VERSION])
+def test_the_opening_of_a_session_is_served_without_the_sdk_and_equals_its_replies(version, env, finished_thread):
+    lines = [*initialize(version, "init-1"), request(2, "tools/list"), status_call(3, {"threadId": finished_thread}),
+             status_call(4, {"threadId": new_thread()}), request(5, "tools/list", {})]
+    replies, modules = both(lines, env)
+    assert not sdk_loaded(modules), "the light path handed a session over that it should serve"
+    negotiated = json.loads(replies[0])["result"]["protocolVersion"]
+    assert negotiated == (version if version != UNKNOWN_VERSION else mcp_light.load_data()["latestHandshakeVersion"])
+    assert json.loads(replies[2])["result"]["structuredContent"]["state"] == "resumed"
+
+
+@pytest.mark.parametrize("bad", [
+    "not json", '{"jsonrpc":"2.0","id":7}', '{"jsonrpc":"1.0","id":7,"method":"tools/list"}',
+    '{"jsonrpc":"2.0","id":true,"method":"tools/list"}', '{"jsonrpc":"2.0","id":7,"method":"tools/list","params":[]}',
+    request(7, "no/such/method"), request(7, "ping"),
+    status_call(7, {"threadId": ""}), status_call(7, {}), status_call(7, {"threadId": 7}),
+    status_call(7, {"threadId": "not-a-uuid"}), status_call(7, {"threadId": "x" * 201}),
+    status_call(7, {"threadId": "019a0000-0000-7000-8000-000000000000", "extra": 1}),
+    request(7, "tools/call", {"name": "no_such_tool", "arguments": {}}),
+    request(7, "tools/call", {"name": "cancel_compaction",
+                              "arguments": {"threadId": "019a0000-0000-7000-8000-000000000000",
+                                            "jobId": "019a0000-0000-7000-8000-000000000001"}}),
+    request(7, "initialize", {"protocolVersion": "2025-06-18"}),
+], ids=["not-json", "no-method", "jsonrpc-1", "bool-id", "list-params", "unknown-method", "ping", "empty-thread",
+        "no-thread", "int-thread", "bad-thread", "long-thread", "extra-argument", "unknown-tool", "cancel",
+        "second-initialize"])
+def test_every_other_request_hands_the_session_to_the_sdk_which_answers_as_if_it_had_served_it_all(bad, env):
+    # The SDK must hold the light path's handshake: the tools/list after the hand-over is answered, not refused.
+    lines = [*initialize("2025-06-18"), request(2, "tools/list"), bad, request(8, "tools/list"),
+             status_call(9, {"threadId": new_thread()})]
+    replies, modules = both(lines, env)
+    assert sdk_loaded(modules)
+    assert [json.loads(line).get("id") for line in replies].count(1) == 1  # the replayed initialize is not answered twice
+    assert any(json.loads(line).get("id") == 8 and "result" in json.loads(line) for line in replies)
+
+
+@pytest.mark.parametrize("first", [request(1, "tools/list"), status_call(1, {"threadId": new_thread()}),
+                                   request(1, "initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
+                                                             "clientInfo": {"name": 5, "version": "1"}}),
+                                   request(1, "initialize", {"protocolVersion": "2025-06-18", "capabilities": {
+                                       "elicitation": {"form": {}}}, "clientInfo": {"name": "c", "version": "1"}})],
+                         ids=["list-before-initialize", "call-before-initialize", "bad-client-info", "rich-capabilities"])
+def test_a_session_that_does_not_open_plainly_is_the_sdks_from_its_first_line(first, env):
+    replies, modules = both([first, request(2, "tools/list")], env)
+    assert sdk_loaded(modules)
+    assert len(replies) == 2
+
+
+def test_a_status_that_might_not_fit_the_output_schema_goes_to_the_sdk():
+    schema = mcp_light.load_data()["statusOutputSchema"]
+    defs = schema.get("$defs", {})
+    good = {"threadId": "t", "state": "not_scheduled"}
+    assert mcp_light.fits(good, schema, defs)
+    assert not mcp_light.fits({**good, "unknownField": 1}, schema, defs)
+    assert not mcp_light.fits({"threadId": "t"}, schema, defs)
+    assert not mcp_light.fits({**good, "jobNumber": "1"}, schema, defs)
+    assert not mcp_light.fits(good, {**schema, "pattern": "x"}, defs)  # a keyword not known here: unsure
+    assert mcp_light._plain_numbers({"a": [0.5, 1]}) and not mcp_light._plain_numbers({"a": [1e-7]})
