@@ -27,6 +27,7 @@ from tests.pluginkit import REPO_ROOT, front_matter, manifest, skill_file
 WHEEL_ALLOWED = (
     "rekall/*.py",
     "rekall/py.typed",
+    "rekall/mcp_light.json",  # the MCP light path's replies, generated from the SDK server
     "rekall-{version}.dist-info/METADATA",
     "rekall-{version}.dist-info/WHEEL",
     "rekall-{version}.dist-info/RECORD",
@@ -42,6 +43,7 @@ SDIST_ALLOWED = (
     ".gitignore",
     "rekall/*.py",
     "rekall/py.typed",
+    "rekall/mcp_light.json",
     "tests/*.py",
     "docs/*.md",
     "bench/*.py",
