@@ -153,8 +153,8 @@ class LightSession:
             raise HandOff
         method, params = message.get("method"), message.get("params")
         if "id" not in message:
-            if method == "notifications/initialized" and self.initialize_id is not None and set(message) <= {
-                    "jsonrpc", "method", "params"} and params in (None, {}) and ("params" not in message or params == {}):
+            if method == "notifications/initialized" and self.initialize_id is not None \
+                    and set(message) <= {"jsonrpc", "method", "params"} and message.get("params", {}) == {}:
                 self.handshake.append(line)
                 return None
             raise HandOff
