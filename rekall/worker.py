@@ -80,6 +80,7 @@ class Worker:
         self._handoff: Mapping[str, Any] | None = None  # verified just before the resume is sent
         self._tasks: set[asyncio.Task[Any]] = set()
         self._handles: list[asyncio.TimerHandle] = []
+        self._requested = False  # a request was sent by the steps being executed (see ``_apply``)
 
     # --- small helpers ---------------------------------------------------------------
 
@@ -194,6 +195,7 @@ class Worker:
             self.queue.put_nowait(event)
 
     async def _shutdown(self) -> None:
+        self.lifecycle.save_status()  # a deferred write (see ``_apply``) lands before the lock goes
         # The lock goes first: once the outcome is journaled, a new job may be scheduled.
         self.store.release_lock(self.thread_id, self.job_id)
         await self._stop_watching()
@@ -244,13 +246,29 @@ class Worker:
         self._apply(item)
 
     def _apply(self, event: policy.Event) -> None:
-        """Ask the policy, execute its steps, feed their outcomes back, until none remain."""
+        """Ask the policy, execute its steps, feed their outcomes back, until none remain.
+
+        The status file waits until the steps are done: when a request was sent, until the
+        loop's next turn, once the request task has handed its bytes to the connection. Only
+        the journal record (appended and fsynced by ``fire``) has to precede a request."""
+        self.lifecycle.hold_status = True
+        self._requested = False
+        try:
+            self._decide_and_execute(event)
+        finally:
+            self.lifecycle.hold_status = False
+            if self._requested:
+                asyncio.get_running_loop().call_soon(self.lifecycle.save_status)
+            else:
+                self.lifecycle.save_status()
+
+    def _decide_and_execute(self, event: policy.Event) -> None:
         pending = [event]
         for _ in range(MAX_ROUNDS):
             if not pending:
                 return
             assert self.thread is not None
-            job = policy.Job.of(self.state, self.status, self.settings)
+            job = policy.Job.of(self.state, self.lifecycle.fields, self.settings)
             decision = policy.decide(job, self.thread.snapshot(), pending.pop(0), self.memo,
                                      at=self._item_at, now=time.monotonic())
             self.memo = decision.memo
@@ -285,7 +303,7 @@ class Worker:
             case policy.VerifyHandoff(evidence=evidence):
                 try:
                     self._handoff = self.store.verify_handoff(self.thread_id, self.job_id,
-                                                              known(read(self.status).handoffSha256))
+                                                              known(read(self.lifecycle.fields).handoffSha256))
                 except RekallError as exc:
                     return policy.HandoffChecked(evidence, problem=exc.message)
                 return policy.HandoffChecked(evidence)
@@ -305,6 +323,7 @@ class Worker:
             self.queue.put_nowait(policy.RequestDone(kind, acted))
 
         self._spawn(run())
+        self._requested = True
 
     # --- connection loss ---------------------------------------------------------------
 

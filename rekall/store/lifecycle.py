@@ -8,14 +8,16 @@ refused event, or a failed write, changes neither memory nor disk.
 
 The status file is a derived view: if writing it fails, the transition still stands (the
 journal is the truth) and the failure is logged; the next write or ``read_status`` repairs
-it.
+it. For the same reason its owner may hold it back (``hold_status``) and write it later with
+``save_status``: the worker does so, so that a request leaves right after its journal record
+(a crash in between leaves a status file behind its journal, which every reader detects).
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -45,10 +47,18 @@ class Lifecycle:
         self._seq = replay.next_seq
         #: Why the last status write failed, if it did (the journal still holds the truth).
         self.status_error: str | None = None
+        #: While True, ``fire`` leaves the status file for ``save_status`` (see the module doc).
+        self.hold_status = False
+        self._status_behind = False
 
     @property
     def state(self) -> JobState:
         return self._machine.state
+
+    @property
+    def fields(self) -> Mapping[str, Any]:
+        """The job's fields so far (what ``status`` shows of the job, without deriving it all)."""
+        return self._machine.view.fields
 
     @property
     def status(self) -> dict[str, Any]:
@@ -62,7 +72,9 @@ class Lifecycle:
         could not be made durable). In each case nothing changed.
         """
         step = self._machine.fire(trigger, evidence, self._clock.now(), self._commit)
-        self._save_status()
+        self._status_behind = True
+        if not self.hold_status:
+            self.save_status()
         return step.dest
 
     def _commit(self, step: Step) -> None:
@@ -86,7 +98,11 @@ class Lifecycle:
         self._writer.append(NoteRecord(seq=self._seq, at=now.iso, mono_ms=now.mono_ms, kind=kind, detail=detail))
         self._seq += 1
 
-    def _save_status(self) -> None:
+    def save_status(self) -> None:
+        """Write the status file (atomically, fsynced) if a transition has not reached it yet."""
+        if not self._status_behind:
+            return
+        self._status_behind = False
         try:
             self._write_status(self.status)
         except OSError as exc:

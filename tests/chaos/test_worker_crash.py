@@ -7,6 +7,9 @@ nothing was retried.
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -17,8 +20,9 @@ import pytest
 from rekall.explain import build_explanation
 from rekall.service import Refused
 from tests.chaos.harness import (COMPACT, START_TURN, UNKNOWN_AFTER, ChaosJob, audit, spawn_driver,
-                                 spawn_placeholder)
+                                 spawn_placeholder, wait_for_exit)
 from tests.chaos.ledger import LEDGER
+from tests.chaos.rawmcp import ROOT, RawMcp
 
 pytestmark = [pytest.mark.chaos, pytest.mark.slow]
 
@@ -185,4 +189,67 @@ def test_a_crash_inside_any_journal_append_leaves_a_truthful_intact_job(tmp_path
         compacts, turns = job.counts()
         # Journal first: a request is sent only after its record is durable.
         assert (compacts, turns) == (int(append > 3), int(append > 6))
+        assert_a_new_job_runs_and_nothing_was_retried(job, held="")
+
+
+# --- a crash between a request's journal record and the status file ------------------------
+
+#: Runs the real worker, killed (SIGKILL) when it is about to write the status file showing
+#: ``sys.argv[3]``: the request's journal record is durable, the status file is the one before.
+KILLED_AT_STATUS_WRITE = r"""
+import os, signal, sys
+from rekall.store.status import StatusFile
+from rekall.worker import run_worker
+
+thread, job, state = sys.argv[1], sys.argv[2], sys.argv[3]
+plain_save = StatusFile.save
+
+def save(self, thread_id, status):
+    if status["state"] == state:
+        os.kill(os.getpid(), signal.SIGKILL)
+    plain_save(self, thread_id, status)
+
+StatusFile.save = save
+sys.exit(run_worker(thread, job))
+"""
+
+
+def last_transition(job: ChaosJob) -> tuple[str, int]:
+    """The state and sequence number of the journal's last transition (read without reaping)."""
+    last = job.store.load(job.thread_id, job.job_id).transitions[-1]
+    return last.dest.value, last.seq
+
+
+@pytest.mark.parametrize(("held", "before", "sent"), [("requesting", "waiting_for_idle", (1, 0)),
+                                                      ("resuming", "waiting_for_resume_idle", (1, 1))])
+def test_a_worker_killed_between_a_request_and_its_status_file_leaves_the_journal_as_the_truth(
+        tmp_path: Path, held: str, before: str, sent: tuple[int, int]):
+    with ChaosJob(tmp_path) as job:
+        job.schedule(spawn=spawn_driver(KILLED_AT_STATUS_WRITE, held))
+        job.killed = True  # the driver kills itself: its lock is the reaper's to remove
+        assert wait_for_exit(job.pid, 30)
+        LEDGER.fault("worker SIGKILL before a status write", on_live_job=True)
+        # The request left right after its journal record, before the status file was written.
+        assert job.counts() == sent
+        state, seq = last_transition(job)
+        on_disk = json.loads(job.store.status_path(job.thread_id).read_text())
+        assert state == held and (on_disk["state"], on_disk["jobId"]) == (before, job.job_id)
+        assert on_disk["journalSeq"] < seq  # the file is behind its journal
+        # Every reader reports the journal (the request sent, its effect unobserved), not the file.
+        cli = subprocess.run([sys.executable, "-m", "rekall", "status", job.thread_id, "--json"], env=job.env,
+                             capture_output=True, text=True, timeout=60, cwd=ROOT)
+        status = json.loads(cli.stdout)
+        assert (status["state"], status["errorCode"], status["outcomeMayBeUnknown"]) == ("failed", "worker_lost", True)
+        assert held in status["error"] and "statusFileProblem" not in status
+        server = RawMcp(job.env)
+        try:
+            reply = server.call_tool("compaction_status", {"threadId": job.thread_id})["result"]
+        finally:
+            assert server.close() == 0
+        tool = reply["structuredContent"]
+        assert (tool["state"], tool["errorCode"], tool["outcomeMayBeUnknown"]) == ("failed", "worker_lost", True)
+        assert json.loads(job.store.status_path(job.thread_id).read_text()) == job.status()
+        assert_worker_lost(job, held)  # explain, the audit
+        # Nothing is sent again, and the next job runs.
+        assert job.counts() == sent
         assert_a_new_job_runs_and_nothing_was_retried(job, held="")
