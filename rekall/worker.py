@@ -164,6 +164,9 @@ class Worker:
         self._later(self.settings.deadline_s, policy.DeadlinePassed())
         try:
             await self._connect()
+            # The handoff check just before the resume needs the secret detector (its import
+            # compiles a few dozen patterns): load it now, not between the debounce and the request.
+            import rekall.secrets  # noqa: F401
             first = self.thread.snapshot()
             self.memo = policy.Memo(connected=True, baseline=first.facts.completed_compaction_ids)
             self.lifecycle.note("connected", **self.thread.evidence(), baselineCompactions=len(self.memo.baseline),
