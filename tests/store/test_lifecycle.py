@@ -278,3 +278,21 @@ class LifecycleOnDisk(RuleBasedStateMachine):
 
 TestLifecycleOnDisk = LifecycleOnDisk.TestCase
 TestLifecycleOnDisk.settings = settings(max_examples=25, stateful_step_count=20, deadline=None)
+
+
+def test_a_held_status_file_is_written_once_by_save_status_and_readers_answer_from_the_journal_meanwhile(
+        store: JobStore, thread: str, mocker):
+    job, lifecycle = _started(store, thread)
+    writes = mocker.spy(FileOps, "atomic_replace")
+    lifecycle.hold_status = True
+    assert lifecycle.fire("idle_stable", **idle(90_000)) is JobState.REQUESTING
+    assert writes.call_count == 0
+    on_disk = store.status_file.read(thread)[0]
+    assert on_disk["state"] == "waiting_for_idle"
+    # The lock names a live process (this one): the journal answers, the file waits for its writer.
+    assert store.read_status(thread)["state"] == "requesting"
+    lifecycle.hold_status = False
+    lifecycle.save_status()
+    lifecycle.save_status()  # nothing new since: no second write
+    assert writes.call_count == 1
+    assert store.status_file.read(thread)[0] == lifecycle.status
