@@ -51,6 +51,13 @@ MAX_ROUNDS = 16
 _CANCEL_SIGNALLED = object()
 
 
+def _load_handoff_check() -> None:
+    """The handoff check just before the resume needs the secret detector, whose import compiles
+    a few dozen patterns: it is loaded once the compact request has left, while the compaction
+    runs, not between the resume debounce and the start-turn request."""
+    import rekall.secrets  # noqa: F401
+
+
 class Worker:
     """One job's reactor. ``run()`` returns the terminal state it reached."""
 
@@ -164,9 +171,6 @@ class Worker:
         self._later(self.settings.deadline_s, policy.DeadlinePassed())
         try:
             await self._connect()
-            # The handoff check just before the resume needs the secret detector (its import
-            # compiles a few dozen patterns): load it now, not between the debounce and the request.
-            import rekall.secrets  # noqa: F401
             first = self.thread.snapshot()
             self.memo = policy.Memo(connected=True, baseline=first.facts.completed_compaction_ids)
             self.lifecycle.note("connected", **self.thread.evidence(), baselineCompactions=len(self.memo.baseline),
@@ -261,7 +265,9 @@ class Worker:
         finally:
             self.lifecycle.hold_status = False
             if self._requested:
-                asyncio.get_running_loop().call_soon(self.lifecycle.save_status)
+                loop = asyncio.get_running_loop()
+                loop.call_soon(self.lifecycle.save_status)
+                loop.call_soon(_load_handoff_check)
             else:
                 self.lifecycle.save_status()
 
