@@ -99,6 +99,14 @@ def _wait_unlocked(lock: Path, timeout: float = 10.0) -> None:
         time.sleep(0.005)
 
 
+def _wait_journaled(journal: Path, marker: bytes, timeout: float = 30.0) -> None:
+    end = time.monotonic() + timeout
+    while marker not in journal.read_bytes():
+        if time.monotonic() > end:
+            raise TimeoutError(f"{journal} never showed {marker!r}")
+        time.sleep(0.001)
+
+
 def run_jobs(count: int, debounce_ms: int) -> dict[str, Any]:
     dispatch, resume, worker_resume_delay, following = [], [], [], []
     with tempfile.TemporaryDirectory(prefix="rekall-bench-") as tmp, \
@@ -111,13 +119,16 @@ def run_jobs(count: int, debounce_ms: int) -> dict[str, Any]:
             sim.set_telemetry(90_000, 100_000)  # refill the context: each job starts 90% full
             follows = sim.follow_count
             scheduled_at = time.monotonic()
-            asyncio.run(service.schedule(sim.thread_id, HANDOFF, env=env))
+            job = asyncio.run(service.schedule(sim.thread_id, HANDOFF, env=env))["jobId"]
             # Wait on the owner's side, without polling: the new worker follows once it waits for idle.
             try:
                 sim.wait_until(lambda owner: owner.follow_count > follows + 1, timeout=30)
             except TimeoutError:
                 raise RuntimeError(f"job {n}: the worker never followed the thread: "
                                    f"{service.status(sim.thread_id, env=env)}") from None
+            # The thread goes idle once the worker waits for it (its `connected` note is journaled
+            # after it has read the thread): otherwise its start-up would count as dispatch overhead.
+            _wait_journaled(JobStore.open_reader(env).journal_path(sim.thread_id, job), b'"kind":"connected"')
             idle_at = sim.call(lambda owner: (owner.backend.complete_turn("completed"), time.monotonic())[1])
             sim.wait_until(lambda owner: len(owner.start_turn_requests) >= n, timeout=30)
             _wait_unlocked(resolve_lock_dir(env) / f"{sim.thread_id}.lock")
