@@ -30,13 +30,14 @@ def env(app_server_daemon: Daemon, private_dir: Path) -> dict[str, str]:
             "REKALL_JOBS_DIR": str(private_dir / "jobs")}
 
 
-async def thread_with_a_turn(user: PeerClient, model: MockModel) -> str:
-    """A thread with one finished turn, and its MCP servers started (the daemon runs ``rekall mcp``)."""
+async def thread_with_a_turn(user: PeerClient, model: MockModel, *, mcp: bool = True) -> str:
+    """A thread with one finished turn, and (``mcp``) its MCP servers started (the daemon runs ``rekall mcp``)."""
     start = len(user.messages)
     thread_id = (await user.request("thread/start"))["thread"]["id"]
-    await user.wait_for(lambda m: m.get("method") == "mcpServer/startupStatus/updated"
-                        and m["params"].get("threadId") == thread_id and m["params"].get("status") == "ready",
-                        start=start, timeout=60)
+    if mcp:
+        await user.wait_for(lambda m: m.get("method") == "mcpServer/startupStatus/updated"
+                            and m["params"].get("threadId") == thread_id and m["params"].get("status") == "ready",
+                            start=start, timeout=60)
     start = len(user.messages)
     model.queue_text("noted")
     await user.request("turn/start", {"threadId": thread_id, "input": [{"type": "text", "text": "hello"}]})
@@ -108,3 +109,40 @@ async def test_doctor_names_the_daemon_its_version_and_the_binary_whose_schema_i
     # No VS Code here: its absence is worth a look, not fatal, while the shared app-server serves.
     assert rows["ipc_endpoint"].level == "AMBER" and "only VS Code chats need it" in rows["ipc_endpoint"].detail
     assert rows["codex_binary"].level == "AMBER" and report.verdict == "AMBER"
+
+
+async def test_a_listener_started_by_hand_is_served_and_named_as_not_daemon_managed(
+        codex_binary: Path, codex_home: Path, mock_model: MockModel, private_dir: Path) -> None:
+    import os
+    import subprocess
+
+    from rekall.codex.appserver import app_server_env
+
+    sock = private_dir / "listener" / "app.sock"
+    sock.parent.mkdir(mode=0o700)
+    server = subprocess.Popen([str(codex_binary), "app-server", "--listen", f"unix://{sock}"],
+                              env=app_server_env(codex_home), cwd=codex_home,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    target: Path | None = None
+    try:
+        with anyio.fail_after(60):
+            while not sock.exists():  # the listener announces nothing: its socket appearing is the event
+                await anyio.sleep(0.05)
+            target = Path(os.readlink(sock)) if sock.is_symlink() else None
+            env = {"CODEX_HOME": str(codex_home), "REKALL_APP_SERVER_SOCKET": f"unix://{sock}",
+                   "PATH": f"{codex_binary.parent}:/usr/bin:/bin", "TMPDIR": str(private_dir),
+                   "REKALL_JOBS_DIR": str(private_dir / "jobs")}
+            async with peer_client(sock) as user:
+                thread_id = await thread_with_a_turn(user, mock_model, mcp=False)
+                probed = await service.probe(thread_id, env=env)
+                rows = {row.name: row for row in (await diagnose({**env, "CODEX_THREAD_ID": thread_id})).rows}
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+        if target is not None:
+            target.unlink(missing_ok=True)
+    assert probed["platform"] == "app-server" and probed["endpoint"]["source"] == "REKALL_APP_SERVER_SOCKET"
+    assert "not daemon-managed" in probed["compatibility"]["publicSchema"]["binaryNote"]
+    assert "served by an app-server not managed by `codex app-server daemon`" in rows["app_server"].detail
+    assert rows["app_server_thread"].level == "GREEN"
+    assert f"{codex_binary} (the `codex` on PATH (the server is not daemon-managed" in rows["app_server_schema"].detail
