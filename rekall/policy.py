@@ -295,7 +295,7 @@ class _Rules:
                 self.fail("protocol_version_unsupported", detail)
                 return
             case Observed(event=ev.LayoutIncompatible(detail=detail)):
-                self.fail("layout_incompatible", f"unsupported extension state layout: {detail}")
+                self.fail("layout_incompatible", f"unsupported thread state layout: {detail}")
                 return
             case Observed(event=ev.Resynced(reason=reason, count=count, revision=revision)):
                 self.emit(Note("resynced", {"reason": reason, "count": count, "revision": revision}))
@@ -356,7 +356,7 @@ class _Rules:
             return
         facts = self.seen.facts
         if facts.layout_problem:
-            self.fail("layout_incompatible", f"unsupported extension state layout: {facts.layout_problem}")
+            self.fail("layout_incompatible", f"unsupported thread state layout: {facts.layout_problem}")
             return
         if self.state is not JobState.RESUMING and self.user_moved_on():
             return
