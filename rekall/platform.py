@@ -137,11 +137,3 @@ class Platform(Protocol):
     async def observe(self, thread_id: str, *, request_timeout_s: float) -> ThreadSnapshot: ...
 
     async def diagnose(self) -> list[Row]: ...
-
-
-def platform_for(env: Mapping[str, str]) -> Platform:
-    """The extension's IPC platform. Which platform serves a given thread is
-    :func:`rekall.owners.find_owner`'s answer, never this default."""
-    from rekall.adapters.extension import ExtensionIpc
-
-    return ExtensionIpc(env)
