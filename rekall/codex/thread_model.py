@@ -42,6 +42,7 @@ import attrs
 from rekall import events as ev
 from rekall.codex.rpc import Message, ServerRequest
 from rekall.thread.facts import NO_USER_INPUT, RUNNING_STATUS, RUNTIME_NULL, STOPPED_STATUSES, ThreadFacts, as_int
+from rekall.thread.mirror import diff_events
 
 TurnKind = Literal["user", "compaction", "unknown"]
 #: The ``threadSource`` of the terminal UI's title request: a side thread, never the conversation.
@@ -211,21 +212,7 @@ class ThreadModel:
         )
 
     def _changes(self, before: ThreadFacts) -> list[ev.DomainEvent]:
-        after, revision = self.facts, self.revision
-        events: list[ev.DomainEvent] = []
-        if after.layout_problem and after.layout_problem != before.layout_problem:
-            events.append(ev.LayoutIncompatible(after.layout_problem, revision))
-        if (after.boundary_fingerprint, after.interrupted) != (before.boundary_fingerprint, before.interrupted):
-            events.append(ev.UserBoundaryChanged(after.boundary_fingerprint, after.interrupted, revision))
-        if after.user_turn_running != before.user_turn_running:
-            events.append(ev.UserTurnRunning(after.user_turn_running, revision))
-        if (after.tokens, after.window) != (before.tokens, before.window):
-            events.append(ev.Telemetry(after.tokens, after.window, revision))
-        for compaction_id in sorted(after.completed_compaction_ids - before.completed_compaction_ids):
-            events.append(ev.CompactionCompleted(compaction_id, revision))
-        if after.idle != before.idle or after.busy_reason != before.busy_reason:
-            events.append(ev.ThreadIdle(revision) if after.idle else ev.ThreadBusy(str(after.busy_reason), revision))
-        return events
+        return diff_events(before, self.facts, self.revision)
 
 
 __all__ = ["TITLE_SOURCE", "ThreadModel", "fingerprint_of"]
