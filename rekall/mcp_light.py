@@ -6,9 +6,12 @@ and most of the memory, so the opening is answered here from ``mcp_light.json``,
 ``python -m rekall.mcp_light --generate`` writes from the SDK server's own replies
 (``tests/test_mcp_light.py`` checks it is current and that every reply here is byte-equal to
 the SDK's). Served here, and only in exactly these shapes: ``initialize`` (the SDK's version
-negotiation: the requested version if the handshake supports it, else the latest),
-``notifications/initialized``, ``tools/list`` and ``compaction_status`` with a well-formed
-``threadId`` whose status certainly fits the output schema.
+negotiation: the requested version if the handshake supports it, else the latest) with capabilities
+the SDK certainly accepts (Codex's own: ``experimental`` and ``elicitation`` ``{form, url}``),
+``notifications/initialized``, the lists Codex asks for when it opens a session (``tools/list``,
+``resources/list``, ``resources/templates/list``; and ``prompts/list``) and ``compaction_status``
+with a well-formed ``threadId`` whose status certainly fits the output schema; requests may carry
+Codex's ``_meta`` with a ``progressToken``.
 
 Anything else (another tool, an unknown method, a malformed line, arguments the SDK would
 refuse, a status that raises or might not fit) hands the session to the SDK server: the lines
@@ -32,6 +35,10 @@ DATA_PATH = Path(__file__).with_name("mcp_light.json")
 #: which refuses it.
 MAX_LINE_BYTES = 4 * 1024 * 1024
 _INT64 = 2**63
+
+
+#: The list requests served from the data (the SDK answers each without a cursor with one fixed page).
+LISTS = ("tools/list", "resources/list", "resources/templates/list", "prompts/list")
 
 
 class HandOff(Exception):
@@ -110,7 +117,20 @@ def _is_id(value: Any) -> bool:
     return isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool) and -_INT64 <= value < _INT64)
 
 
-_CAPABILITY_SHAPES = {"roots": {"listChanged"}, "sampling": set(), "elicitation": set()}
+def _empty_objects(value: Any, names: set[str]) -> bool:
+    """An object whose members are only ``names``, each an empty object (e.g. elicitation ``{form: {}, url: {}}``)."""
+    return isinstance(value, dict) and set(value) <= names and all(v == {} for v in value.values())
+
+
+#: Client capabilities in the shapes the SDK's ``ClientCapabilities`` certainly accepts (its models ignore
+#: unknown members, but anything else is the SDK's to judge): what a capability's object may hold.
+_CAPABILITY_SHAPES = {
+    "roots": lambda v: isinstance(v, dict) and set(v) <= {"listChanged"} and all(isinstance(x, bool) for x in v.values()),
+    "sampling": lambda v: _empty_objects(v, {"context", "tools"}),
+    "elicitation": lambda v: _empty_objects(v, {"form", "url"}),
+    # dict[str, dict[str, Any]]: Codex sends {"codex/auth-change": {}}.
+    "experimental": lambda v: isinstance(v, dict) and all(isinstance(x, dict) for x in v.values()),
+}
 
 
 def _plain_initialize(params: Any) -> bool:
@@ -124,12 +144,19 @@ def _plain_initialize(params: Any) -> bool:
     if set(info) - {"name", "version", "title"} or not all(isinstance(v, str) for v in info.values()) \
             or not {"name", "version"} <= set(info):
         return False
-    for name, value in capabilities.items():
-        if name not in _CAPABILITY_SHAPES or not isinstance(value, dict):
-            return False
-        if set(value) - _CAPABILITY_SHAPES[name] or not all(isinstance(v, bool) for v in value.values()):
-            return False
-    return True
+    return all(name in _CAPABILITY_SHAPES and _CAPABILITY_SHAPES[name](value) for name, value in capabilities.items())
+
+
+def _plain_params(params: Any, names: set[str]) -> bool:
+    """Request params of only ``names`` plus an optional ``_meta`` holding at most a progress token (Codex's style).
+
+    The SDK sends no progress for the requests served here, so the token changes no reply.
+    """
+    if not isinstance(params, dict) or set(params) - names - {"_meta"}:
+        return False
+    meta = params.get("_meta", {})
+    return isinstance(meta, dict) and set(meta) <= {"progressToken"} \
+        and all(isinstance(v, str) or _is_id(v) for v in meta.values())
 
 
 class LightSession:
@@ -167,10 +194,10 @@ class LightSession:
             self.initialize_id = request_id
         elif self.initialize_id is None:
             raise HandOff
-        elif method == "tools/list" and ("params" not in message or params == {}):
-            result = self.version["toolsListResult"]
-        elif method == "tools/call" and isinstance(params, dict) and set(params) == {"name", "arguments"} \
-                and params["name"] == "compaction_status":
+        elif method in LISTS and ("params" not in message or _plain_params(params, set())):
+            result = self.version["lists"][method]
+        elif method == "tools/call" and _plain_params(params, {"name", "arguments"}) \
+                and {"name", "arguments"} <= set(params) and params["name"] == "compaction_status":
             result = self._compaction_status(params["arguments"])
         else:
             raise HandOff
@@ -279,15 +306,15 @@ def generate() -> dict[str, Any]:
         for version in HANDSHAKE_PROTOCOL_VERSIONS:
             init = {"protocolVersion": version, "capabilities": {}, "clientInfo": {"name": "generator", "version": "1"}}
             replies = sdk_replies([
-                _dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": init}),
+                _dumps({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": init}),
                 _dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}),
-                _dumps({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}),
-                _dumps({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+                *(_dumps({"jsonrpc": "2.0", "id": method, "method": method}) for method in LISTS),
+                _dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
                         "params": {"name": "compaction_status", "arguments": {"threadId": SAMPLE_THREAD}}})], env)
             by_id = {reply["id"]: reply["result"] for reply in replies}
-            versions[version] = {"initializeResult": by_id[1], "toolsListResult": by_id[2],
-                                 "statusResultKeys": list(by_id[3])}
-    latest_tools = versions[LATEST_HANDSHAKE_VERSION]["toolsListResult"]["tools"]
+            versions[version] = {"initializeResult": by_id[0], "lists": {method: by_id[method] for method in LISTS},
+                                 "statusResultKeys": list(by_id[1])}
+    latest_tools = versions[LATEST_HANDSHAKE_VERSION]["lists"]["tools/list"]["tools"]
     status_tool = next(tool for tool in latest_tools if tool["name"] == "compaction_status")
     return {"latestHandshakeVersion": LATEST_HANDSHAKE_VERSION, "versions": versions,
             "statusInputSchema": status_tool["inputSchema"], "statusOutputSchema": status_tool["outputSchema"]}

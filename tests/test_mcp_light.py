@@ -21,6 +21,7 @@ from rekall import mcp_light
 from rekall.store import JobStore
 from rekall.testing import FakeClock
 from tests.jobkit import new_thread, scheduled_run
+from tests.support import codex_opening
 
 #: The light server (as ``rekall mcp`` runs it), reporting its modules on stderr when stdin closes.
 LIGHT = ("import json, sys\nfrom rekall.mcp_light import run_stdio\ncode = run_stdio()\n"
@@ -107,6 +108,21 @@ def test_the_opening_of_a_session_is_served_without_the_sdk_and_equals_its_repli
     assert json.loads(replies[2])["result"]["structuredContent"]["state"] == "resumed"
 
 
+@pytest.mark.parametrize("version", [*mcp_light.load_data()["versions"], UNKNOWN_VERSION])
+def test_the_opening_real_codex_sends_is_served_without_the_sdk_and_equals_its_replies(version, env, finished_thread):
+    # Codex 0.171.0's opening verbatim (at 2025-06-18, as it sends it; the other versions by substitution),
+    # then what a session does next in Codex's style: compaction_status with a progress token, prompts/list.
+    opening = [codex_opening.OPENING[0].replace('"2025-06-18"', json.dumps(version)), *codex_opening.OPENING[1:]]
+    lines = [*opening, codex_opening.tool_call(4, "compaction_status", {"threadId": finished_thread}, 3),
+             request(5, "prompts/list", {"_meta": {"progressToken": "p-4"}})]
+    replies, modules = both(lines, env)
+    assert not sdk_loaded(modules), "the light path handed Codex's opening over to the SDK"
+    by_id = {json.loads(line)["id"]: json.loads(line)["result"] for line in replies}
+    assert sorted(by_id) == [0, 1, 2, 3, 4, 5]
+    assert by_id[4]["structuredContent"]["state"] == "resumed"
+    assert "compaction_status" in [tool["name"] for tool in by_id[1]["tools"]]
+
+
 @pytest.mark.parametrize("bad", [
     "not json", '{"jsonrpc":"2.0","id":7}', '{"jsonrpc":"1.0","id":7,"method":"tools/list"}',
     '{"jsonrpc":"2.0","id":true,"method":"tools/list"}', '{"jsonrpc":"2.0","id":7,"method":"tools/list","params":[]}',
@@ -119,9 +135,16 @@ def test_the_opening_of_a_session_is_served_without_the_sdk_and_equals_its_repli
                               "arguments": {"threadId": "019a0000-0000-7000-8000-000000000000",
                                             "jobId": "019a0000-0000-7000-8000-000000000001"}}),
     request(7, "initialize", {"protocolVersion": "2025-06-18"}),
+    request(7, "tools/list", {"cursor": "x"}), request(7, "tools/list", {"_meta": {"progressToken": True}}),
+    request(7, "tools/list", {"_meta": {"progressToken": 1.5}}), request(7, "resources/list", {"_meta": []}),
+    request(7, "resources/list", {"_meta": {"progressToken": 1, "other": 1}}),
+    request(7, "resources/read", {"uri": "file:///x"}),
+    request(7, "tools/call", {"name": "compaction_status", "arguments": {"threadId": new_thread()},
+                              "_meta": {"progressToken": None}}),
 ], ids=["not-json", "no-method", "jsonrpc-1", "bool-id", "list-params", "unknown-method", "ping", "empty-thread",
         "no-thread", "int-thread", "bad-thread", "long-thread", "extra-argument", "unknown-tool", "cancel",
-        "second-initialize"])
+        "second-initialize", "cursor", "bool-token", "float-token", "list-meta", "other-meta", "resources-read",
+        "null-token-call"])
 def test_every_other_request_hands_the_session_to_the_sdk_which_answers_as_if_it_had_served_it_all(bad, env):
     # The SDK must hold the light path's handshake: the tools/list after the hand-over is answered, not refused.
     lines = [*initialize("2025-06-18"), request(2, "tools/list"), bad, request(8, "tools/list"),
@@ -135,9 +158,14 @@ def test_every_other_request_hands_the_session_to_the_sdk_which_answers_as_if_it
 @pytest.mark.parametrize("first", [request(1, "tools/list"), status_call(1, {"threadId": new_thread()}),
                                    request(1, "initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
                                                              "clientInfo": {"name": 5, "version": "1"}}),
-                                   request(1, "initialize", {"protocolVersion": "2025-06-18", "capabilities": {
-                                       "elicitation": {"form": {}}}, "clientInfo": {"name": "c", "version": "1"}})],
-                         ids=["list-before-initialize", "call-before-initialize", "bad-client-info", "rich-capabilities"])
+                                   *(request(1, "initialize", {"protocolVersion": "2025-06-18", "capabilities": caps,
+                                                               "clientInfo": {"name": "c", "version": "1"}})
+                                     for caps in ({"elicitation": {"form": {"applyDefaults": True}}},
+                                                  {"experimental": {"codex/auth-change": True}},
+                                                  {"tasks": {"list": {}}}, {"sampling": {"tools": []}})),
+                                   request(1, "resources/list", {"_meta": {"progressToken": 0}})],
+                         ids=["list-before-initialize", "call-before-initialize", "bad-client-info", "rich-elicitation",
+                              "experimental-not-an-object", "tasks", "sampling-tools-list", "resources-before-initialize"])
 def test_a_session_that_does_not_open_plainly_is_the_sdks_from_its_first_line(first, env):
     replies, modules = both([first, request(2, "tools/list")], env)
     assert sdk_loaded(modules)
