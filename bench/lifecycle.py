@@ -18,8 +18,9 @@ target), so that load on the machine hits both alike:
 
 * ``status_cli_ms``: ``rekall status THREAD --json``, the thread having 25 jobs in its history;
 * ``history_cli_ms``: ``rekall history --json --limit 3000`` over 3,000 jobs;
-* ``mcp_ready_ms``: spawning ``rekall mcp`` until ``tools/list`` is answered;
-* ``mcp_rss_mb``: the server's VmRSS after ``initialize``, ``tools/list`` and one ``compaction_status``.
+* ``mcp_ready_ms``: spawning ``rekall mcp`` until the opening real Codex sends (``tests/support/codex_opening.py``:
+  initialize, initialized, tools/list, resources/list, resources/templates/list) is answered;
+* ``mcp_rss_mb``: the server's VmRSS after that opening and one ``compaction_status`` (in Codex's style).
 
 ``TARGETS`` holds every target; the output gives each figure, its target and its baseline
 (``targets``), ``targets_met``, and the load average seen before and after the run.
@@ -234,37 +235,36 @@ def startup_costs(runs: int) -> dict[str, Any]:
     return {name: round(statistics.median(values[1:]), 1) for name, values in samples.items()}
 
 
-def _rpc(server: subprocess.Popen[bytes], wanted: int) -> dict[str, Any]:
-    while True:
+def _rpc(server: subprocess.Popen[bytes], wanted: int, seen: dict[Any, dict[str, Any]]) -> dict[str, Any]:
+    """The reply to ``wanted``, reading on (and keeping every reply in ``seen``) until it has come."""
+    while wanted not in seen:
         line = server.stdout.readline()
         if not line:
             raise RuntimeError(f"rekall mcp exited before answering request {wanted}")
         reply = json.loads(line)
-        if reply.get("id") == wanted:
-            return reply
+        seen[reply.get("id")] = reply
+    return seen[wanted]
 
 
 def mcp_ready(env: dict[str, str], thread: str) -> tuple[float, float]:
-    """Spawn → ``tools/list`` answered (ms), and VmRSS (MB) after one ``compaction_status`` too."""
-    messages = [
-        {"jsonrpc": "2.0", "id": 1, "method": "initialize",
-         "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "bench", "version": "0"}}},
-        {"jsonrpc": "2.0", "method": "notifications/initialized"},
-        {"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
-    ]
+    """Spawn → the opening real Codex sends answered (ms), and VmRSS (MB) after one ``compaction_status`` too."""
+    from tests.support import codex_opening
+
+    seen: dict[Any, dict[str, Any]] = {}
     start = time.perf_counter()
     server = subprocess.Popen([sys.executable, "-m", "rekall", "mcp"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                               stderr=subprocess.DEVNULL, env=env)
     try:
-        server.stdin.write("".join(json.dumps(m) + "\n" for m in messages).encode())
+        server.stdin.write("".join(line + "\n" for line in codex_opening.OPENING).encode())
         server.stdin.flush()
-        _rpc(server, 2)
+        for request_id in range(1, codex_opening.LAST_ID + 1):  # all answered (the SDK may answer out of order)
+            _rpc(server, request_id, seen)
         ready = (time.perf_counter() - start) * 1000
-        call = {"jsonrpc": "2.0", "id": 3, "method": "tools/call",
-                "params": {"name": "compaction_status", "arguments": {"threadId": thread}}}
-        server.stdin.write((json.dumps(call) + "\n").encode())
+        call = codex_opening.tool_call(codex_opening.LAST_ID + 1, "compaction_status", {"threadId": thread},
+                                       codex_opening.LAST_ID)
+        server.stdin.write((call + "\n").encode())
         server.stdin.flush()
-        if "error" in _rpc(server, 3):
+        if "error" in _rpc(server, codex_opening.LAST_ID + 1, seen):
             raise RuntimeError("compaction_status failed")
         return ready, _vm_rss_mb(server.pid)
     finally:

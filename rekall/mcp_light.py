@@ -178,7 +178,8 @@ class LightSession:
             raise HandOff from None
         if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
             raise HandOff
-        method, params = message.get("method"), message.get("params")
+        method: Any = message.get("method")
+        params: Any = message.get("params")
         if "id" not in message:
             if method == "notifications/initialized" and self.initialize_id is not None \
                     and set(message) <= {"jsonrpc", "method", "params"} and message.get("params", {}) == {}:

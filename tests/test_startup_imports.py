@@ -76,12 +76,13 @@ def test_the_probe_sees_a_heavy_module_when_one_is_loaded(busy_thread: str, jobs
 
 
 def test_the_mcp_light_path_loads_no_heavy_module(busy_thread: str, jobs_dir: Path):
-    # The opening of an MCP session (initialize, tools/list, one compaction_status) without the SDK or pydantic.
-    from tests.test_mcp_light import initialize, request, run_light, status_call
+    # The opening real Codex sends (initialize, its lists) and one compaction_status, without the SDK or pydantic.
+    from tests.support import codex_opening
+    from tests.test_mcp_light import run_light
 
     env = {**os.environ, "REKALL_JOBS_DIR": str(jobs_dir)}
-    replies, modules = run_light([*initialize("2025-06-18"), request(2, "tools/list"),
-                                  status_call(3, {"threadId": busy_thread})], env)
+    replies, modules = run_light([*codex_opening.OPENING,
+                                  codex_opening.tool_call(4, "compaction_status", {"threadId": busy_thread}, 3)], env)
     assert busy_thread in replies[-1]  # the jobs were really read
     assert heavy_in(modules | {"rekall.mcp_light"}) == [] and "rekall.mcp_light" in modules
     assert not any(m == "pydantic" or m.startswith(("pydantic.", "pydantic_core")) for m in modules)
