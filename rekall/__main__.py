@@ -1,3 +1,3 @@
-from rekall.cli import main
+from rekall.quick import main
 
 raise SystemExit(main())

@@ -119,7 +119,9 @@ def cmd_history(args: argparse.Namespace) -> int:
     if args.json:
         _print_json(shown)
         if left_out:
-            sys.stderr.write(f"rekall: {left_out} older jobs left out; pass --limit 0 for all\n")
+            from rekall.quick import left_out_note
+
+            sys.stderr.write(left_out_note(left_out))
         return 0
     print_history(shown, _console(), left_out=left_out)
     return 0

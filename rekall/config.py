@@ -13,53 +13,11 @@ from pathlib import Path
 import attrs
 
 from rekall.errors import InvalidInput
+from rekall.homes import env_value
 
 #: Reconnect delays after a lost connection (the backoff); the last one repeats until the
 #: reconnect window is spent.
 RECONNECT_DELAYS_S = (0.05, 0.1, 0.2, 0.4, 0.8, 1.6, 3.2)
-
-
-def env_value(env: Mapping[str, str], *names: str) -> str | None:
-    """The first of ``names`` that is set to a non-empty value."""
-    for name in names:
-        value = env.get(name)
-        if value:
-            return value
-    return None
-
-
-def user_home(env: Mapping[str, str]) -> Path:
-    """``HOME`` from ``env``, else this process's home directory."""
-    return Path(env_value(env, "HOME") or Path.home())
-
-
-def expand_home(value: str, env: Mapping[str, str]) -> Path:
-    """``value`` with a leading ``~`` replaced by :func:`user_home`: one rule for every path rekall reads."""
-    if value == "~" or value.startswith(("~/", "~" + os.sep)):
-        return user_home(env) / value[2:]
-    return Path(value)
-
-
-def codex_home(env: Mapping[str, str]) -> Path:
-    """``CODEX_HOME`` (``~`` expanded), else ``~/.codex``. May be relative: see :func:`absolute_codex_home`."""
-    value = env_value(env, "CODEX_HOME")
-    if value:
-        return expand_home(value, env)
-    return user_home(env) / ".codex"
-
-
-def absolute_path(env: Mapping[str, str], name: str, value: Path) -> Path:
-    """Refuse a relative path: the MCP server and a shell have different working directories,
-    so a relative path would name two different folders."""
-    if not value.is_absolute():
-        raise InvalidInput(f"{name} must be an absolute path; got {str(value)!r}", field=name,
-                           hint=f"set {name} to an absolute path (a leading ~ is allowed), or unset it")
-    return value
-
-
-def absolute_codex_home(env: Mapping[str, str]) -> Path:
-    """:func:`codex_home`, refused when relative (every verb applies this, not only ``probe``)."""
-    return absolute_path(env, "CODEX_HOME", codex_home(env))
 
 
 #: Names the shared app-server's Unix socket (as given to ``codex app-server --listen unix://PATH``).

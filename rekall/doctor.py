@@ -43,11 +43,12 @@ import attrs
 
 from rekall.codex.discovery import CodexBinary, discover_codex_binary
 from rekall.codex.schema import check_compatibility, default_cache_dir
-from rekall.config import SETTINGS, check_settings, codex_home, env_value
+from rekall.config import SETTINGS, check_settings
+from rekall.homes import codex_home, env_value
 from rekall.errors import RekallError
 from rekall.ids import is_uuid
 from rekall.store import JobStore, Liveness, LockBusy, resolve_jobs_dir
-from rekall.store.fsio import O_NOFOLLOW
+from rekall.store.fsread import O_NOFOLLOW
 from rekall.store.owner import worker_processes
 from rekall.store.paths import inspect_jobs_dir, resolve_lock_dir
 from rekall.platform import Level, Row

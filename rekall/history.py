@@ -6,6 +6,8 @@ status file summarises. A journal that cannot be read is listed with its error, 
 
 from __future__ import annotations
 
+import json
+import logging
 from datetime import datetime, time, timezone
 from typing import TYPE_CHECKING, Any
 
@@ -17,6 +19,9 @@ from rekall.ids import thread_id as valid_thread
 from rekall.states.status import METRICS, JobStatus, ended_at, known, read
 from rekall.store import JobStore, Replay
 from rekall.store.node import node_jobs
+from rekall.store.views import HistoryRows, Row, row_text, stamp
+
+log = logging.getLogger("rekall.store")
 
 _S = attrs.fields(JobStatus)
 #: What a row keeps of the job's status: its metrics, then how it ended.
@@ -75,23 +80,35 @@ def _row(job: Replay, status: dict[str, Any]) -> dict[str, Any]:
 
 
 def collect_history(store: JobStore, thread: str | None = None, since: str | None = None) -> list[dict[str, Any]]:
-    """One row per job, newest first; ``thread`` and ``since`` narrow the list."""
+    """One row per job, newest first; ``thread`` and ``since`` narrow the list.
+
+    An ended job's row is taken from the saved rows while its journal's stamp matches, and
+    the rows of jobs that ended since are saved for the next reader (:mod:`rekall.store.views`).
+    """
     wanted = valid_thread(thread) if thread else None
     after = parse_since(since) if since else None
     rows, unreadable = [], []
     store.reap_all()  # a dead worker is recorded before its job is listed
+    saved = HistoryRows.load(store.layout) or HistoryRows()
+    kept = HistoryRows()
     for thread_id, job_id in store.all_jobs():
+        key = f"{thread_id}.{job_id}"
         if wanted and thread_id != wanted:
+            if key in saved.rows:
+                kept.rows[key] = saved.rows[key]  # not read here: kept as saved
             continue
         try:
-            job = store.load(thread_id, job_id)
+            fields, scheduled_at, ended = _job_row(store, saved, key)
         except StoreError as exc:
             unreadable.append({"threadId": thread_id, "jobId": job_id, "state": "unreadable",
                                "outcome": f"Unreadable journal: {exc.message}", "error": exc.to_dict()})
             continue
-        if after is not None and datetime.fromisoformat(job.created_at) < after:
-            continue
-        rows.append(_row(job, store.current_fields(job)))
+        if ended is not None:
+            kept.rows[key] = ended
+        if after is None or datetime.fromisoformat(scheduled_at) >= after:
+            rows.append(fields)
+    if kept.rows != saved.rows:
+        _save_rows(store, kept)
     for node in node_jobs(store.node_dirs, wanted):  # the Node version's jobs, read only and marked
         if after is None or (node.get("createdAt") and datetime.fromisoformat(node["createdAt"]) >= after):
             rows.append(_node_row(node))
@@ -99,6 +116,32 @@ def collect_history(store: JobStore, thread: str | None = None, since: str | Non
     return rows + unreadable  # an unreadable job has no date to sort or filter by: listed, never dropped
 
 
+def _job_row(store: JobStore, saved: HistoryRows, key: str) -> tuple[dict[str, Any], str, Row | None]:
+    """The job's row, when its journal says it was scheduled, and the row to save if it has ended."""
+    thread_id, _, job_id = key.partition(".")
+    try:
+        current = stamp(store.layout.journal(thread_id, job_id))  # taken before the journal is read
+    except FileNotFoundError:
+        current = None  # gone meanwhile: loading it reports that
+    row = saved.get(key, current) if current is not None else None
+    if row is not None:
+        return json.loads(row.text), row.scheduled_at, row
+    job = store.load(thread_id, job_id)
+    fields = _row(job, store.current_fields(job))
+    if current is None or not job.state.terminal:
+        return fields, job.created_at, None  # a running job's row changes: never saved
+    return fields, job.created_at, Row(current, fields["createdAt"], job.job_number, job.created_at,
+                                       row_text(fields))
+
+
+def _save_rows(store: JobStore, rows: HistoryRows) -> None:
+    """Save the rows for the next reader, if the jobs directory exists (a reader creates no folder).
+    A failure costs the next reader only time, so it is not reported."""
+    if store.root.is_dir():
+        try:
+            store.fs.atomic_replace(store.layout.history_rows(), rows.encode())
+        except OSError as exc:
+            log.debug("history rows not saved: %s", exc)
 def _durations(row: dict[str, Any]) -> str:
     parts = [(row.get("compactionDurationMs"), "compaction"), (row.get("resumeDelayMs"), "resume delay"),
              (row.get("durationMs"), "total")]

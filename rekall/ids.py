@@ -11,7 +11,9 @@ import re
 
 from rekall.errors import InvalidInput
 
-_UUID = re.compile(r"\A[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\Z", re.IGNORECASE)
+#: A UUID in its canonical 8-4-4-4-12 form (match it with ``re.IGNORECASE``).
+UUID_PATTERN = "[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
+_UUID = re.compile(rf"\A{UUID_PATTERN}\Z", re.IGNORECASE)
 
 
 def is_uuid(value: object) -> bool:

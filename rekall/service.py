@@ -17,7 +17,8 @@ from typing import Any
 
 import attrs
 
-from rekall.config import REQUEST_TIMEOUT_S, check_settings, env_value
+from rekall.config import REQUEST_TIMEOUT_S, check_settings
+from rekall.homes import env_value
 from rekall.errors import RekallError
 from rekall.ids import job_id as valid_job_id, thread_id as valid_thread_id
 from rekall.states.status import ABSENT, JobStatus, read, wire

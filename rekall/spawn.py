@@ -15,7 +15,7 @@ import threading
 from collections.abc import Mapping
 from pathlib import Path
 
-from rekall.config import user_home
+from rekall.homes import user_home
 from rekall.store.fsio import open_private_append
 
 

@@ -24,6 +24,7 @@ from mcp.types import CallToolResult, TextContent
 
 from rekall.states.status import ALWAYS, NAMES
 from rekall.store.handoff import MAX_HANDOFF_BYTES, MAX_LIST_ITEMS
+from rekall.store.views import unsealed
 from tests.jobkit import new_thread, open_store, run, schedule
 from tests.store.test_old_status_files import FIXTURE
 
@@ -96,7 +97,7 @@ async def test_real_status_answers_validate_against_the_listed_schema(tmp_path, 
         none = await _call(client, "compaction_status", {"threadId": idle_thread})
         ended = await _call(client, "cancel_compaction", {"threadId": thread, "jobId": job})
     assert status["state"] == "resumed" and status["contextTokensBefore"] == 90_000
-    assert status == json.loads((tmp_path / "jobs" / f"{thread}.json").read_text())  # the wire is the file
+    assert status == unsealed(json.loads((tmp_path / "jobs" / f"{thread}.json").read_text()))  # the wire is the file
     assert none == {"threadId": idle_thread, "status": "not_scheduled", "state": "not_scheduled"}
     assert ended["cancellationRequested"] is False and ended["jobId"] == job
     for tool, answer in (("compaction_status", status), ("compaction_status", none), ("cancel_compaction", ended)):
@@ -112,7 +113,7 @@ async def test_a_status_written_before_the_record_is_answered_whole(tmp_path):
         os.chmod(jobs / name, 0o600)
     async with rekall_mcp(tmp_path) as client:
         status = await _call(client, "compaction_status", {"threadId": fixture["thread"]})
-    assert status == json.loads((jobs / f"{fixture['thread']}.json").read_text())
+    assert status == unsealed(json.loads((jobs / f"{fixture['thread']}.json").read_text()))
     assert "fieldsNotShown" not in status
 
 

@@ -24,26 +24,32 @@ from tests.jobkit import new_thread, scheduled_run
 HEAVY = ("mcp", "mcp_types", "transitions", "rich", "cattrs", "psutil", "websockets", "asyncio", "ssl",
          "rekall.secrets", "rekall.adapters.bundles")
 
-#: Runs the CLI in-process, then prints the modules loaded (stdout of the command goes to stderr).
+#: The quick answers (rekall.quick) load less still: not even the CLI's argparse and logging,
+#: nor attrs, typing or the store's records.
+QUICK_HEAVY = (*HEAVY, "attr", "attrs", "argparse", "logging", "typing", "rekall.cli", "rekall.states",
+               "rekall.store.jobstore", "rekall.store.journal")
+
+#: Runs the CLI (or where ``rekall`` starts: ``rekall.quick``) in-process, then prints the modules
+#: loaded (stdout of the command goes to stderr).
 PROBE = """
 import contextlib, json, sys
-from rekall.cli import main
+from rekall.{module} import main
 with contextlib.redirect_stdout(sys.stderr):
     code = main(sys.argv[1:])
-print(json.dumps({"code": code, "modules": sorted(sys.modules)}))
+print(json.dumps({{"code": code, "modules": sorted(sys.modules)}}))
 """
 
 
-def loaded_by(argv: list[str], env: dict[str, str]) -> tuple[int, set[str], str]:
-    done = subprocess.run([sys.executable, "-c", PROBE, *argv], env=env, capture_output=True, text=True,
-                          timeout=60, check=False)
+def loaded_by(argv: list[str], env: dict[str, str], module: str = "cli") -> tuple[int, set[str], str]:
+    done = subprocess.run([sys.executable, "-c", PROBE.format(module=module), *argv], env=env,
+                          capture_output=True, text=True, timeout=60, check=False)
     assert done.stdout, done.stderr
     report = json.loads(done.stdout.splitlines()[-1])
     return report["code"], set(report["modules"]), done.stderr
 
 
-def heavy_in(modules: set[str]) -> list[str]:
-    return sorted(m for m in modules if any(m == h or m.startswith(h + ".") for h in HEAVY))
+def heavy_in(modules: set[str], heavy: tuple[str, ...] = HEAVY) -> list[str]:
+    return sorted(m for m in modules if any(m == h or m.startswith(h + ".") for h in heavy))
 
 
 @pytest.fixture
@@ -65,6 +71,28 @@ def test_the_json_read_paths_load_no_heavy_module(argv: list[str], busy_thread: 
     assert code == 0, output
     assert busy_thread in output  # the jobs were really read
     assert heavy_in(modules) == []
+
+
+@pytest.mark.parametrize("argv", [["status", "{thread}", "--json"], ["history", "--json", "--limit", "3000"],
+                                  ["history", "--json", "--thread", "{thread}"]],
+                         ids=["status", "history", "history-of-a-thread"])
+def test_the_quick_answers_load_neither_the_cli_nor_the_stores_records(argv: list[str], busy_thread: str,
+                                                                         jobs_dir: Path):
+    env = {**os.environ, "REKALL_JOBS_DIR": str(jobs_dir)}
+    argv = [a.format(thread=busy_thread) for a in argv]
+    loaded_by(["history", "--json"], env)  # the full path saves the history rows the quick one serves
+    code, modules, output = loaded_by(argv, env, module="quick")
+    assert code == 0, output
+    assert busy_thread in output
+    assert heavy_in(modules, QUICK_HEAVY) == []
+
+
+def test_the_quick_probe_sees_the_cli_when_the_view_cannot_be_trusted(busy_thread: str, jobs_dir: Path):
+    # No history rows saved yet: the quick path hands over to the CLI, and the probe sees it.
+    env = {**os.environ, "REKALL_JOBS_DIR": str(jobs_dir)}
+    code, modules, _ = loaded_by(["history", "--json"], env, module="quick")
+    assert code == 0
+    assert {"rekall.cli", "argparse", "attrs"} <= set(heavy_in(modules, QUICK_HEAVY))
 
 
 def test_the_probe_sees_a_heavy_module_when_one_is_loaded(busy_thread: str, jobs_dir: Path):

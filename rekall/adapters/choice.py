@@ -26,7 +26,7 @@ from rekall.adapters import registry
 from rekall.adapters.bundles import Install, find_installs
 from rekall.adapters.contract import Adapter
 from rekall.adapters.ipc import behind_text
-from rekall.config import env_value
+from rekall.homes import env_value
 from rekall.errors import InvalidInput
 
 GENERATION_VAR = "REKALL_GENERATION"

@@ -24,7 +24,7 @@ from rekall.adapters.contract import Adapter
 from rekall.adapters.errors import ConnectionLostError, VersionMismatch
 from rekall.adapters.generations import COMPARED_METHODS
 from rekall.adapters.session import ThreadSession, connect_thread
-from rekall.config import env_value
+from rekall.homes import env_value
 from rekall.errors import RekallError
 from rekall.platform import Acted, Failure, Row, ThreadSnapshot
 from rekall.transports import Endpoint, MessageChannel, resolve_endpoint, transport_for

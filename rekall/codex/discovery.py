@@ -141,7 +141,7 @@ def locate_codex_binary(env: Mapping[str, str], *, platform: str = sys.platform,
 
 
 def _read_file(path: str) -> str:
-    from rekall.store.fsio import read_limited
+    from rekall.store.fsread import read_limited
 
     return read_limited(path, limit=4 * 1024 * 1024).decode("utf-8")  # an extension's package.json
 

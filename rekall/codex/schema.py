@@ -36,8 +36,8 @@ import attrs
 import cattrs
 
 from rekall.codex.schema_checks import APP_SERVER_CHECKS, CHECKS, SchemaCheck, Status, overall_status, run_checks
-from rekall.config import codex_home
-from rekall.store.fsio import read_limited
+from rekall.homes import codex_home
+from rekall.store.fsread import read_limited
 
 #: Size limits on what the schema check reads (every file rekall reads has one).
 SCHEMA_FILE_LIMIT = 64 * 1024 * 1024

@@ -20,7 +20,7 @@ from typing import Any
 
 import attrs
 
-from rekall.config import env_value
+from rekall.homes import env_value
 from rekall.errors import RekallError
 from rekall.platform import Row
 from rekall.transports.base import EndpointMissing

@@ -25,9 +25,8 @@ from pathlib import Path
 
 import attrs
 
-O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
-O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
-O_BINARY = getattr(os, "O_BINARY", 0)
+from rekall.store.fsread import O_BINARY, O_CLOEXEC, O_NOFOLLOW
+
 _WINDOWS = sys.platform == "win32"
 #: Windows only: waits between rename attempts when the target is briefly held open.
 _REPLACE_RETRY_DELAYS_S = (0.01, 0.02, 0.04, 0.08, 0.1)
@@ -113,46 +112,6 @@ class FileOps:
             self.fsync(fd)
         finally:
             os.close(fd)
-
-
-class TooLarge(OSError):
-    """A file is larger than rekall reads: it is not one rekall wrote (or it was damaged)."""
-
-    def __init__(self, path: Path, size: int, limit: int) -> None:
-        super().__init__(errno.EFBIG, f"{size:,} bytes, over the limit of {limit:,}")
-        self.path, self.size, self.limit = path, size, limit
-
-
-#: Every file rekall reads has a size limit (``read_private(limit=...)``), so a huge or
-#: hostile file costs at most its limit in memory. Each is far above what rekall writes.
-LOCK_LIMIT = 64 * 1024
-STATUS_LIMIT = 4 * 1024 * 1024
-JOURNAL_LIMIT = 64 * 1024 * 1024
-
-
-def read_private(path: Path, *, limit: int) -> bytes:
-    """The bytes of ``path`` without following a symlink; ``TooLarge`` past ``limit`` bytes.
-
-    The size is checked before reading and the read is capped, so a file that grows meanwhile
-    (or a device such as ``/dev/zero``) cannot cost more than ``limit + 1`` bytes either.
-    """
-    return read_limited(path, limit=limit, follow=False)
-
-
-def read_limited(path: Path | str, *, limit: int, follow: bool = True) -> bytes:
-    """:func:`read_private` for a file the user names (``--handoff FILE``), which may be a symlink."""
-    fd = os.open(path, os.O_RDONLY | (0 if follow else O_NOFOLLOW) | O_CLOEXEC | O_BINARY)
-    try:
-        size = os.fstat(fd).st_size
-        if size > limit:
-            raise TooLarge(path, size, limit)
-        with os.fdopen(fd, "rb", closefd=False) as handle:
-            data = handle.read(limit + 1)
-        if len(data) > limit:
-            raise TooLarge(path, len(data), limit)
-        return data
-    finally:
-        os.close(fd)
 
 
 def open_private_append(path: Path) -> int:

@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from rekall.store.errors import LockBusy
-from rekall.store.fsio import O_CLOEXEC, O_NOFOLLOW
+from rekall.store.fsread import O_CLOEXEC, O_NOFOLLOW
 
 GUARD_TIMEOUT_S = 10.0
 _POLL_S = 0.005

@@ -23,7 +23,7 @@ from typing import Any
 from rekall import safejson
 from rekall.errors import InvalidInput
 from rekall.store.errors import HandoffChanged
-from rekall.store.fsio import TooLarge, read_limited, read_private
+from rekall.store.fsread import TooLarge, read_limited, read_private
 
 HANDOFF_KEYS = ("summary", "preserve", "discard", "nextStep", "resume")
 MAX_HANDOFF_BYTES = 32_000

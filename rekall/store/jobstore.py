@@ -40,13 +40,14 @@ from rekall.store.owner import Liveness, LockOwner, liveness, this_host
 from rekall.store.paths import (
     Layout,
     ensure_private_dir,
-    inspect_jobs_dir,
     node_jobs_dirs,
+    reader_dirs,
     resolve_jobs_dir,
     resolve_lock_dir,
 )
 from rekall.store.replay import Replay, history_before, replay_scan
 from rekall.store.schedule import CreatedJob
+from rekall.store.views import stamp, thread_stamps
 
 __all__ = ["CreatedJob", "JobStore"]
 
@@ -89,12 +90,8 @@ class JobStore:
         A jobs directory that does not exist reads as empty; an existing one must pass the
         same checks as for writing (not a symlink, yours).
         """
-        env = os.environ if env is None else env
-        root, lock_root = resolve_jobs_dir(env), resolve_lock_dir(env)
-        for path, what in ((root, "jobs directory"), (lock_root, "lock directory")):
-            if os.path.lexists(path):
-                inspect_jobs_dir(path, what)
-        return cls(root, lock_root=lock_root, clock=clock, fs=fs, node_dirs=tuple(node_jobs_dirs(env, root)))
+        root, lock_root, node_dirs = reader_dirs(os.environ if env is None else env)
+        return cls(root, lock_root=lock_root, clock=clock, fs=fs, node_dirs=tuple(node_dirs))
 
     # --- paths (ids validated) ---------------------------------------------------------
 
@@ -209,9 +206,11 @@ class JobStore:
                              hint="check the ids with `rekall status`") from None
         replay = replay_scan(path, scan, thread, job)
         writer = JournalWriter.open(path, scan, self.fs)
+        others = thread_stamps(self.layout, thread)  # before the history is read: see rekall.store.views
         return Lifecycle(replay, writer, clock=self.clock, log_path=self.layout.log(thread, job),
                          history=history_before(replay, self.catalog.earlier(replay)),
-                         write_status=lambda value: self.status_file.save(thread, value))
+                         write_status=lambda value: self.status_file.save(
+                             thread, value, {**others, job: stamp(path)}))
 
     def request_cancel(self, thread_id: str, job_id: str) -> dict[str, Any]:
         return cancel.request_cancel(self, thread_id, job_id)

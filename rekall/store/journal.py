@@ -24,7 +24,8 @@ from pathlib import Path
 import attrs
 
 from rekall.store.errors import JournalCorrupt, JournalUnusable, UnknownRecordVersion
-from rekall.store.fsio import JOURNAL_LIMIT, O_BINARY, O_CLOEXEC, O_NOFOLLOW, FileOps, read_private
+from rekall.store.fsio import FileOps
+from rekall.store.fsread import JOURNAL_LIMIT, O_BINARY, O_CLOEXEC, O_NOFOLLOW, read_private
 from rekall.store.guard import try_lock, unlock
 from rekall.store.wire import BadRecord, Garbled, NewerVersion, Record, decode_line, encode_record
 

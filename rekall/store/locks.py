@@ -24,7 +24,8 @@ from pathlib import Path
 import attrs
 
 from rekall.store.errors import LockBusy
-from rekall.store.fsio import LOCK_LIMIT, FileOps, read_private
+from rekall.store.fsio import FileOps
+from rekall.store.fsread import LOCK_LIMIT, read_private
 from rekall.store.guard import guarded
 from rekall.store.owner import Liveness, LockOwner, liveness
 from rekall.store.paths import Layout, LockLayout, ensure_private_dir

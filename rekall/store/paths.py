@@ -2,7 +2,8 @@
 
 Jobs directory, per thread: ``<thread>.json`` (status, a derived view); per job:
 ``<thread>.<job>.journal.jsonl`` (the source of truth), ``.handoff.json`` (the immutable
-handoff record), ``.cancel`` (the cancel marker), ``.log`` (the worker's log).
+handoff record), ``.cancel`` (the cancel marker), ``.log`` (the worker's log). For all jobs:
+``.history-rows`` (the history rows of ended jobs, a derived view).
 
 Lock directory, per thread: ``<thread>.lock`` (one job per thread), and ``.guard``, which
 serialises short critical sections (lock inspection, take-over) between processes. The lock
@@ -16,19 +17,19 @@ Ids are validated UUIDs before they reach a file name.
 
 from __future__ import annotations
 
-import logging
 import os
+import re
 import stat
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
-from rekall.config import absolute_codex_home, absolute_path, env_value, expand_home, user_home
 from rekall.errors import StoreError
-
-log = logging.getLogger("rekall.store")
+from rekall.homes import absolute_codex_home, absolute_path, env_value, expand_home, user_home
+from rekall.ids import UUID_PATTERN
 
 JOURNAL_SUFFIX = ".journal.jsonl"
+_JOURNAL_NAME = re.compile(rf"({UUID_PATTERN})\.({UUID_PATTERN}){re.escape(JOURNAL_SUFFIX)}", re.IGNORECASE)
 GUARD_NAME = ".guard"
 
 
@@ -66,6 +67,16 @@ def node_jobs_dirs(env: Mapping[str, str], own: Path) -> list[Path]:
 def resolve_lock_dir(env: Mapping[str, str]) -> Path:
     """``<home>/.rekall/locks``: the same folder for every process of this user (see the module doc)."""
     return absolute_path(env, "HOME", user_home(env)) / ".rekall" / "locks"
+
+
+def reader_dirs(env: Mapping[str, str]) -> tuple[Path, Path, list[Path]]:
+    """The jobs directory, the lock directory and the Node version's, as a reader takes them:
+    created and chmodded never, and each one that exists checked (:func:`inspect_jobs_dir`)."""
+    root, lock_root = resolve_jobs_dir(env), resolve_lock_dir(env)
+    for path, what in ((root, "jobs directory"), (lock_root, "lock directory")):
+        if os.path.lexists(path):
+            inspect_jobs_dir(path, what)
+    return root, lock_root, node_jobs_dirs(env, root)
 
 
 def _make_private_dirs(path: Path) -> None:
@@ -123,7 +134,9 @@ def ensure_private_dir(path: Path, what: str = "jobs directory") -> str | None:
     if st.st_mode & 0o077:
         os.chmod(path, 0o700)
         report = f"tightened the {what} {path} from {stat.S_IMODE(st.st_mode):04o} to 0700"
-        log.warning(report)
+        import logging  # here, not at the top: the fast read paths import this module
+
+        logging.getLogger("rekall.store").warning(report)
         return report
     return None
 
@@ -136,6 +149,10 @@ class Layout:
 
     def status(self, thread: str) -> Path:
         return self.root / f"{thread}.json"
+
+    def history_rows(self) -> Path:
+        """The cached ``rekall history`` rows of ended jobs (a derived view: :mod:`rekall.store.views`)."""
+        return self.root / ".history-rows"
 
     def legacy_lock(self, thread: str) -> Path:
         """Where rekall before the lock directory kept the lock: still honoured, never created."""
@@ -155,21 +172,24 @@ class Layout:
 
     def journals(self, thread: str | None = None, job: str | None = None) -> list[tuple[str, str]]:
         """``(thread, job)`` of every journal, optionally only one thread's or one job's."""
-        from rekall.ids import is_uuid
+        return [(t, j) for t, j, _ in self.journal_entries(thread, job)]
 
-        found = []
+    def journal_entries(self, thread: str | None = None,
+                        job: str | None = None) -> Iterator[tuple[str, str, os.DirEntry[str]]]:
+        """:meth:`journals`, each with its directory entry (whose ``stat`` readers use), in the
+        directory's order."""
         try:
-            names = os.listdir(self.root)
+            entries = os.scandir(self.root)
         except FileNotFoundError:
-            return []  # no jobs directory yet: a reader never creates it
-        for name in names:
-            if not name.endswith(JOURNAL_SUFFIX):
-                continue
-            t, _, j = name[: -len(JOURNAL_SUFFIX)].partition(".")
-            if (thread and t != thread) or (job and j != job) or not (is_uuid(t) and is_uuid(j)):
-                continue  # the cheap comparisons first: a thread's jobs are looked up among many
-            found.append((t, j))
-        return found
+            return  # no jobs directory yet: a reader never creates it
+        with entries:
+            for entry in entries:
+                name = entry.name
+                if (thread and not name.startswith(thread)) or (job and job not in name):
+                    continue  # the cheap comparisons first: a thread's jobs are looked up among many
+                found = _JOURNAL_NAME.fullmatch(name)
+                if found and (not thread or found[1] == thread) and (not job or found[2] == job):
+                    yield found[1], found[2], entry
 
 
 class LockLayout:

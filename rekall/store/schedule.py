@@ -33,6 +33,7 @@ from rekall.store.owner import Liveness, LockOwner, process_start_time
 from rekall.store.reaper import lock_job, mark_worker_lost, reap_lock_if_dead
 from rekall.store.replay import Replay
 from rekall.store.status import status_of
+from rekall.store.views import thread_stamps
 from rekall.store.wire import TransitionRecord, encode_record
 
 if TYPE_CHECKING:
@@ -151,9 +152,10 @@ def _create(store: JobStore, thread: str, job: str, handoff: dict[str, Any] | No
         for path in (journal, handoff_path, lock):  # never a lock without a job
             path.unlink(missing_ok=True)
         raise
+    stamps = thread_stamps(store.layout, thread)  # before reading: see rekall.store.views
     created = store.catalog.load(thread, job)
     status = status_of(store, created)
-    store.status_file.save_quietly(thread, status)
+    store.status_file.save_quietly(thread, status, stamps)
     return CreatedJob(job, status, already_scheduled=False)
 
 

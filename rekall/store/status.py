@@ -3,7 +3,9 @@
 The journal is the truth; the status file (``<thread>.json``) is rebuilt from it whenever it
 is missing, stale or unreadable, unless a live worker owns the thread (its next transition
 rewrites it). A job whose dead worker could not be journaled (a full disk) is reported from
-what can be proven (:func:`rekall.store.reaper.unrecorded_loss`).
+what can be proven (:func:`rekall.store.reaper.unrecorded_loss`). Every write seals the file
+with the stamps of the journals it was derived from, so that a reader may serve it as is
+while they are unchanged (:mod:`rekall.store.views`).
 """
 
 from __future__ import annotations
@@ -13,13 +15,16 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from rekall.ids import thread_id as valid_thread
+from rekall.states import JobState
 from rekall.states.status import JobStatus, read, wire
 from rekall.store.errors import StatusCorrupt
-from rekall.store.fsio import STATUS_LIMIT, FileOps, TooLarge, read_private
+from rekall.store.fsio import FileOps
+from rekall.store.fsread import STATUS_LIMIT, TooLarge, read_private
 from rekall.store.owner import Liveness
 from rekall.store.paths import Layout
 from rekall.store.reaper import unrecorded_loss
 from rekall.store.replay import Replay, derive_status, history_before
+from rekall.store.views import sealed, served_status, thread_stamps, unsealed
 
 if TYPE_CHECKING:
     from rekall.store.jobstore import JobStore
@@ -50,16 +55,19 @@ class StatusFile:
             return None, f"corrupt ({exc})"
         if not isinstance(value, dict):
             return None, "corrupt (not a JSON object)"
-        return value, None
+        return unsealed(value), None
 
-    def save(self, thread: str, status: dict[str, Any]) -> None:
-        data = (json.dumps(status, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
+    def save(self, thread: str, status: dict[str, Any], stamps: dict[str, list[int]]) -> None:
+        """Write ``status``, sealed with the ``stamps`` of the journals it was derived from (taken
+        before they were read: :mod:`rekall.store.views`)."""
+        value = sealed(status, stamps, ended=JobState(status["state"]).terminal)
+        data = (json.dumps(value, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
         self.fs.atomic_replace(self.layout.status(thread), data)
 
-    def save_quietly(self, thread: str, status: dict[str, Any]) -> None:
+    def save_quietly(self, thread: str, status: dict[str, Any], stamps: dict[str, list[int]]) -> None:
         """Save, logging a failure: a reader never fails on a derived view."""
         try:
-            self.save(thread, status)
+            self.save(thread, status, stamps)
         except OSError as exc:
             log.warning("status file of thread %s not written (%s); the journal holds the job", thread, exc)
 
@@ -91,6 +99,7 @@ def read_status(store: JobStore, thread_id: str) -> dict[str, Any]:
     transition rewrites it). Without any job: ``{threadId, status/state: not_scheduled}``.
     """
     thread = valid_thread(thread_id)
+    stamps = thread_stamps(store.layout, thread)  # before reading: see rekall.store.views
     latest = store.catalog.latest(thread)
     on_disk, problem = store.status_file.read(thread)
     if latest is None:
@@ -103,8 +112,13 @@ def read_status(store: JobStore, thread_id: str) -> dict[str, Any]:
     if problem is not None:
         log.warning("status file of thread %s is %s; rebuilt from the journal", thread, problem)
         if store.lock_liveness(thread) is not Liveness.ALIVE and latest.job_id not in store.unrecorded:
-            store.status_file.save_quietly(thread, status)
+            store.status_file.save_quietly(thread, status, stamps)
         status.update(wire(JobStatus(statusFileProblem=f"{problem}; rebuilt from the journal")))
+    elif latest.state.terminal and served_status(store.layout, thread) is None:
+        # Right, but not sealed for these journals (an earlier rekall wrote it, or a note came
+        # after the end): sealed now, so that the next read can serve it as is.
+        if store.lock_liveness(thread) is not Liveness.ALIVE:
+            store.status_file.save_quietly(thread, status, stamps)
     return status
 
 

@@ -26,7 +26,7 @@ from typing import Literal
 
 import attrs
 
-from rekall.config import codex_home, env_value
+from rekall.homes import codex_home, env_value
 from rekall.transports.base import EndpointInsecure, EndpointMissing, EndpointUnsupported
 
 WINDOWS_PIPE = r"\\.\pipe\codex-ipc"

@@ -19,6 +19,7 @@ import pytest
 
 from rekall.explain import build_explanation
 from rekall.service import Refused
+from rekall.store.views import unsealed
 from tests.chaos.harness import (COMPACT, START_TURN, UNKNOWN_AFTER, ChaosJob, audit, spawn_driver,
                                  spawn_placeholder, wait_for_exit)
 from tests.chaos.ledger import LEDGER
@@ -204,10 +205,10 @@ from rekall.worker import run_worker
 thread, job, state = sys.argv[1], sys.argv[2], sys.argv[3]
 plain_save = StatusFile.save
 
-def save(self, thread_id, status):
+def save(self, thread_id, status, stamps):
     if status["state"] == state:
         os.kill(os.getpid(), signal.SIGKILL)
-    plain_save(self, thread_id, status)
+    plain_save(self, thread_id, status, stamps)
 
 StatusFile.save = save
 sys.exit(run_worker(thread, job))
@@ -232,7 +233,7 @@ def test_a_worker_killed_between_a_request_and_its_status_file_leaves_the_journa
         # The request left right after its journal record, before the status file was written.
         assert job.counts() == sent
         state, seq = last_transition(job)
-        on_disk = json.loads(job.store.status_path(job.thread_id).read_text())
+        on_disk = unsealed(json.loads(job.store.status_path(job.thread_id).read_text()))
         assert state == held and (on_disk["state"], on_disk["jobId"]) == (before, job.job_id)
         assert on_disk["journalSeq"] < seq  # the file is behind its journal
         # Every reader reports the journal (the request sent, its effect unobserved), not the file.
@@ -248,7 +249,7 @@ def test_a_worker_killed_between_a_request_and_its_status_file_leaves_the_journa
             assert server.close() == 0
         tool = reply["structuredContent"]
         assert (tool["state"], tool["errorCode"], tool["outcomeMayBeUnknown"]) == ("failed", "worker_lost", True)
-        assert json.loads(job.store.status_path(job.thread_id).read_text()) == job.status()
+        assert unsealed(json.loads(job.store.status_path(job.thread_id).read_text())) == job.status()
         assert_worker_lost(job, held)  # explain, the audit
         # Nothing is sent again, and the next job runs.
         assert job.counts() == sent

@@ -154,7 +154,7 @@ def test_a_second_writer_forced_between_the_length_check_and_the_append_is_refus
 
 
 def test_a_journal_larger_than_rekall_reads_is_reported_not_loaded(tmp_path: Path):
-    from rekall.store.fsio import JOURNAL_LIMIT
+    from rekall.store.fsread import JOURNAL_LIMIT
 
     path = _journal(tmp_path, count=1)
     with path.open("r+b") as handle:

@@ -14,6 +14,7 @@ import pytest
 
 from rekall.cli import main
 from rekall.store import JobStore
+from rekall.store.views import SEAL, unsealed
 
 FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "store" / "before-jobstatus.json"
 
@@ -32,21 +33,22 @@ def old_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, st
     return jobs, fixture["thread"]
 
 
-def test_a_status_file_written_before_the_record_reads_unchanged_and_is_not_rewritten(old_store):
+def test_a_status_file_written_before_the_record_reads_unchanged_and_only_gains_a_seal(old_store):
     jobs, thread = old_store
     path = jobs / f"{thread}.json"
-    before, stamp = path.read_bytes(), path.stat().st_mtime_ns
+    before = path.read_bytes()
     status = JobStore.open_reader().read_status(thread)
     assert status == json.loads(before)  # every field, the history of four earlier jobs included
     assert status["state"] == "resumed" and len(status["history"]) == 4
     assert "statusFileProblem" not in status
-    assert path.read_bytes() == before and path.stat().st_mtime_ns == stamp
+    after = json.loads(path.read_bytes())  # sealed, so that the next read may serve it as is
+    assert SEAL in after and unsealed(after) == json.loads(before)
 
 
 def test_rekall_status_prints_an_old_status_file_as_it_is(old_store, capsys):
     jobs, thread = old_store
     assert main(["status", thread, "--json"]) == 0
-    assert json.loads(capsys.readouterr().out) == json.loads((jobs / f"{thread}.json").read_bytes())
+    assert json.loads(capsys.readouterr().out) == unsealed(json.loads((jobs / f"{thread}.json").read_bytes()))
 
 
 def test_an_old_status_file_rebuilt_from_its_journal_is_the_same_status(old_store):
@@ -57,4 +59,4 @@ def test_an_old_status_file_rebuilt_from_its_journal_is_the_same_status(old_stor
     status = JobStore.open_reader().read_status(thread)
     assert status.pop("statusFileProblem") == "missing; rebuilt from the journal"
     assert status == expected
-    assert json.loads(path.read_bytes()) == expected
+    assert unsealed(json.loads(path.read_bytes())) == expected

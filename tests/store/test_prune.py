@@ -92,7 +92,7 @@ def _grow(path: Path, size: int) -> None:
 
 
 def test_a_huge_status_file_is_not_read_and_is_rebuilt_from_the_journal(store: JobStore, thread: str):
-    STATUS_LIMIT = 4 * 1024 * 1024  # rekall.store.fsio.STATUS_LIMIT
+    STATUS_LIMIT = 4 * 1024 * 1024  # rekall.store.fsread.STATUS_LIMIT
 
     job = scheduled_run(store, store.clock, thread, "completed")  # ended: readers may rewrite its status
     _grow(store.status_path(thread), 200 * 1024 * 1024)
@@ -103,7 +103,7 @@ def test_a_huge_status_file_is_not_read_and_is_rebuilt_from_the_journal(store: J
 
 
 def test_a_huge_lock_is_reported_and_left_alone(store: JobStore, thread: str):
-    LOCK_LIMIT = 64 * 1024  # rekall.store.fsio.LOCK_LIMIT
+    LOCK_LIMIT = 64 * 1024  # rekall.store.fsread.LOCK_LIMIT
 
     schedule(store, thread)
     _grow(store.lock_path(thread), LOCK_LIMIT + 1)

@@ -11,6 +11,7 @@ import pytest
 
 from rekall.errors import InvalidInput
 from rekall.store import FileOps, HandoffChanged, JobStore, process_start_time
+from rekall.store.views import unsealed
 from rekall.testing import FakeClock
 
 from tests.jobkit import FINGERPRINT, handoff, new_thread, schedule, snapshot
@@ -29,7 +30,7 @@ def test_a_new_job_has_its_lock_handoff_journal_and_status_all_private(store: Jo
     assert stat.S_IMODE(store.root.stat().st_mode) == 0o700
     owner = store.lock_owner(thread)
     assert (owner.job_id, owner.pid, owner.process_start_time) == (job, os.getpid(), process_start_time(os.getpid()))
-    on_disk = json.loads(store.status_path(thread).read_text())
+    on_disk = unsealed(json.loads(store.status_path(thread).read_text()))
     assert on_disk == store.read_status(thread)
     assert on_disk["jobNumber"] == 1 and on_disk["resume"] is True and on_disk["userFingerprint"] == FINGERPRINT
 

@@ -1,0 +1,174 @@
+"""Views derived from the journals that a reader may serve without replaying them.
+
+Replaying journals is the truth, and it costs: rekall's records, the lifecycle table, every
+journal read and checked. Two views spare a reader that work while nothing has changed:
+
+* the status file (``<thread>.json``) carries a seal, ``derivedFrom``: the stamp of every
+  journal of the thread when it was derived, whether its job had ended, the version of
+  rekall that derived it, and a checksum of its content;
+* the history rows (``.history-rows``) keep each ended job's ``rekall history`` row with the
+  stamp of its journal.
+
+A stamp is a journal's inode, size and modification time (ns). Journals are only appended
+to, so a new record changes the size, and a file replaced or rewritten changes the inode or
+the time. A view is served only when its stamps match the journals on disk now (the same
+journals, not one more or fewer), this version of rekall derived it, its checksum holds and
+its jobs had ended: a running job needs the liveness rules only the full path applies.
+Otherwise the reader takes the full path, which replays the journals and writes the view
+again. Writers take the stamps before they read the journals, so a journal that changes
+meanwhile leaves a stamp that no longer matches, never one that matches older content.
+
+This module loads nothing heavy: ``rekall status --json`` and ``rekall history --json``
+serve from it before the rest of rekall is imported (:mod:`rekall.quick`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import zlib
+from collections import namedtuple
+
+TYPE_CHECKING = False  # not typing's: importing typing costs the fast read paths milliseconds
+if TYPE_CHECKING:
+    from typing import Any
+
+from rekall import __version__
+from rekall.store.fsread import STATUS_LIMIT, read_private
+from rekall.store.paths import Layout
+
+#: The key of the status file's seal; never part of a status that is shown.
+SEAL = "derivedFrom"
+#: Rows of this many bytes and more are not kept (the cache is a convenience, never a limit).
+ROWS_LIMIT = 256 * 1024 * 1024
+
+
+def stamp(path: os.PathLike[str] | str) -> list[int]:
+    """``[inode, size, mtime_ns]`` of ``path`` itself (a symlink is stamped, never followed)."""
+    return _stamp(os.lstat(path))
+
+
+def _stamp(st: os.stat_result) -> list[int]:
+    return [st.st_ino, st.st_size, st.st_mtime_ns]
+
+
+def thread_stamps(layout: Layout, thread: str) -> dict[str, list[int]]:
+    """The stamp of each journal of ``thread``, by job id (one removed meanwhile is left out)."""
+    stamps = {}
+    for _, job, entry in layout.journal_entries(thread=thread):
+        try:
+            stamps[job] = _stamp(entry.stat(follow_symlinks=False))
+        except FileNotFoundError:
+            continue
+    return stamps
+
+
+# --- the status file's seal ----------------------------------------------------------------
+
+
+def status_text(status: dict[str, Any]) -> str:
+    """``status`` as ``rekall status --json`` prints it (without the final newline)."""
+    return json.dumps(status, indent=2, ensure_ascii=False)
+
+
+def sealed(status: dict[str, Any], stamps: dict[str, list[int]], *, ended: bool) -> dict[str, Any]:
+    """``status`` with its seal, ready to be written as the status file."""
+    seal = {"rekall": __version__, "ended": ended, "journals": stamps,
+            "crc32": zlib.crc32(status_text(status).encode("utf-8"))}
+    return {**status, SEAL: seal}
+
+
+def unsealed(found: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in found.items() if key != SEAL}
+
+
+def served_status(layout: Layout, thread: str) -> tuple[dict[str, Any], str] | None:
+    """The thread's status and its text, from the status file, when its seal holds; else ``None``."""
+    try:
+        found = json.loads(read_private(layout.status(thread), limit=STATUS_LIMIT))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(found, dict):
+        return None
+    seal = found.pop(SEAL, None)
+    if not isinstance(seal, dict) or seal.get("rekall") != __version__ or seal.get("ended") is not True:
+        return None
+    text = status_text(found)
+    if seal.get("crc32") != zlib.crc32(text.encode("utf-8")) or seal.get("journals") != thread_stamps(layout, thread):
+        return None
+    return found, text
+
+
+# --- the history rows of ended jobs ----------------------------------------------------------
+
+
+#: One ended job's history row: its journal's stamp (``[inode, size, mtime_ns]``), the row's
+#: ``createdAt`` and ``jobNumber`` (what rows are sorted by), the time of the journal's first
+#: record (what ``--since`` compares) and ``text``, the row as printed inside its list.
+Row = namedtuple("Row", "stamp created_at job_number scheduled_at text")
+
+
+def row_text(row: dict[str, Any]) -> str:
+    """``row`` as it appears inside the printed list (indented one level)."""
+    return "  " + json.dumps(row, indent=2, ensure_ascii=False, default=str).replace("\n", "\n  ")
+
+
+def list_text(texts: list[str]) -> str:
+    """The printed list of rows given by their :func:`row_text` (what ``json.dumps(rows, indent=2)`` gives)."""
+    return "[\n" + ",\n".join(texts) + "\n]" if texts else "[]"
+
+
+class HistoryRows:
+    """The rows file: ``{"rekall", "crc32"}``, a newline, then the index and the texts, checked
+    together by the CRC. Keys are ``<thread>.<job>``."""
+
+    def __init__(self, rows: dict[str, Row] | None = None) -> None:
+        self.rows = rows or {}
+
+    @classmethod
+    def load(cls, layout: Layout) -> HistoryRows | None:
+        """The saved rows, or ``None`` when there are none this version can trust."""
+        try:
+            raw = read_private(layout.history_rows(), limit=ROWS_LIMIT)
+            head, _, body = raw.partition(b"\n")
+            header = json.loads(head)
+            if header.get("rekall") != __version__ or header.get("crc32") != zlib.crc32(body):
+                return None
+            index, _, texts = body.partition(b"\n")
+            blob = texts.decode("utf-8")
+            return cls({key: Row(st, created, number, at, blob[start:end])
+                        for key, st, created, number, at, start, end in json.loads(index)})
+        except (OSError, ValueError, TypeError, AttributeError):
+            return None
+
+    def get(self, key: str, current: list[int]) -> Row | None:
+        row = self.rows.get(key)
+        return row if row is not None and row.stamp == current else None
+
+    def encode(self) -> bytes:
+        index, texts, at = [], [], 0
+        for key, row in self.rows.items():
+            index.append([key, row.stamp, row.created_at, row.job_number, row.scheduled_at, at, at + len(row.text)])
+            texts.append(row.text)
+            at += len(row.text)
+        body = json.dumps(index, separators=(",", ":")).encode() + b"\n" + "".join(texts).encode("utf-8")
+        return json.dumps({"rekall": __version__, "crc32": zlib.crc32(body)}).encode() + b"\n" + body
+
+
+def served_history(layout: Layout, thread: str | None = None) -> list[Row] | None:
+    """Every job's row, newest first, when each journal on disk is an ended job with a row whose
+    stamp still matches (the order ``rekall history`` gives); else ``None``."""
+    saved = HistoryRows.load(layout)
+    if saved is None:
+        return None
+    picked = []
+    for thread_id, job, entry in layout.journal_entries(thread=thread):  # the full path's order, for equal keys
+        try:
+            row = saved.get(f"{thread_id}.{job}", _stamp(entry.stat(follow_symlinks=False)))
+        except FileNotFoundError:
+            return None
+        if row is None:
+            return None
+        picked.append(row)
+    picked.sort(key=lambda row: (row.created_at, row.job_number), reverse=True)
+    return picked
