@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from rekall.cli import build_parser, cmd_mcp
+from rekall.quick import quick_answer
 from tests.pluginkit import (
     MARKETPLACE_FILE,
     PLUGIN_NAME,
@@ -85,7 +86,8 @@ def test_the_mcp_config_starts_the_installed_rekall_command_with_the_mcp_verb():
     assert list(servers) == [PLUGIN_NAME]
     server = servers[PLUGIN_NAME]
     scripts = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["scripts"]
-    assert scripts[server["command"]] == "rekall.cli:main"
+    assert scripts[server["command"]] == "rekall.quick:main"  # which hands every verb but two to the CLI
+    assert quick_answer(server["args"], {}) is None
     assert build_parser().parse_args(server["args"]).handler is cmd_mcp
 
 

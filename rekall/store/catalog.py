@@ -75,9 +75,9 @@ class Catalog:
         order = self.ordered(thread)
         return order[-1][0] + 1 if order else 1
 
-    def earlier(self, job: Replay) -> list[Replay]:
+    def earlier(self, job: Replay, listed: list[str] | None = None) -> list[Replay]:
         """The jobs a status's history summarises: the last few before ``job``."""
-        return self.thread_jobs(job.thread_id, before=job.job_number, last=HISTORY_LIMIT)
+        return self.thread_jobs(job.thread_id, before=job.job_number, last=HISTORY_LIMIT, listed=listed)
 
     def all_jobs(self) -> list[tuple[str, str]]:
         """``(thread, job)`` of every journal in the store."""

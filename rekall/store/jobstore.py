@@ -208,7 +208,7 @@ class JobStore:
         writer = JournalWriter.open(path, scan, self.fs)
         others = thread_stamps(self.layout, thread)  # before the history is read: see rekall.store.views
         return Lifecycle(replay, writer, clock=self.clock, log_path=self.layout.log(thread, job),
-                         history=history_before(replay, self.catalog.earlier(replay)),
+                         history=history_before(replay, self.catalog.earlier(replay, listed=list(others))),
                          write_status=lambda value: self.status_file.save(
                              thread, value, {**others, job: stamp(path)}))
 

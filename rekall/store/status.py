@@ -15,7 +15,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from rekall.ids import thread_id as valid_thread
-from rekall.states import JobState
+from rekall.states import TERMINAL_STATES
 from rekall.states.status import JobStatus, read, wire
 from rekall.store.errors import StatusCorrupt
 from rekall.store.fsio import FileOps
@@ -30,6 +30,8 @@ if TYPE_CHECKING:
     from rekall.store.jobstore import JobStore
 
 log = logging.getLogger("rekall.store")
+
+ENDED = frozenset(state.value for state in TERMINAL_STATES)
 
 
 class StatusFile:
@@ -60,7 +62,7 @@ class StatusFile:
     def save(self, thread: str, status: dict[str, Any], stamps: dict[str, list[int]]) -> None:
         """Write ``status``, sealed with the ``stamps`` of the journals it was derived from (taken
         before they were read: :mod:`rekall.store.views`)."""
-        value = sealed(status, stamps, ended=JobState(status["state"]).terminal)
+        value = sealed(status, stamps, ended=status["state"] in ENDED)
         data = (json.dumps(value, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
         self.fs.atomic_replace(self.layout.status(thread), data)
 
