@@ -19,6 +19,7 @@ once per job.
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import logging
 import os
 import signal
@@ -26,9 +27,9 @@ import socket
 import sys
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, Literal
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Literal
 
-from rekall import policy
 from rekall.config import WorkerSettings
 from rekall.continuation import continuation_text
 from rekall.errors import IpcError, RekallError
@@ -49,6 +50,26 @@ MAX_ROUNDS = 16
 
 #: The queue item a cancel signal puts (the marker is checked when it is handled).
 _CANCEL_SIGNALLED = object()
+
+
+def _on_first_use(name: str) -> ModuleType:
+    """Module ``name``, executed when one of its attributes is first used (importlib's
+    ``LazyLoader``); at once if it is already loaded."""
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.find_spec(name)
+    assert spec is not None and spec.loader is not None
+    spec.loader = importlib.util.LazyLoader(spec.loader)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+if TYPE_CHECKING:
+    from rekall import policy
+else:  # needed once the thread is followed: its import (attrs classes) is not paid before the follow goes out
+    policy = _on_first_use("rekall.policy")
 
 
 def _load_handoff_check() -> None:
@@ -81,7 +102,7 @@ class Worker:
         self.platform: Platform | None = platform
         self.thread: FollowedThread | None = None  # followed once connected
         self.queue: asyncio.Queue[Any] = asyncio.Queue()
-        self.memo = policy.Memo()
+        self.memo: policy.Memo | None = None  # set from the first snapshot
         self._item_at = time.monotonic()
         self._timers: dict[str, asyncio.TimerHandle] = {}
         self._handoff: Mapping[str, Any] | None = None  # verified just before the resume is sent
@@ -101,7 +122,7 @@ class Worker:
 
     @property
     def connected(self) -> bool:
-        return self.memo.connected
+        return self.memo is not None and self.memo.connected
 
     @property
     def done(self) -> bool:
@@ -154,23 +175,32 @@ class Worker:
                        processStartTime=started, platform=self.platform.name)
 
     async def run(self) -> JobState:
-        me, started = os.getpid(), process_start_time(os.getpid())
+        me = os.getpid()
         # Handlers first: `rekall cancel` signals a job once it is past `scheduled`.
         self._install_cancel_watch()
+        # Following only reads the thread, so it goes out before the claim: the owner sends the
+        # snapshot while the rest of the worker loads and the claim is journaled. Nothing that
+        # acts on the thread is sent before the journal says that this worker owns the job.
+        unfollowed = await self._follow_first()
+        started = process_start_time(me)
         try:
             self._claim(me, started)
         except BaseException:  # refused: the job and its lock belong to another worker
             await self._stop_watching()
+            await self._unfollow()
             raise
         if self.done:  # cancelled before it started: the lock goes with the job
             self.store.release_lock(self.thread_id, self.job_id)
             await self._stop_watching()
+            await self._unfollow()
             return self.state
         # The scheduler names us in the lock too, but it may die before it gets there.
         self.store.set_lock_owner(self.thread_id, self.job_id, me, started)
         self._later(self.settings.deadline_s, policy.DeadlinePassed())
         try:
-            await self._connect()
+            if unfollowed is not None:  # the follow failed before the claim: the job fails with its error
+                raise unfollowed
+            assert self.thread is not None
             first = self.thread.snapshot()
             self.memo = policy.Memo(connected=True, baseline=first.facts.completed_compaction_ids)
             self.lifecycle.note("connected", **self.thread.evidence(), baselineCompactions=len(self.memo.baseline),
@@ -192,6 +222,27 @@ class Worker:
             await self._shutdown()
         return self.state
 
+    async def _follow_first(self) -> Exception | None:
+        """Follow the thread on the job's platform, read from the job as it stands (the claim
+        reads it again under the store's guard). Not for a job the claim will refuse or cancel
+        (started, cancelled, unreadable): then nothing is followed. The follow's failure is
+        returned, to fail the job with once it is claimed."""
+        try:
+            job = self.store.load(self.thread_id, self.job_id)
+            if (job.view.status.jobId != self.job_id or job.state is not JobState.SCHEDULED
+                    or self.store.cancel_path(self.thread_id, self.job_id).exists()):
+                return None
+            if self.platform is None:  # the one schedule found; never guessed
+                self.platform = platform_named(known(job.view.status.platform), self.env,
+                                               settled=known(job.view.status.generationAtSchedule))
+        except RekallError:
+            return None  # the claim reads the job again and says why
+        try:
+            await self._connect()
+        except Exception as exc:  # noqa: BLE001 - handled as before, once the job is claimed
+            return exc
+        return None
+
     async def _connect(self) -> None:
         assert self.platform is not None  # set when the job was claimed
         self.thread = await self.platform.follow(self.thread_id, request_timeout_s=self.settings.request_timeout_s)
@@ -206,6 +257,9 @@ class Worker:
         # The lock goes first: once the outcome is journaled, a new job may be scheduled.
         self.store.release_lock(self.thread_id, self.job_id)
         await self._stop_watching()
+        await self._unfollow()
+
+    async def _unfollow(self) -> None:
         if self.thread is not None:
             try:
                 await self.thread.aclose()
@@ -276,7 +330,7 @@ class Worker:
         for _ in range(MAX_ROUNDS):
             if not pending:
                 return
-            assert self.thread is not None
+            assert self.thread is not None and self.memo is not None
             job = policy.Job.of(self.state, self.lifecycle.fields, self.settings)
             decision = policy.decide(job, self.thread.snapshot(), pending.pop(0), self.memo,
                                      at=self._item_at, now=time.monotonic())

@@ -83,10 +83,12 @@ async def test_a_worker_never_runs_a_job_that_has_already_started(tmp_path):
     async with SimulatedOwner() as sim:
         store, job = await schedule(sim, tmp_path / "jobs", handoff=None)
         assert await run(store, sim, job) is JobState.COMPLETED
+        follows = sim.follow_count
         with pytest.raises(RekallError) as caught:
             await run(store, sim, job)
         assert caught.value.code == "job_already_started"
         assert len(sim.compact_requests) == 1
+        assert sim.follow_count == follows  # a job that is not `scheduled` is not even followed
 
 
 async def test_the_deadline_after_acceptance_records_an_unknown_outcome(tmp_path):
@@ -316,6 +318,45 @@ async def test_the_journal_names_the_platform_the_worker_followed_the_thread_on(
         connected = next(n for n in replay.notes if n.kind == "connected")
         assert started.evidence["platform"] == connected.detail["platform"] == "extension-ipc"
         assert connected.detail["adapter"] == "26.9xx" and connected.detail["ownerId"]
+
+
+async def test_the_worker_follows_the_thread_before_it_claims_the_job_and_acts_only_once_it_owns_it(tmp_path):
+    async with SimulatedOwner(runtime="active") as sim:
+        store, job = await schedule(sim, tmp_path / "jobs")
+        follows, at_claim = sim.follow_count, []
+
+        class Watched(Worker):
+            def _claim(self, me: int, started: str | None) -> None:
+                at_claim.append((sim.follow_count, store.load(sim.thread_id, job).state, len(sim.compact_requests)))
+                super()._claim(me, started)
+
+        worker = Watched(store, sim.thread_id, job, settings=FAST, env=sim.env)
+
+        async def finish_the_turn() -> None:
+            await _until_connected(worker)
+            sim.backend.complete_turn("completed")
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(finish_the_turn)
+            with anyio.fail_after(30):
+                assert await worker.run() is JobState.RESUMED
+        # Followed (read-only) while the job was still `scheduled`, before anything acted on the thread.
+        assert at_claim == [(follows + 1, JobState.SCHEDULED, 0)]
+        replay = store.load(sim.thread_id, job)
+        assert [t.trigger for t in replay.transitions][:3] == ["schedule", "worker_started", "idle_stable"]
+        assert replay.notes[0].kind == "connected" and replay.notes[0].seq > replay.transitions[1].seq
+        assert len(sim.compact_requests) == 1 and len(sim.start_turn_requests) == 1
+
+
+async def test_a_follow_that_fails_before_the_claim_fails_the_job_once_the_worker_has_claimed_it(tmp_path):
+    async with SimulatedOwner(runtime="active") as sim:
+        store, job = await schedule(sim, tmp_path / "jobs")
+    # The owner is gone before the worker starts: its follow fails, then the claim is journaled, then the failure.
+    assert await run(store, sim, job) is JobState.FAILED
+    assert build_explanation(store, job)["path"] == ["scheduled", "waiting_for_idle", "failed"]
+    status = store.read_status(sim.thread_id)
+    assert status["errorCode"] != "worker_error" and status["error"] and status["outcomeMayBeUnknown"] is False
+    assert not store.lock_path(sim.thread_id).exists()
 
 
 def _causes(exc: BaseException | None) -> list[BaseException]:

@@ -13,8 +13,6 @@ one asks), so frames are reassembled without copying (see ``FrameDecoder``).
 from __future__ import annotations
 
 import asyncio
-import ctypes
-import ctypes.util
 import os
 import socket
 import struct
@@ -43,6 +41,8 @@ def peer_uid(sock: Any) -> int:
         _pid, uid, _gid = struct.unpack("3i", raw)
         return uid
     if sys.platform == "darwin" or "bsd" in sys.platform:
+        import ctypes.util  # only here: Linux (above) needs no foreign call, and its import is not free
+
         libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
         uid, gid = ctypes.c_uint32(), ctypes.c_uint32()
         if libc.getpeereid(sock.fileno(), ctypes.byref(uid), ctypes.byref(gid)) != 0:
