@@ -8,6 +8,7 @@ silently slowing ``rekall status`` down. The speed itself is measured by
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -16,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from rekall import service
+from rekall.sim import start_sim_in_thread
 from rekall.store import JobStore
 from rekall.testing import FakeClock
 from tests.jobkit import new_thread, scheduled_run
@@ -122,3 +125,49 @@ def test_the_mcp_probe_sees_the_sdk_once_the_session_is_handed_over(jobs_dir: Pa
     env = {**os.environ, "REKALL_JOBS_DIR": str(jobs_dir)}
     _, modules = run_light([*initialize("2025-06-18"), request(2, "ping")], env)
     assert "mcp" in heavy_in(modules)
+
+
+#: What a worker may not have loaded when its follow goes out: following only reads, so the
+#: policy, the lifecycle machine (transitions) and psutil (the claim's process identity) load after.
+NOT_BEFORE_FOLLOWING = ("rekall.policy", "transitions", "psutil", "cattrs", "rich", "mcp", "mcp_types", "websockets",
+                        "rekall.secrets")
+
+#: Runs ``rekall worker THREAD JOB`` in-process and prints the modules executed when the follow
+#: message was built and when the worker had finished. A module set up to load on first use
+#: (importlib's LazyLoader) and not used yet is not counted.
+WORKER_PROBE = """
+import contextlib, json, sys
+from rekall.adapters import session
+
+def executed():
+    return sorted(name for name, module in list(sys.modules.items()) if type(module).__name__ != "_LazyModule")
+
+seen = {}
+follow_message = session.ThreadSession._follow_message
+def recording(self):
+    seen.setdefault("following", executed())
+    return follow_message(self)
+session.ThreadSession._follow_message = recording
+from rekall.cli import main
+code = main(["worker", *sys.argv[1:]])
+print(json.dumps({"code": code, "following": seen.get("following"), "finished": executed()}))
+"""
+
+
+def loaded(names: list[str], heavy: tuple[str, ...]) -> list[str]:
+    return sorted(m for m in names if any(m == h or m.startswith(h + ".") for h in heavy))
+
+
+def test_a_worker_follows_the_thread_before_it_loads_the_policy_the_machine_or_psutil(jobs_dir: Path):
+    with start_sim_in_thread(compaction_delay_s=0.01) as sim:
+        env = {**os.environ, **sim.env, "REKALL_JOBS_DIR": str(jobs_dir), "REKALL_IDLE_STABLE_MS": "50"}
+        job = asyncio.run(service.schedule(sim.thread_id, None, env=env, spawn=lambda *_, **__: os.getpid()))["jobId"]
+        done = subprocess.run([sys.executable, "-c", WORKER_PROBE, sim.thread_id, job], env=env, capture_output=True,
+                              text=True, timeout=60, check=False)
+        assert done.stdout, done.stderr
+        report = json.loads(done.stdout.splitlines()[-1])
+        assert report["code"] == 0 and sim.call(lambda owner: len(owner.compact_requests)) == 1, done.stderr
+    assert report["following"] is not None  # the worker really followed the thread
+    assert loaded(report["following"], NOT_BEFORE_FOLLOWING) == []
+    # The same probe sees them once the job is done: the check can fail.
+    assert {"rekall.policy", "transitions", "psutil"} <= set(loaded(report["finished"], NOT_BEFORE_FOLLOWING))
