@@ -131,6 +131,10 @@ class Platform(Protocol):
     """A place threads live in. ``name`` is what the journal records (``extension-ipc``)."""
 
     name: str
+    #: Following only reads the thread (nobody else is told), so a worker may follow before it has
+    #: claimed its job. Otherwise (the app-server's ``thread/resume`` notifies every client) it
+    #: follows only once the journal says it owns the job.
+    follow_only_reads: bool
 
     async def follow(self, thread_id: str, *, request_timeout_s: float) -> FollowedThread: ...
 

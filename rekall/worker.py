@@ -178,9 +178,9 @@ class Worker:
         me = os.getpid()
         # Handlers first: `rekall cancel` signals a job once it is past `scheduled`.
         self._install_cancel_watch()
-        # Following only reads the thread, so it goes out before the claim: the owner sends the
-        # snapshot while the rest of the worker loads and the claim is journaled. Nothing that
-        # acts on the thread is sent before the journal says that this worker owns the job.
+        # Where following only reads the thread, it goes out before the claim: the owner sends
+        # the snapshot while the rest of the worker loads and the claim is journaled. Nothing
+        # that acts on the thread is sent before the journal says that this worker owns the job.
         unfollowed = await self._follow_first()
         started = process_start_time(me)
         try:
@@ -200,6 +200,8 @@ class Worker:
         try:
             if unfollowed is not None:  # the follow failed before the claim: the job fails with its error
                 raise unfollowed
+            if self.thread is None:
+                await self._connect()
             assert self.thread is not None
             first = self.thread.snapshot()
             self.memo = policy.Memo(connected=True, baseline=first.facts.completed_compaction_ids)
@@ -223,10 +225,10 @@ class Worker:
         return self.state
 
     async def _follow_first(self) -> Exception | None:
-        """Follow the thread on the job's platform, read from the job as it stands (the claim
-        reads it again under the store's guard). Not for a job the claim will refuse or cancel
-        (started, cancelled, unreadable): then nothing is followed. The follow's failure is
-        returned, to fail the job with once it is claimed."""
+        """Follow the thread now, before the claim, if following only reads it on the job's
+        platform (read from the job as it stands; the claim reads it again under the store's
+        guard). Not for a job the claim will refuse or cancel (started, cancelled, unreadable).
+        The follow's failure is returned, to fail the job with once it is claimed."""
         try:
             job = self.store.load(self.thread_id, self.job_id)
             if (job.view.status.jobId != self.job_id or job.state is not JobState.SCHEDULED
@@ -237,6 +239,8 @@ class Worker:
                                                settled=known(job.view.status.generationAtSchedule))
         except RekallError:
             return None  # the claim reads the job again and says why
+        if not self.platform.follow_only_reads:
+            return None  # followed once the job is claimed
         try:
             await self._connect()
         except Exception as exc:  # noqa: BLE001 - handled as before, once the job is claimed

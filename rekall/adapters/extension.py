@@ -88,6 +88,7 @@ class ExtensionIpc:
     """The extension's IPC router, found from ``env`` (implements ``Platform``)."""
 
     name = NAME
+    follow_only_reads = True  # a follower subscribes to the owner's broadcasts; nothing else is told
 
     def __init__(self, env: Mapping[str, str] | None = None, *, settled: evidence.Settled | None = None) -> None:
         self.env = os.environ if env is None else env

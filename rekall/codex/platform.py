@@ -285,6 +285,7 @@ class SharedAppServerPlatform:
     """The shared app-server found from ``env`` (implements ``Platform``)."""
 
     name = NAME
+    follow_only_reads = False  # following resumes the thread, which notifies every client
 
     def __init__(self, env: Mapping[str, str] | None = None) -> None:
         self.env = os.environ if env is None else env

@@ -295,3 +295,26 @@ async def test_a_socket_replaced_by_one_owned_by_someone_else_is_refused_and_not
     assert final["state"] == "failed" and final["outcomeMayBeUnknown"] is False, final
     assert "owned by uid 65534" in final["error"], final
     assert stranger.sent == [] and "thread/compact/start" not in before.sent
+
+
+async def test_on_the_app_server_the_worker_resumes_the_thread_only_once_it_has_claimed_the_job(
+        folder: Path, tmp_path: Path) -> None:
+    # Following there is `thread/resume`, which every client hears of: unlike the extension's
+    # read-only follow, it waits until the journal says that this worker owns the job.
+    server = Server(ACTIVE_THREAD)
+    resume, states_at_resume = server.answers["thread/resume"], []
+    env = env_of(folder / "app.sock", tmp_path)
+
+    async def recording(ws: ServerConnection, message: dict[str, Any]) -> None:
+        states_at_resume.append(JobStore.open_reader(env).read_status(T)["state"])
+        await resume(ws, message)
+
+    server.answers["thread/resume"] = recording
+    async with fake_app_server(folder / "app.sock", server):
+        job = await scheduled(env)
+        async with worker_running(env, job) as read:
+            await until_state(read, "waiting_for_idle")
+            await server.resumed.wait()
+            service.cancel(T, job, env=env)
+            await until_state(read, "cancelled")
+    assert states_at_resume == ["waiting_for_idle"]  # `worker_started` was journaled first
