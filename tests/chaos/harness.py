@@ -206,8 +206,10 @@ class ChaosJob:
             time.sleep(POLL_S)
 
     def wait_followed(self, follows_before: int, timeout: float = 15.0) -> None:
-        """Wait until the worker follows the thread (the schedule call followed once already)."""
+        """Wait until the worker follows the thread (the schedule call followed once already) and
+        has claimed its job: on the extension it follows first, then journals ``worker_started``."""
         self.sim.wait_until(lambda owner: owner.follow_count >= follows_before + 2, timeout=timeout)
+        self.wait_state({s.value for s in JobState} - {JobState.SCHEDULED.value}, timeout)
 
     def wait_sent(self, method: str, count: int = 1, timeout: float = 15.0) -> None:
         """Wait until the owner has received ``count`` requests of ``method`` in all."""
