@@ -1,3 +1,10 @@
+import sys
+
+if sys.argv[1:2] == ["worker"]:  # the detached worker, started by schedule: no CLI (argparse) to load first
+    from rekall.worker import main
+
+    raise SystemExit(main(sys.argv[2:]))
+
 from rekall.quick import main
 
 raise SystemExit(main())

@@ -209,12 +209,6 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     return run_stdio()
 
 
-def cmd_worker(args: argparse.Namespace) -> int:
-    from rekall.worker import run_worker
-
-    return run_worker(args.thread, args.job)
-
-
 def cmd_demo(args: argparse.Namespace) -> int:
     from rekall.demo import run_demo
 
@@ -324,15 +318,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _worker_parser() -> argparse.ArgumentParser:
-    """``rekall worker THREAD JOB``: internal, started detached by schedule; not a verb people see."""
-    parser = argparse.ArgumentParser(prog="rekall worker", add_help=False)
-    parser.add_argument("thread")
-    parser.add_argument("job")
-    parser.set_defaults(handler=cmd_worker, json=False)
-    return parser
-
-
 class _NoteHandler(logging.Handler):
     """The store's warnings (a stale lock removed, a directory tightened), said as rekall notes.
 
@@ -361,11 +346,12 @@ def _fail(error: RekallError, as_json: bool) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    worker = argv[:1] == ["worker"]  # the worker logs to its job's log file instead
-    parser = _worker_parser() if worker else build_parser()
-    if worker:
-        argv = argv[1:]
-    elif _NOTES not in logging.getLogger("rekall").handlers:
+    if argv[:1] == ["worker"]:  # internal, started by schedule: read by the worker itself (rekall.worker.main)
+        from rekall.worker import main as worker_main
+
+        return worker_main(argv[1:])
+    parser = build_parser()
+    if _NOTES not in logging.getLogger("rekall").handlers:
         logging.getLogger("rekall").addHandler(_NOTES)
     try:
         args = parser.parse_args(argv)

@@ -26,13 +26,13 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Literal
 
 from rekall.config import WorkerSettings
 from rekall.continuation import continuation_text
-from rekall.errors import IpcError, RekallError
+from rekall.errors import IpcError, RekallError, UsageError, as_rekall_error
 from rekall.owners import platform_named
 from rekall.platform import Acted, Failure, FollowedThread, Platform
 from rekall.states import REQUEST_SENT_UNOBSERVED, SUCCESSFUL_END_STATES, TERMINAL_STATES, JobState
@@ -450,3 +450,20 @@ def run_worker(thread_id: str, job_id: str, env: Mapping[str, str] | None = None
         return 1
     log.info("worker finished: %s", final.value)
     return 0 if final in SUCCESSFUL_END_STATES else 1
+
+
+def main(argv: Sequence[str]) -> int:
+    """``rekall worker THREAD JOB``, started detached by schedule; not a verb people see. Its two
+    arguments are read here, not by the CLI's argparse, whose import would delay the follow.
+    Errors are said without a traceback: exit 2 for bad arguments or ids, 1 when the job fails."""
+    try:
+        if len(argv) != 2:
+            raise UsageError(f"expected THREAD JOB, got {len(argv)} argument(s)",
+                             hint="the worker is started by `rekall schedule`, not by hand")
+        return run_worker(*argv)
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:  # noqa: BLE001 - the boundary: a clear error with a code, never a traceback
+        error = as_rekall_error(exc)
+        sys.stderr.write(f"rekall worker: {error.message}\n" + (f"  next: {error.hint}\n" if error.hint else ""))
+        return error.exit_status

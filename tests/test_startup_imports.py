@@ -128,15 +128,16 @@ def test_the_mcp_probe_sees_the_sdk_once_the_session_is_handed_over(jobs_dir: Pa
 
 
 #: What a worker may not have loaded when its follow goes out: following only reads, so the
-#: policy, the lifecycle machine (transitions) and psutil (the claim's process identity) load after.
+#: policy, the lifecycle machine (transitions), psutil and cattrs (the claim) load after; the CLI
+#: and its argument parser are not on the worker's way at all.
 NOT_BEFORE_FOLLOWING = ("rekall.policy", "transitions", "psutil", "cattrs", "rich", "mcp", "mcp_types", "websockets",
-                        "rekall.secrets")
+                        "rekall.secrets", "rekall.cli", "argparse")
 
-#: Runs ``rekall worker THREAD JOB`` in-process and prints the modules executed when the follow
-#: message was built and when the worker had finished. A module set up to load on first use
-#: (importlib's LazyLoader) and not used yet is not counted.
+#: Runs ``python -m rekall worker THREAD JOB`` in-process (runpy, as ``-m`` does) and prints the
+#: modules executed when the follow message was built and when the worker had finished. A module
+#: set up to load on first use (importlib's LazyLoader) and not used yet is not counted.
 WORKER_PROBE = """
-import contextlib, json, sys
+import json, runpy, sys
 from rekall.adapters import session
 
 def executed():
@@ -148,8 +149,11 @@ def recording(self):
     seen.setdefault("following", executed())
     return follow_message(self)
 session.ThreadSession._follow_message = recording
-from rekall.cli import main
-code = main(["worker", *sys.argv[1:]])
+sys.argv = ["rekall", "worker", *sys.argv[1:]]
+try:
+    runpy.run_module("rekall", run_name="__main__", alter_sys=True)
+except SystemExit as exit:
+    code = exit.code
 print(json.dumps({"code": code, "following": seen.get("following"), "finished": executed()}))
 """
 
@@ -170,4 +174,4 @@ def test_a_worker_follows_the_thread_before_it_loads_the_policy_the_machine_or_p
     assert report["following"] is not None  # the worker really followed the thread
     assert loaded(report["following"], NOT_BEFORE_FOLLOWING) == []
     # The same probe sees them once the job is done: the check can fail.
-    assert {"rekall.policy", "transitions", "psutil"} <= set(loaded(report["finished"], NOT_BEFORE_FOLLOWING))
+    assert {"rekall.policy", "transitions", "psutil", "cattrs"} <= set(loaded(report["finished"], NOT_BEFORE_FOLLOWING))
