@@ -30,6 +30,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Literal
 
+from rekall import punctual
 from rekall.config import WorkerSettings
 from rekall.continuation import continuation_text
 from rekall.errors import IpcError, RekallError, UsageError, as_rekall_error
@@ -104,11 +105,15 @@ class Worker:
         self.queue: asyncio.Queue[Any] = asyncio.Queue()
         self.memo: policy.Memo | None = None  # set from the first snapshot
         self._item_at = time.monotonic()
-        self._timers: dict[str, asyncio.TimerHandle] = {}
+        self._timers: dict[str, punctual.Timer] = {}
         self._handoff: Mapping[str, Any] | None = None  # verified just before the resume is sent
         self._tasks: set[asyncio.Task[Any]] = set()
-        self._handles: list[asyncio.TimerHandle] = []
+        self._handles: list[punctual.Timer] = []
         self._requested = False  # a request was sent by the steps being executed (see ``_apply``)
+        #: Log lines of the transitions made by the steps being executed (``None`` outside ``_apply``).
+        self._held_log: list[tuple[str, JobState, JobState]] | None = None
+        self._job: policy.Job | None = None  # what the rules read of the job, while its fields stand
+        self._job_fields: Mapping[str, Any] | None = None
 
     # --- small helpers ---------------------------------------------------------------
 
@@ -131,7 +136,10 @@ class Worker:
     def _fire(self, trigger: str, **evidence: Any) -> JobState:
         before = self.state
         after = self.lifecycle.fire(trigger, **evidence)
-        log.info("%s: %s -> %s", trigger, before.value, after.value)
+        if self._held_log is not None:  # the journal has it; the log line can follow the request
+            self._held_log.append((trigger, before, after))
+        else:
+            log.info("%s: %s -> %s", trigger, before.value, after.value)
         return after
 
     def _fail(self, code: str, message: str, delivery: str | None = None) -> None:
@@ -144,8 +152,8 @@ class Worker:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    def _later(self, delay: float, item: Any) -> asyncio.TimerHandle:
-        handle = asyncio.get_running_loop().call_later(delay, self.queue.put_nowait, item)
+    def _later(self, delay: float, item: Any) -> punctual.Timer:
+        handle = punctual.call_later(delay, self.queue.put_nowait, item)  # a debounce ends when due
         self._handles.append(handle)
         return handle
 
@@ -313,21 +321,30 @@ class Worker:
     def _apply(self, event: policy.Event) -> None:
         """Ask the policy, execute its steps, feed their outcomes back, until none remain.
 
-        The status file waits until the steps are done: when a request was sent, until the
-        loop's next turn, once the request task has handed its bytes to the connection. Only
-        the journal record (appended and fsynced by ``fire``) has to precede a request."""
+        The status file and the transitions' log lines wait until the steps are done: when a
+        request was sent, until the loop's next turn, once the request task has handed its
+        bytes to the connection. Only the journal record (appended and fsynced by ``fire``)
+        has to precede a request."""
         self.lifecycle.hold_status = True
         self._requested = False
+        self._held_log = []
         try:
             self._decide_and_execute(event)
         finally:
             self.lifecycle.hold_status = False
             if self._requested:
                 loop = asyncio.get_running_loop()
-                loop.call_soon(self.lifecycle.save_status)
+                loop.call_soon(self._catch_up, self._held_log)
                 loop.call_soon(_load_handoff_check)
             else:
-                self.lifecycle.save_status()
+                self._catch_up(self._held_log)
+            self._held_log = None
+
+    def _catch_up(self, held_log: list[tuple[str, JobState, JobState]]) -> None:
+        """What the steps held back: the status file, then their transitions' log lines."""
+        self.lifecycle.save_status()
+        for trigger, before, after in held_log:
+            log.info("%s: %s -> %s", trigger, before.value, after.value)
 
     def _decide_and_execute(self, event: policy.Event) -> None:
         pending = [event]
@@ -335,8 +352,7 @@ class Worker:
             if not pending:
                 return
             assert self.thread is not None and self.memo is not None
-            job = policy.Job.of(self.state, self.lifecycle.fields, self.settings)
-            decision = policy.decide(job, self.thread.snapshot(), pending.pop(0), self.memo,
+            decision = policy.decide(self._job_now(), self.thread.snapshot(), pending.pop(0), self.memo,
                                      at=self._item_at, now=time.monotonic())
             self.memo = decision.memo
             for step in decision.steps:
@@ -344,6 +360,13 @@ class Worker:
                     pending.append(outcome)
         if pending:
             raise RuntimeError(f"the worker policy did not settle within {MAX_ROUNDS} rounds")
+
+    def _job_now(self) -> policy.Job:
+        """What the rules read of the job; read again only when a transition changed its fields."""
+        fields = self.lifecycle.fields
+        if self._job is None or self._job_fields is not fields:
+            self._job, self._job_fields = policy.Job.of(self.state, fields, self.settings), fields
+        return self._job
 
     def _execute(self, step: policy.Step) -> policy.Event | None:
         thread = self.thread
@@ -443,7 +466,8 @@ def run_worker(thread_id: str, job_id: str, env: Mapping[str, str] | None = None
     log.info("worker %s starting for thread %s", job_id, thread_id)
     try:
         worker = Worker(store, thread_id, job_id, settings=WorkerSettings.from_env(env), env=env)
-        final = asyncio.run(worker.run())
+        with asyncio.Runner(loop_factory=punctual.event_loop) as runner:
+            final = runner.run(worker.run())
     except RekallError as exc:
         log.error("worker stopped: %s", exc)
         sys.stderr.write(f"rekall worker: {exc}\n")

@@ -4,8 +4,7 @@
 library binds the triggers (``may_<trigger>``, ``trigger``) to it and reads and writes the
 job's state through one attribute backed by the job's view, so the state exists once.
 
-``JobMachine.fire`` asks the library first (``may_trigger``: is there a row for this
-trigger in this state whose guard passes?), then fires. The library tries the rows for the
+``JobMachine.fire`` fires through the library, once. The library tries the rows for the
 current state in order, asking each row's guard; the first that passes runs its ``before``
 callback, which computes the row's effect and calls the caller's ``commit`` (the store
 appends the journal record there and fsyncs it). Only when ``commit`` returns does the
@@ -200,21 +199,22 @@ class JobMachine:
         ``IllegalTransition`` when no row exists, ``TransitionRefused`` when every guard says
         no, or whatever ``commit`` raised. In all of these cases nothing changed.
         """
+        from transitions import MachineError  # loaded with the machine (``build_machine``)
+
         evidence = validate_evidence(trigger, evidence)
         state = self.state
-        # Guards are pure functions of the view and the evidence: asking first changes nothing.
-        # No guard asked means no row takes this trigger from this state.
-        probe = _Attempt(self._view, evidence, now, commit)
-        if not self.may_trigger(trigger, attempt=probe):
-            if not probe.verdicts:
-                raise IllegalTransition(state, trigger)
-            raise TransitionRefused(state, trigger, tuple(probe.verdicts))
-        self._attempt = _Attempt(self._view, evidence, now, commit)
+        # One pass through the library: it asks the rows' guards in order and commits the first
+        # that passes. A queued machine answers True either way, so the attempt tells: no step
+        # and no verdict means a row without a guard would have fired, so there is no row.
+        self._attempt = attempt = _Attempt(self._view, evidence, now, commit)
         try:
-            self.trigger(trigger, attempt=self._attempt)
-            step = self._attempt.step
+            self.trigger(trigger, attempt=attempt)
+        except MachineError:  # no row takes this trigger from this state
+            raise IllegalTransition(state, trigger) from None
         finally:
             self._attempt = None
-        if step is None:  # the library and may_trigger disagreed: a bug, never a silent no-op
-            raise AssertionError(f"{trigger} was allowed from {state.value} but did not fire")
-        return step
+        if attempt.step is None:
+            if not attempt.verdicts:  # never a silent no-op
+                raise IllegalTransition(state, trigger)
+            raise TransitionRefused(state, trigger, tuple(attempt.verdicts))
+        return attempt.step

@@ -8,6 +8,9 @@ import sys
 import pytest
 from hypothesis import settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
+from transitions import MachineError
+
+from rekall.states import machine as machine_module
 
 from rekall.states import IllegalTransition, Instant, JobMachine, JobState, JobView, Step, TransitionRefused
 from rekall.testing import FakeClock
@@ -77,10 +80,34 @@ def test_the_job_is_the_librarys_model_and_its_view_holds_the_only_state():
 
 def test_legality_is_the_librarys_answer():
     machine = _machine(JobState.REQUESTING)
-    machine.may_trigger = lambda trigger, **kwargs: False  # as if the library found no row
+
+    def no_row(trigger, **kwargs):
+        raise MachineError(f"Can't trigger event {trigger} from state requesting!")  # as if the library found no row
+
+    machine.trigger = no_row
     with pytest.raises(IllegalTransition):
         machine.fire("compaction_accepted", {"ownerId": "o1"}, _now(), lambda s: None)
     assert machine.state is JobState.REQUESTING
+
+
+def test_each_guard_is_asked_once_per_event(monkeypatch):
+    asked = []
+    condition_for = machine_module._condition
+
+    def counted(row):
+        condition = condition_for(row)
+        return lambda event: asked.append(row.guard.__name__) or condition(event)
+
+    monkeypatch.setattr(machine_module, "_condition", counted)
+    machine = _machine(JobState.WAITING_FOR_RESUME_IDLE)
+    evidence = {"idleMs": 800, "tokens": 10, "window": 100, "revision": 1, "boundaryFingerprint": "fp-1"}
+    with pytest.raises(TransitionRefused):
+        machine.fire("idle_stable", {**evidence, "handoffVerified": False}, _now(), lambda s: None)
+    assert asked == ["ready_to_resume", "headroom_lost"]
+    asked.clear()
+    assert machine.fire("idle_stable", {**evidence, "handoffVerified": True}, _now(), lambda s: None).dest \
+        is JobState.RESUMING
+    assert asked == ["ready_to_resume"]
 
 
 @pytest.mark.parametrize(("resume", "tokens", "dest"), [
