@@ -15,6 +15,7 @@ import pytest
 
 from rekall import service
 from rekall.config import WorkerSettings
+from rekall.adapters.extension import ExtensionIpc
 from rekall.errors import RekallError
 from rekall.explain import build_explanation
 from rekall.sim import SimulatedOwner
@@ -379,3 +380,54 @@ async def test_the_workers_log_keeps_what_caused_a_failure_the_journal_words_bri
     assert len(logged) == 1 and status["error"] in logged[0].getMessage()
     chain = _causes(logged[0].exc_info[1])
     assert isinstance(chain[0], RekallError) and any(isinstance(cause, OSError) for cause in chain[1:]), chain
+
+
+class _Watched:
+    """A followed thread whose requests note the worker's log lines as they start."""
+
+    def __init__(self, thread, caplog, logged_at):
+        self._thread, self._caplog, self._logged_at = thread, caplog, logged_at
+
+    def __getattr__(self, name):
+        return getattr(self._thread, name)
+
+    def _note(self, kind):
+        self._logged_at[kind] = [r.getMessage() for r in self._caplog.records if r.name == "rekall.worker"]
+
+    async def compact(self):
+        self._note("compact")
+        return await self._thread.compact()
+
+    async def start_turn(self, text, job_id):
+        self._note("start_turn")
+        return await self._thread.start_turn(text, job_id)
+
+
+class _WatchedPlatform:
+    def __init__(self, platform, caplog):
+        self._platform, self._caplog, self.logged_at = platform, caplog, {}
+
+    def __getattr__(self, name):
+        return getattr(self._platform, name)
+
+    async def follow(self, thread_id, *, request_timeout_s):
+        thread = await self._platform.follow(thread_id, request_timeout_s=request_timeout_s)
+        return _Watched(thread, self._caplog, self.logged_at)
+
+
+async def test_the_transition_that_sends_a_request_is_logged_after_the_request_has_left(tmp_path, caplog):
+    # Only the journal record precedes a request; the log line (like the status file) follows it.
+    async with SimulatedOwner() as sim:
+        store, job = await schedule(sim, tmp_path / "jobs")
+        platform = _WatchedPlatform(ExtensionIpc(sim.env), caplog)
+        with caplog.at_level(logging.INFO, logger="rekall.worker"):
+            worker = Worker(store, sim.thread_id, job, settings=FAST, env=sim.env, platform=platform)
+            with anyio.fail_after(30):
+                assert await worker.run() is JobState.RESUMED
+    requesting = f"idle_stable: {JobState.WAITING_FOR_IDLE.value} -> {JobState.REQUESTING.value}"
+    resuming = f"idle_stable: {JobState.WAITING_FOR_RESUME_IDLE.value} -> {JobState.RESUMING.value}"
+    assert requesting not in platform.logged_at["compact"]
+    assert resuming not in platform.logged_at["start_turn"]
+    assert requesting in platform.logged_at["start_turn"]  # written once the compact request had left
+    logged = [r.getMessage() for r in caplog.records if r.name == "rekall.worker"]
+    assert logged.index(requesting) < logged.index(resuming)
