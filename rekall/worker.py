@@ -73,6 +73,15 @@ else:  # needed once the thread is followed: its import (attrs classes) is not p
     policy = _on_first_use("rekall.policy")
 
 
+class _Seen:
+    """A domain event from the platform and when the platform saw it (``None``: not said)."""
+
+    __slots__ = ("event", "at")
+
+    def __init__(self, event: Any, at: float | None) -> None:
+        self.event, self.at = event, at
+
+
 def _load_handoff_check() -> None:
     """The handoff check just before the resume needs the secret detector, whose import compiles
     a few dozen patterns: it is loaded once the compact request has left, while the compaction
@@ -260,9 +269,10 @@ class Worker:
         self.thread = await self.platform.follow(self.thread_id, request_timeout_s=self.settings.request_timeout_s)
 
     async def _pump(self) -> None:
-        """Forward the platform's domain events onto the queue."""
+        """Forward the platform's domain events onto the queue, with when the platform saw them."""
         async for event in self.thread.events():
-            self.queue.put_nowait(event)
+            # The extension's IPC says when its mirror showed the fact (``seen_at``); others do not.
+            self.queue.put_nowait(_Seen(event, getattr(self.thread, "seen_at", None)))
 
     async def _shutdown(self) -> None:
         self.lifecycle.save_status()  # a deferred write (see ``_apply``) lands before the lock goes
@@ -311,11 +321,12 @@ class Worker:
 
     def _handle(self, item: Any) -> None:
         self._item_at = time.monotonic()  # debounces count from when a fact arrived, not from our work
-        if item is _CANCEL_SIGNALLED:  # the event carries what it reports: is the marker there?
+        if isinstance(item, _Seen):
+            if item.at is not None:  # the platform saw it before the queue brought it here
+                self._item_at = min(item.at, self._item_at)
+            item = policy.Observed(item.event)
+        elif item is _CANCEL_SIGNALLED:  # the event carries what it reports: is the marker there?
             item = policy.CancelSignalled(self.store.cancel_path(self.thread_id, self.job_id).exists())
-        elif not isinstance(item, (policy.TimerFired, policy.DeadlinePassed, policy.RequestDone,
-                                   policy.ReconnectDone)):
-            item = policy.Observed(item)  # a domain event from the platform
         self._apply(item)
 
     def _apply(self, event: policy.Event) -> None:

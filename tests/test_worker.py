@@ -6,6 +6,7 @@ it is; these tests drive the cases that need a finer grip on timing or on the pr
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 from pathlib import Path
@@ -431,3 +432,44 @@ async def test_the_transition_that_sends_a_request_is_logged_after_the_request_h
     assert requesting in platform.logged_at["start_turn"]  # written once the compact request had left
     logged = [r.getMessage() for r in caplog.records if r.name == "rekall.worker"]
     assert logged.index(requesting) < logged.index(resuming)
+
+
+class _LateEvents:
+    """A followed thread whose events reach the worker ``delay_s`` after the platform saw them."""
+
+    def __init__(self, thread, delay_s):
+        self._thread, self._delay_s = thread, delay_s
+
+    def __getattr__(self, name):
+        return getattr(self._thread, name)
+
+    async def events(self):
+        async for event in self._thread.events():
+            await asyncio.sleep(self._delay_s)
+            yield event
+
+
+class _LatePlatform:
+    def __init__(self, platform, delay_s):
+        self._platform, self._delay_s = platform, delay_s
+
+    def __getattr__(self, name):
+        return getattr(self._platform, name)
+
+    async def follow(self, thread_id, *, request_timeout_s):
+        return _LateEvents(await self._platform.follow(thread_id, request_timeout_s=request_timeout_s), self._delay_s)
+
+
+async def test_the_resume_debounce_counts_from_when_the_platform_saw_the_thread_idle(tmp_path):
+    # The completion's events wait 0.2 s on their way to the worker: the 50 ms debounce has
+    # held by the time the worker takes them, so the idle it records spans the wait too.
+    late_s = 0.2
+    async with SimulatedOwner() as sim:
+        store, job = await schedule(sim, tmp_path / "jobs")
+        worker = Worker(store, sim.thread_id, job, settings=FAST, env=sim.env,
+                        platform=_LatePlatform(ExtensionIpc(sim.env), late_s))
+        with anyio.fail_after(30):
+            assert await worker.run() is JobState.RESUMED
+    resume_idle = [row for row in build_explanation(store, job)["timeline"]
+                   if row["trigger"] == "idle_stable" and row["to"] == JobState.RESUMING.value]
+    assert len(resume_idle) == 1 and resume_idle[0]["evidence"]["idleMs"] >= late_s * 1000

@@ -58,6 +58,11 @@ class IpcThread:
     def snapshot(self) -> ThreadSnapshot:
         return _snapshot(self.session)
 
+    @property
+    def seen_at(self) -> float | None:
+        """When the event ``events()`` delivered last was seen (``time.monotonic()``)."""
+        return self.session.last_event_at
+
     def evidence(self) -> dict[str, Any]:
         return {"platform": NAME, "ownerId": self.session.owner_id, "adapter": self.session.adapter,
                 "generationReason": self.session.generation_reason,

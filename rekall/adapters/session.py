@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any
@@ -142,6 +143,9 @@ class ThreadSession:
         self.ignored_messages = 0
 
         self._events: asyncio.Queue[Any] = asyncio.Queue()
+        #: When the event :meth:`next_event` returned last was made (``time.monotonic()``): the
+        #: moment the mirror showed the fact, which the worker's debounces count from.
+        self.last_event_at: float | None = None
         self._link: _Link | None = None
         self._closed = False
         self._snapshot_waiter: asyncio.Future[None] | None = None
@@ -177,7 +181,8 @@ class ThreadSession:
         if item is _CLOSED:
             self._events.put_nowait(_CLOSED)  # for any other reader
             raise SessionClosed("the IPC session is closed", hint="connect again")
-        return item
+        event, self.last_event_at = item
+        return event
 
     async def events(self) -> AsyncIterator[ev.DomainEvent]:
         """Domain events until the session is closed (it survives reconnects)."""
@@ -492,7 +497,7 @@ class ThreadSession:
 
     def _emit(self, event: ev.DomainEvent) -> None:
         if not self._closed:
-            self._events.put_nowait(event)
+            self._events.put_nowait((event, time.monotonic()))
 
     def _emit_all(self, events: list[ev.DomainEvent]) -> None:
         for event in events:

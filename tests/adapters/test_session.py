@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import anyio
 import pytest
 
@@ -463,3 +465,26 @@ async def test_a_discovery_version_mismatch_is_a_version_mismatch():
         sim.request_versions["thread-owner-discovery"] = 2
         with pytest.raises(VersionMismatch, match="request-version-mismatch"):
             await connect_thread(sim.thread_id, env=sim.env)
+
+
+@pytest.mark.anyio
+async def test_each_event_says_when_the_mirror_showed_its_fact_not_when_it_was_taken():
+    handled = anyio.Event()
+
+    def tap(direction, message):
+        if direction == "handled" and message.get("type") == "broadcast":
+            handled.set()
+
+    async with SimulatedOwner() as sim, await connect_thread(sim.thread_id, env=sim.env) as session:
+        handled = anyio.Event()  # the snapshot at connect does not count
+        session.tap = tap
+        before = time.monotonic()
+        sim.backend.user_turn("next task")  # one patch, two events: a user turn runs, the thread is busy
+        with anyio.fail_after(5):
+            await handled.wait()  # applied; nobody has taken the events yet
+        applied = time.monotonic()
+        first = await session.next_event()
+        first_at = session.last_event_at
+        second = await session.next_event()
+        assert not isinstance(first, type(second))
+        assert before <= first_at <= session.last_event_at <= applied
