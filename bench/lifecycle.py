@@ -3,8 +3,10 @@
     python bench/lifecycle.py --json [--jobs 30] [--debounce-ms 200] [--startup-runs 9]
 
 Each job runs the real path: ``service.schedule`` (what the MCP tool calls), a detached
-worker process, the simulated owner on a real Unix socket. Times are taken on the owner's
-side, where the extension would see them:
+worker process, the simulated owner on a real Unix socket, in a process of its own
+(bench/owner_process.py: it shares no interpreter with the bench, which waits blocked while a
+job's requests are in flight). Times are taken on the owner's side, where the extension
+would see them (a request counts once the owner has read its frame):
 
 * dispatch overhead: the thread becomes idle → the compact request arrives, minus the debounce;
 * resume overhead: the compaction completes → the start-turn request arrives, minus the debounce;
@@ -52,7 +54,6 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from rekall import service  # noqa: E402
-from rekall.sim import start_sim_in_thread  # noqa: E402
 from rekall.store import FileOps, JobStore, process_start_time  # noqa: E402
 from rekall.store.journal import JournalWriter, scan_journal  # noqa: E402
 from rekall.store.paths import resolve_lock_dir  # noqa: E402
@@ -68,30 +69,43 @@ def percentile(values: list[float], fraction: float) -> float:
     return ordered[index]
 
 
-def _instrument(owner: Any, marks: dict[str, list[float]]) -> None:
-    """Record, on the owner's loop, when requests arrive, a client follows and a compaction completes."""
-    backend = owner.backend
-    handle, publish, notify = backend.handle, owner.publish, owner._notify
-    seen = [owner.follow_count]
+class OwnerProcess:
+    """The simulated owner in its own process (bench/owner_process.py), driven one command at a time.
 
-    def timed_notify() -> None:
-        if owner.follow_count != seen[0]:
-            seen[0] = owner.follow_count
-            marks.setdefault("follow", []).append(time.monotonic())
-        notify()
+    The bench blocks reading each answer: nothing in this process runs while a job's requests
+    are in flight, and the owner shares no interpreter with the bench."""
 
-    async def timed_handle(method: str, params: Any) -> Any:
-        marks.setdefault(method, []).append(time.monotonic())
-        return await handle(method, params)
+    def __init__(self, **options: Any) -> None:
+        script = Path(__file__).resolve().with_name("owner_process.py")
+        self._process = subprocess.Popen([sys.executable, str(script), json.dumps(options)], stdin=subprocess.PIPE,
+                                         stdout=subprocess.PIPE, text=True)
+        info = self.call("info")
+        self.env: dict[str, str] = info["env"]
+        self.thread_id: str = info["threadId"]
 
-    def timed_publish(patches: list[dict[str, Any]]) -> None:
-        if any(p.get("path", [])[-1:] == ["completed"] and p.get("value") is True for p in patches):
-            marks.setdefault("completed", []).append(time.monotonic())
-        publish(patches)
+    def call(self, op: str, **args: Any) -> dict[str, Any]:
+        assert self._process.stdin is not None and self._process.stdout is not None
+        self._process.stdin.write(json.dumps({"op": op, **args}) + "\n")
+        self._process.stdin.flush()
+        line = self._process.stdout.readline()
+        if not line:
+            raise RuntimeError(f"the owner process ended (exit {self._process.wait()}) before answering {op}")
+        answer = json.loads(line)
+        if not answer.pop("ok"):
+            raise RuntimeError(f"the owner process could not {op}: {answer['error']}")
+        return answer
 
-    backend.handle = timed_handle
-    owner.publish = timed_publish
-    owner._notify = timed_notify
+    def __enter__(self) -> OwnerProcess:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        assert self._process.stdin is not None
+        self._process.stdin.close()  # EOF stops it
+        try:
+            self._process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self._process.kill()
+            self._process.wait()
 
 
 def _wait_unlocked(lock: Path, timeout: float = 10.0) -> None:
@@ -114,35 +128,40 @@ def _wait_journaled(journal: Path, marker: bytes, timeout: float = 30.0) -> None
 def run_jobs(count: int, debounce_ms: int) -> dict[str, Any]:
     dispatch, resume, worker_resume_delay, following = [], [], [], []
     with tempfile.TemporaryDirectory(prefix="rekall-bench-") as tmp, \
-            start_sim_in_thread(runtime="active", turn_duration_s=None, compaction_delay_s=0.05) as sim:
-        marks: dict[str, list[float]] = {}
-        sim.call(lambda owner: _instrument(owner, marks))
-        env = {**os.environ, **sim.env, "REKALL_JOBS_DIR": str(Path(tmp) / "jobs"),
+            OwnerProcess(runtime="active", turn_duration_s=None, compaction_delay_s=0.05) as owner:
+        thread = owner.thread_id
+        env = {**os.environ, **owner.env, "REKALL_JOBS_DIR": str(Path(tmp) / "jobs"),
                "REKALL_IDLE_STABLE_MS": str(debounce_ms)}
+        idle_at: list[float] = []
+        scheduled_at: list[float] = []
         for n in range(1, count + 1):
-            sim.set_telemetry(90_000, 100_000)  # refill the context: each job starts 90% full
-            follows = sim.follow_count
-            scheduled_at = time.monotonic()
-            job = asyncio.run(service.schedule(sim.thread_id, HANDOFF, env=env))["jobId"]
+            owner.call("set_telemetry", tokens=90_000, window=100_000)  # refill the context: each job starts 90% full
+            follows = owner.call("follow_count")["value"]
+            scheduled_at.append(time.monotonic())
+            job = asyncio.run(service.schedule(thread, HANDOFF, env=env))["jobId"]
             # Wait on the owner's side, without polling: the new worker follows once it waits for idle.
             try:
-                sim.wait_until(lambda owner: owner.follow_count > follows + 1, timeout=30)
-            except TimeoutError:
+                owner.call("wait_follows", above=follows + 1)
+            except RuntimeError:
                 raise RuntimeError(f"job {n}: the worker never followed the thread: "
-                                   f"{service.status(sim.thread_id, env=env)}") from None
+                                   f"{service.status(thread, env=env)}") from None
             # The thread goes idle once the worker waits for it (its `connected` note is journaled
             # after it has read the thread): otherwise its start-up would count as dispatch overhead.
-            _wait_journaled(JobStore.open_reader(env).journal_path(sim.thread_id, job), b'"kind":"connected"')
-            idle_at = sim.call(lambda owner: (owner.backend.complete_turn("completed"), time.monotonic())[1])
-            sim.wait_until(lambda owner: len(owner.start_turn_requests) >= n, timeout=30)
-            _wait_unlocked(resolve_lock_dir(env) / f"{sim.thread_id}.lock")
-            final = service.status(sim.thread_id, env=env)
+            _wait_journaled(JobStore.open_reader(env).journal_path(thread, job), b'"kind":"connected"')
+            idle_at.append(owner.call("complete_turn")["idleAt"])
+            owner.call("wait_start_turns", count=n)  # the bench does nothing while the requests are in flight
+            _wait_unlocked(resolve_lock_dir(env) / f"{thread}.lock")
+            final = service.status(thread, env=env)
             if final["state"] != "resumed":
                 raise RuntimeError(f"bench job ended {final['state']}: {final}")
-            following.append((marks["follow"][-1] - scheduled_at) * 1000)
-            dispatch.append((marks["thread-follower-compact-thread"][n - 1] - idle_at) * 1000 - debounce_ms)
-            resume.append((marks["thread-follower-start-turn"][n - 1] - marks["completed"][-1]) * 1000)
             worker_resume_delay.append(final["resumeDelayMs"])
+        marks = owner.call("marks")["marks"]
+    follow_marks = marks["follow"]
+    for n in range(count):
+        # The worker's follow is the last before the turn completes (schedule's preflight follows first).
+        following.append((max(t for t in follow_marks if scheduled_at[n] < t < idle_at[n]) - scheduled_at[n]) * 1000)
+        dispatch.append((marks["thread-follower-compact-thread"][n] - idle_at[n]) * 1000 - debounce_ms)
+        resume.append((marks["thread-follower-start-turn"][n] - marks["completed"][n]) * 1000)
     resume_overhead = [d - debounce_ms for d in resume]
     if os.environ.get("BENCH_DEBUG"):
         print("dispatch", [round(d, 1) for d in dispatch], "resume", [round(d - debounce_ms, 1) for d in resume], file=sys.stderr)
