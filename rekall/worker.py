@@ -341,6 +341,9 @@ class Worker:
         self._held_log = []
         try:
             self._decide_and_execute(event)
+        except BaseException:
+            self._requested = False  # the job fails next: what was held is written first, in order
+            raise
         finally:
             self.lifecycle.hold_status = False
             if self._requested:
