@@ -1,0 +1,32 @@
+"""The lifecycle bench's owner process works (the benchmark itself runs as `python bench/lifecycle.py --json`)."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+spec = importlib.util.spec_from_file_location("bench_lifecycle", ROOT / "bench" / "lifecycle.py")
+bench = importlib.util.module_from_spec(spec)
+sys.modules[spec.name] = bench
+spec.loader.exec_module(bench)
+
+
+def test_one_bench_job_runs_end_to_end_against_the_owner_in_its_own_process(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    figures = bench.run_jobs(1, 50)
+    for name in ("dispatch_overhead_ms_p50", "resume_overhead_ms_p50", "schedule_to_following_ms_p50"):
+        assert math.isfinite(figures[name]), name
+
+
+def test_the_owner_process_refuses_an_unknown_command_by_name():
+    with bench.OwnerProcess() as owner:
+        assert owner.call("follow_count") == {"value": 0}
+        with pytest.raises(RuntimeError, match="could not reboot: ValueError: unknown command 'reboot'"):
+            owner.call("reboot")
+        assert owner.call("marks") == {"marks": {}}  # it answers on after a refusal
