@@ -7,8 +7,9 @@ request leaves:
   takes microseconds. :func:`event_loop` is a loop that waits in ``select`` (a worker watches
   a handful of descriptors, far below ``select``'s limit, FD_SETSIZE = 1024).
 * The kernel lets a wait of ``d`` end up to ``d / 1000`` late (its timer slack for ``select``
-  and ``epoll``: 200 µs for a 200 ms debounce). :func:`call_later` first wakes
-  :data:`FINAL_APPROACH_S` early and then waits the short rest, whose slack is a few µs.
+  and ``epoll``: 200 µs for a 200 ms debounce). A :class:`Timer` first wakes
+  :data:`FINAL_APPROACH_S` early and then waits the short rest, whose slack is the kernel's
+  floor (``timer_slack_ns``, 50 µs by default).
 
 Neither ever runs a callback before its time: the loop runs a handle only once its time has
 come.
@@ -53,6 +54,11 @@ class Timer:
 
     def cancelled(self) -> bool:
         return self._handle.cancelled()
+
+
+def call_at(when: float, callback: Callable[..., Any], *args: Any) -> Timer:
+    """``callback(*args)`` on the running loop at ``when`` (its clock: ``time.monotonic()``), on time."""
+    return Timer(asyncio.get_running_loop(), when, callback, *args)
 
 
 def call_later(delay: float, callback: Callable[..., Any], *args: Any) -> Timer:

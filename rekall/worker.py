@@ -113,7 +113,7 @@ class Worker:
         self.thread: FollowedThread | None = None  # followed once connected
         self.queue: asyncio.Queue[Any] = asyncio.Queue()
         self.memo: policy.Memo | None = None  # set from the first snapshot
-        self._item_at = time.monotonic()
+        self._item_at = self._decided_at = time.monotonic()
         self._timers: dict[str, punctual.Timer] = {}
         self._handoff: Mapping[str, Any] | None = None  # verified just before the resume is sent
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -162,7 +162,10 @@ class Worker:
         task.add_done_callback(self._tasks.discard)
 
     def _later(self, delay: float, item: Any) -> punctual.Timer:
-        handle = punctual.call_later(delay, self.queue.put_nowait, item)  # a debounce ends when due
+        return self._at(time.monotonic() + delay, item)
+
+    def _at(self, when: float, item: Any) -> punctual.Timer:
+        handle = punctual.call_at(when, self.queue.put_nowait, item)  # a debounce ends when due
         self._handles.append(handle)
         return handle
 
@@ -366,8 +369,9 @@ class Worker:
             if not pending:
                 return
             assert self.thread is not None and self.memo is not None
+            self._decided_at = time.monotonic()  # a timer's delay counts from here, not from when it is armed
             decision = policy.decide(self._job_now(), self.thread.snapshot(), pending.pop(0), self.memo,
-                                     at=self._item_at, now=time.monotonic())
+                                     at=self._item_at, now=self._decided_at)
             self.memo = decision.memo
             for step in decision.steps:
                 if (outcome := self._execute(step)) is not None:
@@ -397,7 +401,7 @@ class Worker:
                 self._send(lambda: thread.start_turn(text, self.job_id), "start_turn")
             case policy.Arm(timer=timer, delay=delay, generation=generation):
                 self._disarm(timer)
-                self._timers[timer] = self._later(delay, policy.TimerFired(timer, generation))
+                self._timers[timer] = self._at(self._decided_at + delay, policy.TimerFired(timer, generation))
             case policy.Disarm(timer=timer):
                 self._disarm(timer)
             case policy.Note(kind=kind, detail=detail):

@@ -14,7 +14,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from rekall import service
+from rekall import policy, punctual, service
 from rekall.config import WorkerSettings
 from rekall.adapters.extension import ExtensionIpc
 from rekall.errors import RekallError
@@ -473,3 +473,23 @@ async def test_the_resume_debounce_counts_from_when_the_platform_saw_the_thread_
     resume_idle = [row for row in build_explanation(store, job)["timeline"]
                    if row["trigger"] == "idle_stable" and row["to"] == JobState.RESUMING.value]
     assert len(resume_idle) == 1 and resume_idle[0]["evidence"]["idleMs"] >= late_s * 1000
+
+
+async def test_the_idle_debounce_is_due_its_interval_after_the_fact_however_long_the_steps_took(tmp_path, monkeypatch):
+    armed = []
+    call_at = punctual.call_at
+
+    def recording_call_at(when, callback, *args):
+        if args and isinstance(args[0], policy.TimerFired) and args[0].timer == "idle":
+            armed.append((when, worker._item_at))
+        return call_at(when, callback, *args)
+
+    monkeypatch.setattr(punctual, "call_at", recording_call_at)
+    async with SimulatedOwner() as sim:
+        store, job = await schedule(sim, tmp_path / "jobs")
+        worker = Worker(store, sim.thread_id, job, settings=FAST, env=sim.env)
+        with anyio.fail_after(30):
+            assert await worker.run() is JobState.RESUMED
+    assert len(armed) == 2  # before the compaction and before the resume
+    for when, fact_at in armed:
+        assert when == pytest.approx(fact_at + FAST.idle_stable_s, abs=1e-6)
