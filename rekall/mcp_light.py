@@ -11,7 +11,7 @@ the SDK certainly accepts (Codex's own: ``experimental`` and ``elicitation`` ``{
 ``notifications/initialized``, the lists Codex asks for when it opens a session (``tools/list``,
 ``resources/list``, ``resources/templates/list``; and ``prompts/list``) and ``compaction_status``
 with a well-formed ``threadId`` whose status certainly fits the output schema; requests may carry
-Codex's ``_meta`` with a ``progressToken``.
+Codex's ``_meta`` (a ``progressToken``, and on a tool call its call and turn metadata).
 
 Anything else (another tool, an unknown method, a malformed line, arguments the SDK would
 refuse, a status that raises or might not fit) hands the session to the SDK server: the lines
@@ -148,15 +148,21 @@ def _plain_initialize(params: Any) -> bool:
 
 
 def _plain_params(params: Any, names: set[str]) -> bool:
-    """Request params of only ``names`` plus an optional ``_meta`` holding at most a progress token (Codex's style).
+    """Request params of only ``names`` plus an optional ``_meta`` as Codex sends it: a progress
+    token and, on a tool call, its call and turn metadata (``callId``, ``x-codex-turn-metadata``, ...).
 
-    The SDK sends no progress for the requests served here, so the token changes no reply.
+    The SDK sends no progress for the requests served here and reads no other ``_meta`` key, so
+    none changes a reply; the protocol's reserved keys (``io.modelcontextprotocol/...``) might, so
+    a request carrying one is handed over.
     """
     if not isinstance(params, dict) or set(params) - names - {"_meta"}:
         return False
     meta = params.get("_meta", {})
-    return isinstance(meta, dict) and set(meta) <= {"progressToken"} \
-        and all(isinstance(v, str) or _is_id(v) for v in meta.values())
+    return isinstance(meta, dict) and not any(key.startswith(_RESERVED_META) for key in meta) \
+        and ("progressToken" not in meta or isinstance(meta["progressToken"], str) or _is_id(meta["progressToken"]))
+
+
+_RESERVED_META = "io.modelcontextprotocol/"
 
 
 class LightSession:

@@ -123,6 +123,16 @@ def test_the_opening_real_codex_sends_is_served_without_the_sdk_and_equals_its_r
     assert "compaction_status" in [tool["name"] for tool in by_id[1]["tools"]]
 
 
+def test_the_tool_call_real_codex_sends_with_its_turn_metadata_is_served_without_the_sdk(env, finished_thread):
+    # Codex 0.171.0's tools/call verbatim (only the thread is this test's, and the id one past the opening's).
+    call = codex_opening.TOOL_CALL.replace("01a22ed6-f968-76a0-85e5-6eeac45fb37e", finished_thread) \
+        .replace('"id":2,', f'"id":{codex_opening.LAST_ID + 1},', 1)
+    assert json.loads(call)["params"]["_meta"]["x-codex-turn-metadata"]["thread_id"] == finished_thread
+    replies, modules = both([*codex_opening.OPENING, call], env)
+    assert not sdk_loaded(modules), "the light path handed Codex's tool call over to the SDK"
+    assert json.loads(replies[-1])["result"]["structuredContent"]["state"] == "resumed"
+
+
 @pytest.mark.parametrize("bad", [
     "not json", '{"jsonrpc":"2.0","id":7}', '{"jsonrpc":"1.0","id":7,"method":"tools/list"}',
     '{"jsonrpc":"2.0","id":true,"method":"tools/list"}', '{"jsonrpc":"2.0","id":7,"method":"tools/list","params":[]}',
@@ -137,13 +147,16 @@ def test_the_opening_real_codex_sends_is_served_without_the_sdk_and_equals_its_r
     request(7, "initialize", {"protocolVersion": "2025-06-18"}),
     request(7, "tools/list", {"cursor": "x"}), request(7, "tools/list", {"_meta": {"progressToken": True}}),
     request(7, "tools/list", {"_meta": {"progressToken": 1.5}}), request(7, "resources/list", {"_meta": []}),
-    request(7, "resources/list", {"_meta": {"progressToken": 1, "other": 1}}),
+    request(7, "resources/list", {"_meta": {"progressToken": 1, "io.modelcontextprotocol/logLevel": "debug"}}),
+    request(7, "tools/call", {"name": "compaction_status", "arguments": {"threadId": new_thread()},
+                              "_meta": {"io.modelcontextprotocol/clientCapabilities": {}}}),
     request(7, "resources/read", {"uri": "file:///x"}),
     request(7, "tools/call", {"name": "compaction_status", "arguments": {"threadId": new_thread()},
                               "_meta": {"progressToken": None}}),
 ], ids=["not-json", "no-method", "jsonrpc-1", "bool-id", "list-params", "unknown-method", "ping", "empty-thread",
         "no-thread", "int-thread", "bad-thread", "long-thread", "extra-argument", "unknown-tool", "cancel",
-        "second-initialize", "cursor", "bool-token", "float-token", "list-meta", "other-meta", "resources-read",
+        "second-initialize", "cursor", "bool-token", "float-token", "list-meta", "reserved-meta", "reserved-meta-call",
+        "resources-read",
         "null-token-call"])
 def test_every_other_request_hands_the_session_to_the_sdk_which_answers_as_if_it_had_served_it_all(bad, env):
     # The SDK must hold the light path's handshake: the tools/list after the hand-over is answered, not refused.

@@ -18,10 +18,25 @@ OPENING = [
 LAST_ID = 3
 
 
+#: A ``tools/call`` of ``compaction_status`` as Codex 0.171.0 sent it in a turn (captured with the
+#: same tee): its ``_meta`` carries the progress token and the call's and turn's metadata.
+TOOL_CALL = (
+    '{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"_meta":{"callId":"call_1","x-codex-turn-metadata":'
+    '{"session_id":"01a22ed6-f968-76a0-85e5-6eeac45fb37e","thread_id":"01a22ed6-f968-76a0-85e5-6eeac45fb37e",'
+    '"model":"mock-model","turn_id":"01a22ed6-f9cd-7151-8104-6065291b4c94","turn_started_at_unix_ms":1796082170319,'
+    '"sandbox":"seccomp","sandbox_mode":"read-only","auto_review_enabled":false,"node_repl_auto_review_required":false,'
+    '"node_repl_disabled":false,"codex_version":"0.171.0"},"threadId":"01a22ed6-f968-76a0-85e5-6eeac45fb37e",'
+    '"sessionId":"01a22ed6-f968-76a0-85e5-6eeac45fb37e","windowId":"01a22ed6-f968-76a0-85e5-6eeac45fb37e:0",'
+    '"itemId":"fc_1","progressToken":1},"name":"compaction_status",'
+    '"arguments":{"threadId":"01a22ed6-f968-76a0-85e5-6eeac45fb37e"}}}'
+)
+
+
 def tool_call(request_id: int, name: str, arguments: dict, progress_token: int) -> str:
-    """A ``tools/call`` line in Codex's style: ``{name, arguments, _meta: {progressToken}}``."""
+    """A ``tools/call`` line shaped as Codex sends it (:data:`TOOL_CALL`), with these id, tool, arguments and token."""
     import json
 
-    return json.dumps({"jsonrpc": "2.0", "id": request_id, "method": "tools/call",
-                       "params": {"name": name, "arguments": arguments, "_meta": {"progressToken": progress_token}}},
-                      separators=(",", ":"))
+    captured = json.loads(TOOL_CALL)
+    params = {**captured["params"], "name": name, "arguments": arguments,
+              "_meta": {**captured["params"]["_meta"], "progressToken": progress_token}}
+    return json.dumps({**captured, "id": request_id, "params": params}, separators=(",", ":"))
