@@ -39,6 +39,7 @@ from rekall.platform import Acted, Failure, FollowedThread, Platform
 from rekall.states import REQUEST_SENT_UNOBSERVED, SUCCESSFUL_END_STATES, TERMINAL_STATES, JobState
 from rekall.states.status import known, read
 from rekall.store import JobStore, process_start_time
+from rekall.store.handoff import Verified
 
 log = logging.getLogger("rekall.worker")
 
@@ -82,13 +83,6 @@ class _Seen:
         self.event, self.at = event, at
 
 
-def _load_handoff_check() -> None:
-    """The handoff check just before the resume needs the secret detector, whose import compiles
-    a few dozen patterns: it is loaded once the compact request has left, while the compaction
-    runs, not between the resume debounce and the start-turn request."""
-    import rekall.secrets  # noqa: F401
-
-
 class Worker:
     """One job's reactor. ``run()`` returns the terminal state it reached."""
 
@@ -115,7 +109,10 @@ class Worker:
         self.memo: policy.Memo | None = None  # set from the first snapshot
         self._item_at = self._decided_at = time.monotonic()
         self._timers: dict[str, punctual.Timer] = {}
-        self._handoff: Mapping[str, Any] | None = None  # verified just before the resume is sent
+        self._handoff: Verified | None = None  # verified just before the resume is sent
+        #: The handoff validated while the compaction ran, and the continuation text made of it.
+        self._validated: tuple[Verified, str] | None = None
+        self._validated_tried = False
         self._tasks: set[asyncio.Task[Any]] = set()
         self._handles: list[punctual.Timer] = []
         self._requested = False  # a request was sent by the steps being executed (see ``_apply``)
@@ -352,7 +349,7 @@ class Worker:
             if self._requested:
                 loop = asyncio.get_running_loop()
                 loop.call_soon(self._catch_up, self._held_log)
-                loop.call_soon(_load_handoff_check)
+                loop.call_soon(self._validate_handoff_ahead)
             else:
                 self._catch_up(self._held_log)
             self._held_log = None
@@ -362,6 +359,27 @@ class Worker:
         self.lifecycle.save_status()
         for trigger, before, after in held_log:
             log.info("%s: %s -> %s", trigger, before.value, after.value)
+
+    def _validate_handoff_ahead(self) -> None:
+        """Validate the saved handoff once, after the compact request has left, while the
+        compaction runs (the check loads the secret detector, whose import compiles a few dozen
+        patterns). The check at the resume then reads the file again and only compares its
+        SHA-256 with the validated bytes' and the one journaled at schedule; other bytes get the
+        full check there, so a handoff that changed or failed here fails as it always did."""
+        if self._validated_tried:
+            return
+        self._validated_tried = True
+        expected = known(read(self.lifecycle.fields).handoffSha256)
+        if not expected:
+            return  # no handoff: the resume, if it comes to one, fails without reading anything
+        try:
+            verified = self.store.verify_sealed_handoff(self.thread_id, self.job_id, expected)
+        except RekallError:
+            return  # said at the resume, by the same check, with the same error
+        self._validated = (verified, self._continuation(verified))
+
+    def _continuation(self, verified: Verified) -> str:
+        return continuation_text(verified.record, str(self.store.handoff_path(self.thread_id, self.job_id)))
 
     def _decide_and_execute(self, event: policy.Event) -> None:
         pending = [event]
@@ -396,8 +414,10 @@ class Worker:
             case policy.Send(kind="compact"):
                 self._send(thread.compact, "compact")
             case policy.Send(kind="start_turn"):
-                assert self._handoff is not None
-                text = continuation_text(self._handoff, str(self.store.handoff_path(self.thread_id, self.job_id)))
+                handoff = self._handoff
+                assert handoff is not None
+                ahead = self._validated
+                text = ahead[1] if ahead is not None and ahead[0] is handoff else self._continuation(handoff)
                 self._send(lambda: thread.start_turn(text, self.job_id), "start_turn")
             case policy.Arm(timer=timer, delay=delay, generation=generation):
                 self._disarm(timer)
@@ -410,8 +430,9 @@ class Worker:
                 self._spawn(self._reconnect())
             case policy.VerifyHandoff(evidence=evidence):
                 try:
-                    self._handoff = self.store.verify_handoff(self.thread_id, self.job_id,
-                                                              known(read(self.lifecycle.fields).handoffSha256))
+                    self._handoff = self.store.verify_sealed_handoff(
+                        self.thread_id, self.job_id, known(read(self.lifecycle.fields).handoffSha256),
+                        None if self._validated is None else self._validated[0])
                 except RekallError as exc:
                     return policy.HandoffChecked(evidence, problem=exc.message)
                 return policy.HandoffChecked(evidence)

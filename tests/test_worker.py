@@ -493,3 +493,75 @@ async def test_the_idle_debounce_is_due_its_interval_after_the_fact_however_long
     assert len(armed) == 2  # before the compaction and before the resume
     for when, fact_at in armed:
         assert when == pytest.approx(fact_at + FAST.idle_stable_s, abs=1e-6)
+
+
+# --- the handoff: validated while the compaction runs, its identity checked at the resume ------------
+
+
+def _validations(monkeypatch) -> list[object]:
+    """The handoffs given to each full validation of a handoff's content from now on."""
+    from rekall.store import handoff as handoff_module
+
+    seen: list[object] = []
+    real = handoff_module.validate_handoff
+
+    def counted(value):
+        seen.append(value)
+        return real(value)
+
+    monkeypatch.setattr(handoff_module, "validate_handoff", counted)
+    return seen
+
+
+async def test_the_handoff_is_validated_once_while_the_compaction_runs_not_at_the_resume(tmp_path, monkeypatch):
+    async with SimulatedOwner() as sim:
+        store, job = await schedule(sim, tmp_path / "jobs")
+        validations = _validations(monkeypatch)
+        worker = Worker(store, sim.thread_id, job, settings=FAST, env=sim.env)
+        states_at_verify: list[JobState] = []
+        real = store.verify_sealed_handoff
+
+        def noted(*args):
+            states_at_verify.append((worker.state, len(validations)))
+            return real(*args)
+
+        monkeypatch.setattr(store, "verify_sealed_handoff", noted)
+        with anyio.fail_after(30):
+            assert await worker.run() is JobState.RESUMED
+        assert len(validations) == 1
+        # First right after the compact request left (nothing validated yet), then at the resume,
+        # where only the bytes' identity is checked: nothing is validated again.
+        assert states_at_verify == [(JobState.REQUESTING, 0), (JobState.WAITING_FOR_RESUME_IDLE, 1)]
+
+
+async def test_the_start_turn_text_is_the_continuation_of_the_saved_handoff(tmp_path):
+    from rekall.continuation import continuation_text
+
+    async with SimulatedOwner() as sim:
+        store, job = await schedule(sim, tmp_path / "jobs")
+        assert await run(store, sim, job) is JobState.RESUMED
+        record = store.verify_handoff(sim.thread_id, job, store.read_status(sim.thread_id)["handoffSha256"])
+        expected = continuation_text(record, str(store.handoff_path(sim.thread_id, job)))
+        sent = sim.start_turn_requests[0].params["turnStart"]["request"]["input"][0]["text"]
+        assert sent == expected
+
+
+async def test_a_handoff_changed_after_it_was_validated_fails_the_job_before_the_continuation(tmp_path, monkeypatch):
+    async with SimulatedOwner() as sim:
+        store, job = await schedule(sim, tmp_path / "jobs")
+        path = store.handoff_path(sim.thread_id, job)
+        real = store.verify_sealed_handoff
+
+        def then_changed(thread_id, job_id, expected, validated=None):
+            verified = real(thread_id, job_id, expected, validated)
+            if validated is None:  # the validation while the compaction runs: the file changes after it
+                with open(path, "ab") as handle:
+                    handle.write(b" ")
+            return verified
+
+        monkeypatch.setattr(store, "verify_sealed_handoff", then_changed)
+        assert await run(store, sim, job) is JobState.FAILED
+        status = store.read_status(sim.thread_id)
+        assert status["errorCode"] == "handoff_changed" and status["outcomeMayBeUnknown"] is False
+        assert "changed after it was saved (SHA-256 differs)" in status["error"]
+        assert len(sim.compact_requests) == 1 and sim.start_turn_requests == []

@@ -8,7 +8,8 @@ echoing it.
 
 The saved record ``{version: 1, threadId, jobId, handoff}`` is pretty JSON (2-space indent,
 no trailing newline, as the Node version writes, and readable by the agent that is pointed
-at it). Its SHA-256 is kept in the status; verification re-reads the exact bytes.
+at it). Its SHA-256 is kept in the status; verification re-reads the exact bytes, and validates
+them unless they are the very bytes an earlier verification validated (:func:`verify_sealed`).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import hmac
 import json
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from rekall import safejson
 from rekall.errors import InvalidInput
@@ -109,8 +110,26 @@ def sha256_hex(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+class Verified(NamedTuple):
+    """A saved handoff record that passed verification, and the SHA-256 of the exact bytes it
+    was read and validated from."""
+
+    record: dict[str, Any]
+    sha256: str
+
+
 def verify_record(path: Path, thread_id: str, job_id: str, expected_sha256: str | None) -> dict[str, Any]:
     """The record at ``path`` if its bytes still hash to ``expected_sha256`` and it binds this job."""
+    return verify_sealed(path, thread_id, job_id, expected_sha256).record
+
+
+def verify_sealed(path: Path, thread_id: str, job_id: str, expected_sha256: str | None,
+                  validated: Verified | None = None) -> Verified:
+    """:func:`verify_record`, keeping the hash of the bytes it checked.
+
+    The file is read every time (it may have changed). When its bytes hash to ``validated``'s
+    as well as to ``expected_sha256``, they are the bytes ``validated`` was checked from, and
+    its record is returned without validating them again; any other bytes get the full check."""
     if not expected_sha256:
         raise HandoffChanged(f"job {job_id} has no saved handoff to verify",
                              hint="a continuation needs a handoff; schedule again with one")
@@ -119,9 +138,12 @@ def verify_record(path: Path, thread_id: str, job_id: str, expected_sha256: str 
     except OSError as exc:
         raise HandoffChanged(f"the saved handoff {path} cannot be read: {exc.strerror or exc}",
                              hint="the continuation is cancelled; schedule again") from exc
-    if not hmac.compare_digest(sha256_hex(data), expected_sha256.lower()):
+    digest = sha256_hex(data)
+    if not hmac.compare_digest(digest, expected_sha256.lower()):
         raise HandoffChanged(f"the saved handoff {path} changed after it was saved (SHA-256 differs)",
                              hint="the continuation is cancelled; schedule again with a fresh handoff")
+    if validated is not None and hmac.compare_digest(digest, validated.sha256):
+        return validated
     try:
         record = json.loads(data.decode("utf-8"))
         ok = (isinstance(record, dict) and record.get("version") == RECORD_VERSION
@@ -133,7 +155,7 @@ def verify_record(path: Path, thread_id: str, job_id: str, expected_sha256: str 
     if not ok:
         raise HandoffChanged(f"the saved handoff {path} does not authorise this job (version, thread or job "
                              "differs, or its content is invalid)", hint="the continuation is cancelled")
-    return record
+    return Verified(record, digest)
 
 
 def read_handoff_file(path: str | Path) -> dict[str, Any]:

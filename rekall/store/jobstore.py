@@ -32,7 +32,7 @@ from rekall.store.catalog import Catalog
 from rekall.store.clock import Clock, SystemClock
 from rekall.store.errors import LockBusy, UnknownJob
 from rekall.store.fsio import FileOps
-from rekall.store.handoff import verify_record
+from rekall.store.handoff import Verified, verify_record, verify_sealed
 from rekall.store.journal import JournalWriter, scan_journal
 from rekall.store.lifecycle import Lifecycle
 from rekall.store.locks import Locks, job_liveness
@@ -219,3 +219,9 @@ class JobStore:
         """The saved handoff record, if unchanged and bound to this thread and job."""
         thread, job = valid_thread(thread_id), valid_job(job_id)
         return verify_record(self.layout.handoff(thread, job), thread, job, expected_sha256)
+
+    def verify_sealed_handoff(self, thread_id: str, job_id: str, expected_sha256: str | None,
+                              validated: Verified | None = None) -> Verified:
+        """:meth:`verify_handoff`, trusting ``validated`` only for the very bytes it was validated from."""
+        thread, job = valid_thread(thread_id), valid_job(job_id)
+        return verify_sealed(self.layout.handoff(thread, job), thread, job, expected_sha256, validated)

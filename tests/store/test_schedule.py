@@ -65,6 +65,50 @@ def test_a_handoff_record_naming_another_job_is_refused_even_with_a_matching_has
         store.verify_handoff(thread, created.job_id, hashlib.sha256(forged).hexdigest())
 
 
+def _count_validations(monkeypatch) -> list[object]:
+    from rekall.store import handoff as handoff_module
+
+    seen: list[object] = []
+    real = handoff_module.validate_handoff
+    monkeypatch.setattr(handoff_module, "validate_handoff", lambda value: (seen.append(value), real(value))[1])
+    return seen
+
+
+def test_bytes_already_validated_are_read_and_hashed_again_but_not_validated_again(store: JobStore, thread: str,
+                                                                                    monkeypatch):
+    created = schedule(store, thread)
+    expected = created.status["handoffSha256"]
+    validations = _count_validations(monkeypatch)
+    verified = store.verify_sealed_handoff(thread, created.job_id, expected)
+    assert verified.sha256 == expected and verified.record == store.verify_handoff(thread, created.job_id, expected)
+    validations.clear()
+    assert store.verify_sealed_handoff(thread, created.job_id, expected, verified) is verified
+    assert validations == []
+
+
+def test_a_validated_handoff_does_not_vouch_for_bytes_written_after_it(store: JobStore, thread: str):
+    created = schedule(store, thread)
+    expected = created.status["handoffSha256"]
+    verified = store.verify_sealed_handoff(thread, created.job_id, expected)
+    path = store.handoff_path(thread, created.job_id)
+    path.write_bytes(path.read_bytes() + b" ")
+    with pytest.raises(HandoffChanged, match="changed after it was saved"):
+        store.verify_sealed_handoff(thread, created.job_id, expected, verified)
+
+
+def test_a_validated_handoff_from_other_bytes_is_ignored_and_the_file_is_validated_in_full(
+        store: JobStore, thread: str, monkeypatch):
+    from rekall.store.handoff import Verified
+
+    created = schedule(store, thread)
+    expected = created.status["handoffSha256"]
+    other = Verified({"version": 1, "threadId": thread, "jobId": created.job_id,
+                      "handoff": {**handoff(), "nextStep": "something never validated"}}, "0" * 64)
+    validations = _count_validations(monkeypatch)
+    verified = store.verify_sealed_handoff(thread, created.job_id, expected, other)
+    assert verified is not other and verified.record["handoff"] == handoff() and len(validations) == 1
+
+
 def test_a_job_without_a_handoff_has_nothing_to_verify(store: JobStore, thread: str):
     created = schedule(store, thread, with_handoff=False)
     assert created.status["resume"] is False and "handoffSha256" not in created.status
