@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from datetime import datetime, timezone
 from enum import Enum
+from functools import cached_property
 from types import MappingProxyType
 from typing import Any
 
@@ -61,7 +62,7 @@ class Instant:
     wall: datetime
     mono_ms: int
 
-    @property
+    @cached_property  # a transition writes it more than once (the record's ``at``, its fields)
     def iso(self) -> str:
         return iso_time(self.wall)
 
@@ -89,7 +90,7 @@ class JobView:
     #: Monotonic ms at which each state was entered (for durations such as compactionDurationMs).
     entered_ms: Mapping[JobState, int] = attrs.field(converter=_frozen)
 
-    @property
+    @cached_property  # read by the guards and the effect of one transition; the record is frozen
     def status(self) -> JobStatus:
         """The fields as the status record (a field the record does not know is left out)."""
         return read(self.fields)

@@ -200,6 +200,8 @@ class JobStatus(_Record):
 
 STATUS_FIELDS: tuple[attrs.Attribute[Any], ...] = attrs.fields(JobStatus)
 NAMES: frozenset[str] = frozenset(a.name for a in STATUS_FIELDS)
+#: Each record's field names, in its order (the order of the JSON).
+_ORDER: dict[type, tuple[str, ...]] = {cls: tuple(a.name for a in attrs.fields(cls)) for cls in (JobStatus, HistoryEntry)}
 
 
 def known(value: Maybe[T]) -> T | None:
@@ -220,7 +222,8 @@ def unknown(fields: Mapping[str, Any]) -> list[str]:
 
 def wire(record: JobStatus | HistoryEntry) -> dict[str, Any]:
     """The JSON fields of a record, in the record's order, without those not set."""
-    return {k: v for k, v in attrs.asdict(record, recurse=False).items() if v is not ABSENT}
+    # A comprehension over the names, not ``attrs.asdict``: a third of the time, on every transition.
+    return {name: value for name in _ORDER[type(record)] if (value := getattr(record, name)) is not ABSENT}
 
 
 def ended_at(fields: Mapping[str, Any]) -> str | None:

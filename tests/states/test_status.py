@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import attrs
 import pytest
+from hypothesis import given, strategies as st
 from rich.console import Console
 
 from rekall.errors import InvalidInput
@@ -61,6 +62,19 @@ def test_a_field_left_out_is_absent_from_the_json_while_a_null_is_kept():
     fields = wire(JobStatus(requestedAt="2026-11-30T12:00:00.000Z", contextTokensBefore=None))
     assert fields == {"requestedAt": "2026-11-30T12:00:00.000Z", "contextTokensBefore": None}
     assert read(fields).acceptedAt is ABSENT and read(fields).contextTokensBefore is None
+
+
+@given(st.data())
+def test_the_json_fields_of_a_record_are_its_set_attributes_in_the_records_order(data):
+    cls = data.draw(st.sampled_from([JobStatus, HistoryEntry]))
+    names = [a.name for a in attrs.fields(cls)]
+    chosen = data.draw(st.lists(st.sampled_from(names), unique=True))
+    values = {name: data.draw(st.none() | st.integers() | st.text(max_size=5)) for name in chosen}
+    record = cls(**values)
+    fields = wire(record)
+    as_attrs_says = {k: v for k, v in attrs.asdict(record, recurse=False).items() if v is not ABSENT}
+    assert list(fields.items()) == list(as_attrs_says.items())
+    assert list(fields) == [name for name in names if name in values]
 
 
 def test_a_misspelt_status_field_fails_where_it_is_written():

@@ -56,3 +56,72 @@ def test_a_record_that_is_not_exactly_as_written_is_left_to_cattrs_which_convert
         decode_line(_line({**TRANSITION, "surprise": 1}))
     with pytest.raises(BadRecord, match="scheduledd|JobState|not a valid"):
         decode_line(_line({**TRANSITION, "to": "scheduledd"}))
+
+
+# --- writing: the hand-built record is byte-equal to the converter's ----------------------------
+
+from hypothesis import given, strategies as st  # noqa: E402
+
+from rekall.states import GuardVerdict, JobState  # noqa: E402
+from rekall.store import wire as wire_module  # noqa: E402
+
+
+def _encoded_by_cattrs(record: TransitionRecord | NoteRecord) -> bytes:
+    """``encode_record`` as it was before the hand-built path: everything through the converter."""
+    import zlib
+
+    kind = "transition" if type(record) is TransitionRecord else "note"
+    raw = wire_module.dumps({"v": wire_module.RECORD_VERSION, "type": kind,
+                             **converter().unstructure(record)}).encode("utf-8")
+    return b'{"crc32":"%08x","record":%s}\n' % (zlib.crc32(raw), raw)
+
+
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=12)
+#: Values cattrs converts (an enum to its value, a tuple, an attrs record to a dict): the hand path
+#: must leave these to it.
+_converted = (st.sampled_from(list(JobState)) | st.tuples(st.integers(), st.text())
+              | st.builds(GuardVerdict, st.sampled_from(list(JobState)), st.text(), st.booleans()))
+_values = st.recursive(_json | _converted,
+                       lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner,
+                                                                                   max_size=3),
+                       max_leaves=8)
+_free_form = st.dictionaries(st.text(max_size=12), _values, max_size=6)
+_verdicts = st.lists(st.builds(GuardVerdict, st.sampled_from(list(JobState)), st.text(max_size=20), st.booleans()),
+                     max_size=3).map(tuple)
+_transitions = st.builds(
+    TransitionRecord, seq=st.integers(min_value=0), at=st.text(max_size=30), mono_ms=st.integers(),
+    trigger=st.text(max_size=20), source=st.none() | st.sampled_from(list(JobState)),
+    dest=st.sampled_from(list(JobState)), evidence=_free_form, guards=_verdicts, fields=_free_form)
+_notes = st.builds(NoteRecord, seq=st.integers(min_value=0), at=st.text(max_size=30), mono_ms=st.integers(),
+                   kind=st.text(max_size=20), detail=_free_form)
+
+
+@given(_transitions | _notes)
+def test_a_record_written_by_hand_is_byte_equal_to_the_converters(record):
+    assert encode_record(record) == _encoded_by_cattrs(record)
+
+
+@given(_transitions)
+def test_a_transition_whose_dicts_hold_only_json_values_is_written_without_the_converter(record):
+    plain = all(wire_module._native(d) for d in (record.evidence, record.fields))
+    assert (wire_module._written_plainly(record) is not None) is plain
+
+
+def test_every_record_a_real_job_writes_is_built_by_hand(store: JobStore, clock: FakeClock):
+    thread = new_thread()
+    for outcome in ("resumed", "failed", "cancelled", "skipped_at_resume", "timed_out"):
+        scheduled_run(store, clock, thread, outcome)
+    for line in _bodies(store):
+        record = decode_line(line)
+        assert wire_module._written_plainly(record) is not None
+        assert encode_record(record) == _encoded_by_cattrs(record) == line
+
+
+def test_a_record_field_of_another_type_than_declared_is_left_to_the_converter():
+    record = TransitionRecord(seq=True, at="x", mono_ms=1, trigger="schedule", source=None, dest=JobState.SCHEDULED,
+                              evidence={}, fields={})
+    assert wire_module._written_plainly(record) is None
+    assert encode_record(record) == _encoded_by_cattrs(record)
