@@ -46,10 +46,24 @@ def read_limited(path: Path | str, *, limit: int, follow: bool = True) -> bytes:
         size = os.fstat(fd).st_size
         if size > limit:
             raise TooLarge(path, size, limit)
-        with os.fdopen(fd, "rb", closefd=False) as handle:
-            data = handle.read(limit + 1)
+        data = _read_at_most(fd, limit + 1, size)
         if len(data) > limit:
             raise TooLarge(path, len(data), limit)
         return data
     finally:
         os.close(fd)
+
+
+def _read_at_most(fd: int, cap: int, size: int) -> bytes:
+    """Up to ``cap`` bytes, to the end of the file. Sized by what ``fstat`` said (plus one byte,
+    to see the end) rather than by ``cap``: a buffered ``read(cap)`` allocates the whole cap,
+    a megabyte for a handoff of a few hundred bytes, just before the continuation is sent."""
+    chunks: list[bytes] = []
+    total = 0
+    while total < cap:
+        chunk = os.read(fd, min(max(size - total + 1, 65536), cap - total))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        total += len(chunk)
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
