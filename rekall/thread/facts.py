@@ -37,7 +37,8 @@ User boundary
     The latest user-bearing turn (non-empty ``params.input`` or a ``userMessage`` item) in
     order: history turns, then live turns. Compaction turns (empty input, no user message)
     are not user-bearing. The fingerprint is SHA-256 over canonical JSON of the turn's id
-    (``turnId``, else ``params.clientUserMessageId``, else ``turnStartedAtMs``), its input
+    (``turnId``, else ``params.clientUserMessageId``, else ``turnStartedAtMs``; the first that is a
+    string or a number), its input
     and the digests of its user messages (each SHA-256 of ``{id, content}``), with cosmetic
     fields (``text_elements``, ``detail``) dropped. ``interrupted`` is true when that turn's status is ``interrupted``
     or ``failed``; ``user_turn_running`` when it is ``inProgress``.
@@ -314,12 +315,19 @@ def has_user_input(turn: Any, lay: Layout = V11) -> bool:
 
 
 def turn_identity(turn: dict[str, Any], lay: Layout = V11) -> Any:
-    if turn.get(lay.turn_id) is not None:
+    if _is_identity(turn.get(lay.turn_id)):
         return turn[lay.turn_id]
     params = turn.get(lay.turn_params)
-    if isinstance(params, dict) and params.get(lay.client_message_id) is not None:
+    if isinstance(params, dict) and _is_identity(params.get(lay.client_message_id)):
         return params[lay.client_message_id]
-    return turn.get(lay.turn_started_at)
+    started = turn.get(lay.turn_started_at)
+    return started if _is_identity(started) else None
+
+
+def _is_identity(value: Any) -> bool:
+    """An id is a string or a number; an object or a list in its place is not one (and a generation
+    that renames fields would rename inside it, so facts would depend on the layout)."""
+    return isinstance(value, (str, int, float)) and not isinstance(value, bool)
 
 
 def normalise_input(value: Any) -> Any:

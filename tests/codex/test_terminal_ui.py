@@ -52,6 +52,13 @@ async def wait_rekall_connected(observer: PeerClient, thread_id: str) -> None:
             await anyio.sleep(0.1)
 
 
+async def wait_idle(observer: Any, thread_id: str) -> None:
+    """Until the daemon lists the thread idle (its turn is over), bounded."""
+    with anyio.fail_after(JOB_S):
+        while (await observer.request("thread/read", {"threadId": thread_id}))["thread"]["status"]["type"] != "idle":
+            await anyio.sleep(0.1)
+
+
 async def test_the_real_terminal_ui_attached_to_the_daemon_compacts_through_rekall_and_shows_the_continuation(
         app_server_daemon: Daemon, daemon_model: MockModel, tmux: Tmux) -> None:
     daemon = app_server_daemon
@@ -76,9 +83,7 @@ async def test_the_real_terminal_ui_attached_to_the_daemon_compacts_through_reka
             lambda r: r.kind == "turn" and thread_of(r) == thread_id and "error paths" in r.text, timeout=JOB_S))
         await wait_rekall_connected(observer, thread_id)
         # The first turn is over once the daemon lists the thread idle again.
-        with anyio.fail_after(JOB_S):
-            while (await observer.request("thread/read", {"threadId": thread_id}))["thread"]["status"]["type"] != "idle":
-                await anyio.sleep(0.1)
+        await wait_idle(observer, thread_id)
 
         # The agent's turn: the tool call, then its reply; then the continuation's answer.
         daemon_model.queue_mcp_call("rekall", "schedule_compaction", {"threadId": thread_id, "handoff": HANDOFF})
@@ -89,6 +94,9 @@ async def test_the_real_terminal_ui_attached_to_the_daemon_compacts_through_reka
         done = await wait_terminal(daemon, thread_id)
         await wait_for_worker_exit(done["pid"])
         pane = await anyio.to_thread.run_sync(lambda: tmux.wait_for_text(answer, timeout=JOB_S))
+        # The answer can be on screen a moment before the daemon ends its turn: read the turns once
+        # the daemon lists the thread idle again.
+        await wait_idle(observer, thread_id)
         turns = (await observer.request("thread/turns/list", {"threadId": thread_id, "sortDirection": "asc",
                                                               "itemsView": "full"}))["data"]
     print("\n--- the terminal UI's pane at the end ---\n" + "\n".join(line.rstrip() for line in pane.splitlines()))
