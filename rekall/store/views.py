@@ -39,7 +39,7 @@ from rekall.store.paths import Layout
 
 #: The key of the status file's seal; never part of a status that is shown.
 SEAL = "derivedFrom"
-#: Rows of this many bytes and more are not kept (the cache is a convenience, never a limit).
+#: The rows file is read up to this size; a larger one is not trusted, so the full path answers.
 ROWS_LIMIT = 256 * 1024 * 1024
 
 
