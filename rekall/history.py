@@ -98,7 +98,7 @@ def collect_history(store: JobStore, thread: str | None = None, since: str | Non
                 kept.rows[key] = saved.rows[key]  # not read here: kept as saved
             continue
         try:
-            fields, scheduled_at, ended = _job_row(store, saved, key)
+            fields, scheduled_at, ended = _job_row(store, saved, thread_id, job_id)
         except StoreError as exc:
             unreadable.append({"threadId": thread_id, "jobId": job_id, "state": "unreadable",
                                "outcome": f"Unreadable journal: {exc.message}", "error": exc.to_dict()})
@@ -116,14 +116,14 @@ def collect_history(store: JobStore, thread: str | None = None, since: str | Non
     return rows + unreadable  # an unreadable job has no date to sort or filter by: listed, never dropped
 
 
-def _job_row(store: JobStore, saved: HistoryRows, key: str) -> tuple[dict[str, Any], str, Row | None]:
+def _job_row(store: JobStore, saved: HistoryRows, thread_id: str,
+             job_id: str) -> tuple[dict[str, Any], str, Row | None]:
     """The job's row, when its journal says it was scheduled, and the row to save if it has ended."""
-    thread_id, _, job_id = key.partition(".")
     try:
         current = stamp(store.layout.journal(thread_id, job_id))  # taken before the journal is read
     except FileNotFoundError:
         current = None  # gone meanwhile: loading it reports that
-    row = saved.get(key, current) if current is not None else None
+    row = saved.get(f"{thread_id}.{job_id}", current) if current is not None else None
     if row is not None:
         return json.loads(row.text), row.scheduled_at, row
     job = store.load(thread_id, job_id)

@@ -201,7 +201,8 @@ class JobStatus(_Record):
 STATUS_FIELDS: tuple[attrs.Attribute[Any], ...] = attrs.fields(JobStatus)
 NAMES: frozenset[str] = frozenset(a.name for a in STATUS_FIELDS)
 #: Each record's field names, in its order (the order of the JSON).
-_ORDER: dict[type, tuple[str, ...]] = {cls: tuple(a.name for a in attrs.fields(cls)) for cls in (JobStatus, HistoryEntry)}
+_ORDER: dict[type, tuple[str, ...]] = {cls: tuple(a.name for a in attrs.fields(cls))
+                                       for cls in (JobStatus, HistoryEntry)}
 
 
 def known(value: Maybe[T]) -> T | None:

@@ -118,14 +118,10 @@ class Verified(NamedTuple):
     sha256: str
 
 
-def verify_record(path: Path, thread_id: str, job_id: str, expected_sha256: str | None) -> dict[str, Any]:
-    """The record at ``path`` if its bytes still hash to ``expected_sha256`` and it binds this job."""
-    return verify_sealed(path, thread_id, job_id, expected_sha256).record
-
-
 def verify_sealed(path: Path, thread_id: str, job_id: str, expected_sha256: str | None,
                   validated: Verified | None = None) -> Verified:
-    """:func:`verify_record`, keeping the hash of the bytes it checked.
+    """The record at ``path`` if its bytes still hash to ``expected_sha256`` and it binds this
+    job, with the hash of the bytes it checked.
 
     The file is read every time (it may have changed). When its bytes hash to ``validated``'s
     as well as to ``expected_sha256``, they are the bytes ``validated`` was checked from, and

@@ -32,7 +32,7 @@ from rekall.store.catalog import Catalog
 from rekall.store.clock import Clock, SystemClock
 from rekall.store.errors import LockBusy, UnknownJob
 from rekall.store.fsio import FileOps
-from rekall.store.handoff import Verified, verify_record, verify_sealed
+from rekall.store.handoff import Verified, verify_sealed
 from rekall.store.journal import JournalWriter, scan_journal
 from rekall.store.lifecycle import Lifecycle
 from rekall.store.locks import Locks, job_liveness
@@ -217,8 +217,7 @@ class JobStore:
 
     def verify_handoff(self, thread_id: str, job_id: str, expected_sha256: str | None) -> dict[str, Any]:
         """The saved handoff record, if unchanged and bound to this thread and job."""
-        thread, job = valid_thread(thread_id), valid_job(job_id)
-        return verify_record(self.layout.handoff(thread, job), thread, job, expected_sha256)
+        return self.verify_sealed_handoff(thread_id, job_id, expected_sha256).record
 
     def verify_sealed_handoff(self, thread_id: str, job_id: str, expected_sha256: str | None,
                               validated: Verified | None = None) -> Verified:
