@@ -271,7 +271,7 @@ class Worker:
     async def _pump(self) -> None:
         """Forward the platform's domain events onto the queue, with when the platform saw them."""
         async for event in self.thread.events():
-            # The extension's IPC says when its mirror showed the fact (``seen_at``); others do not.
+            # The extension's IPC says when the frame that showed the fact arrived (``seen_at``); others do not.
             self.queue.put_nowait(_Seen(event, getattr(self.thread, "seen_at", None)))
 
     async def _shutdown(self) -> None:

@@ -60,7 +60,8 @@ class IpcThread:
 
     @property
     def seen_at(self) -> float | None:
-        """When the event ``events()`` delivered last was seen (``time.monotonic()``)."""
+        """When the fact of the event ``events()`` delivered last was known (``time.monotonic()``):
+        when the frame that showed it arrived."""
         return self.session.last_event_at
 
     def evidence(self) -> dict[str, Any]:

@@ -143,8 +143,9 @@ class ThreadSession:
         self.ignored_messages = 0
 
         self._events: asyncio.Queue[Any] = asyncio.Queue()
-        #: When the event :meth:`next_event` returned last was made (``time.monotonic()``): the
-        #: moment the mirror showed the fact, which the worker's debounces count from.
+        #: When the fact of the event :meth:`next_event` returned last was known
+        #: (``time.monotonic()``): when the frame that showed it arrived, for a fact of the
+        #: thread's state; when it was made, for others. The worker's debounces count from it.
         self.last_event_at: float | None = None
         self._link: _Link | None = None
         self._closed = False
@@ -444,7 +445,7 @@ class ThreadSession:
                     break
                 if self.tap is not None:
                     self.tap("recv", message)
-                await self._handle(link, message)
+                await self._handle(link, message, link.channel.received_at)
                 if self.tap is not None:
                     self.tap("handled", message)
         except IpcError as exc:  # a transport failure or a malformed frame
@@ -495,20 +496,20 @@ class ThreadSession:
         log.warning("closing IPC connection: %s", detail)
         await link.channel.aclose()
 
-    def _emit(self, event: ev.DomainEvent) -> None:
+    def _emit(self, event: ev.DomainEvent, known_at: float | None = None) -> None:
         if not self._closed:
-            self._events.put_nowait((event, time.monotonic()))
+            self._events.put_nowait((event, time.monotonic() if known_at is None else known_at))
 
-    def _emit_all(self, events: list[ev.DomainEvent]) -> None:
+    def _emit_all(self, events: list[ev.DomainEvent], known_at: float | None = None) -> None:
         for event in events:
-            self._emit(event)
+            self._emit(event, known_at)
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _handle(self, link: _Link, message: Any) -> None:
+    async def _handle(self, link: _Link, message: Any, received_at: float | None = None) -> None:
         adapter = self._adapter
         if isinstance(message, dict) and message.get("type") in ("broadcast", "request"):
             method = message.get("method")
@@ -524,7 +525,7 @@ class ThreadSession:
         elif isinstance(inbound, adapter.Reply):
             await self._send_quietly(link, inbound.message)
         elif isinstance(inbound, adapter.StateChange):
-            await self._on_state_change(link, inbound.change)
+            await self._on_state_change(link, inbound.change, received_at)
         elif isinstance(inbound, adapter.UnknownVersion):
             self._on_unknown_version(inbound)
         elif isinstance(inbound, adapter.FollowStatusRequested):
@@ -542,7 +543,7 @@ class ThreadSession:
                 if self._owner_unanswered:
                     self.generation_reason += f"; client {inbound.source} answered following"
                 log.info("thread %s: owner %s answered following", self.thread_id, inbound.source)
-                await self._on_state_change(link, inbound.change)
+                await self._on_state_change(link, inbound.change, received_at)
                 return
             self.foreign_broadcasts += 1
             if adapter.owner_discovery:
@@ -583,7 +584,8 @@ class ThreadSession:
             waiter.set_exception(VersionMismatch(text, hint="see the message for which side to update; "
                                                             "`rekall protocol` compares the tables"))
 
-    async def _on_state_change(self, link: _Link, change: Any) -> None:
+    async def _on_state_change(self, link: _Link, change: Any, received_at: float | None = None) -> None:
+        """Mirror one change; the facts it shows were known when its frame arrived (``received_at``)."""
         kind = change.get("type") if isinstance(change, dict) else None
         if kind == "snapshot":
             if "conversationState" not in change:
@@ -595,12 +597,12 @@ class ThreadSession:
             if waiter is not None and not waiter.done():
                 waiter.set_result(None)
                 if self._emit_first_snapshot:
-                    self._emit_all(events)
+                    self._emit_all(events, received_at)
                 return
             if self._resync_reason is not None:
                 self._emit(ev.Resynced(self._resync_reason, self.resync_count, self.mirror.revision))
                 self._resync_reason = None
-            self._emit_all(events)
+            self._emit_all(events, received_at)
         elif kind == "patches":
             if self._awaiting_snapshot:
                 self.dropped_patches += 1
@@ -611,7 +613,7 @@ class ThreadSession:
             except (RevisionGap, PatchError) as exc:
                 await self._resync(link, exc.message)
                 return
-            self._emit_all(events)
+            self._emit_all(events, received_at)
         else:
             await self._resync(link, f"a state change of unknown type {kind!r}")
 

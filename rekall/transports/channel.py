@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import deque
 from typing import Any
 
@@ -20,8 +21,12 @@ class MessageChannel:
     def __init__(self, stream: ByteStream) -> None:
         self.stream = stream
         self._decoder = FrameDecoder()
-        self._ready: deque[memoryview] = deque()  # borrowed: decoded before the next receive
+        #: Each complete frame with when its last byte arrived (borrowed: decoded before the next receive).
+        self._ready: deque[tuple[memoryview, float]] = deque()
         self._send_lock = asyncio.Lock()
+        #: When the frame of the message ``receive`` returned last had arrived (``time.monotonic()``):
+        #: what it says was known from then, however long decoding and handling it take.
+        self.received_at: float | None = None
 
     async def send(self, message: Any) -> None:
         frame = encode_message(message)
@@ -42,8 +47,9 @@ class MessageChannel:
                         f"IPC connection closed in the middle of a frame ({self._decoder.pending_bytes} bytes pending)",
                         hint="reconnect")
                 return None
-            self._ready.extend(self._decoder.commit(count))
-        body = self._ready.popleft()
+            arrived = time.monotonic()
+            self._ready.extend((frame, arrived) for frame in self._decoder.commit(count))
+        body, self.received_at = self._ready.popleft()
         if len(body) >= THREADED_DECODE_BYTES:
             return await asyncio.to_thread(decode_body, body)
         return decode_body(body)

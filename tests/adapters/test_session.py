@@ -468,10 +468,13 @@ async def test_a_discovery_version_mismatch_is_a_version_mismatch():
 
 
 @pytest.mark.anyio
-async def test_each_event_says_when_the_mirror_showed_its_fact_not_when_it_was_taken():
+async def test_each_event_says_when_the_frame_that_showed_its_fact_arrived_not_when_it_was_handled():
     handled = anyio.Event()
+    received: list[float] = []
 
     def tap(direction, message):
+        if direction == "recv" and message.get("type") == "broadcast":
+            received.append(time.monotonic())  # decoded, not yet applied
         if direction == "handled" and message.get("type") == "broadcast":
             handled.set()
 
@@ -482,9 +485,10 @@ async def test_each_event_says_when_the_mirror_showed_its_fact_not_when_it_was_t
         sim.backend.user_turn("next task")  # one patch, two events: a user turn runs, the thread is busy
         with anyio.fail_after(5):
             await handled.wait()  # applied; nobody has taken the events yet
-        applied = time.monotonic()
         first = await session.next_event()
         first_at = session.last_event_at
         second = await session.next_event()
         assert not isinstance(first, type(second))
-        assert before <= first_at <= session.last_event_at <= applied
+        assert len(received) == 1
+        # both facts came in one frame: known from its arrival, before it was even decoded
+        assert before <= first_at == session.last_event_at <= received[0]

@@ -4,12 +4,14 @@ import asyncio
 import os
 import shutil
 import tempfile
+import time
 from pathlib import Path
 
 import anyio
 import pytest
 
-from rekall.transports import EndpointMissing, MessageChannel, PeerMismatch, TransportError, UnixTransport, peer_uid
+from rekall.transports import (EndpointMissing, MessageChannel, PeerMismatch, TransportError, UnixTransport, encode_message,
+                               peer_uid)
 
 
 @pytest.fixture
@@ -112,3 +114,24 @@ def test_peer_uid_reads_so_peercred_from_a_socketpair():
     a, b = socket.socketpair(socket.AF_UNIX)
     with a, b:
         assert peer_uid(a) == os.geteuid()
+
+
+@pytest.mark.anyio
+async def test_a_message_says_when_its_frame_arrived_and_frames_read_together_arrived_together(sock_path):
+    server = await echo_server(sock_path)
+    async with server:
+        channel = MessageChannel(await UnixTransport(sock_path).connect())
+        try:
+            assert channel.received_at is None
+            before = time.monotonic()
+            # one write, two frames: the echo returns them in one read
+            await channel.send_raw(encode_message({"n": 1}) + encode_message({"n": 2}))
+            with anyio.fail_after(5):
+                assert await channel.receive() == {"n": 1}
+                first_at, returned = channel.received_at, time.monotonic()
+                await anyio.sleep(0.01)  # the second is taken later, but arrived with the first
+                assert await channel.receive() == {"n": 2}
+            assert before <= first_at <= returned
+            assert channel.received_at == first_at
+        finally:
+            await channel.aclose()
