@@ -50,6 +50,12 @@ _CANCEL_SAFETY_POLL_S = 1.0
 #: handoff verified, idle_stable fired, request sent). More means the policy is looping.
 MAX_ROUNDS = 16
 
+#: After a request has left, what its steps held back (the status file, the log lines, the
+#: handoff validated ahead) waits this long, unless the next item comes first: the owner, woken
+#: by the request's bytes, gets the CPU before the worker's own writes. On a 2-core machine,
+#: writing them at once delayed the owner's read of the request by half a millisecond or more.
+HELD_AFTER_REQUEST_S = 0.003
+
 #: The queue item a cancel signal puts (the marker is checked when it is handled).
 _CANCEL_SIGNALLED = object()
 
@@ -114,10 +120,12 @@ class Worker:
         self._validated: tuple[Verified, str] | None = None
         self._validated_tried = False
         self._tasks: set[asyncio.Task[Any]] = set()
-        self._handles: list[punctual.Timer] = []
+        self._handles: list[punctual.Timer | asyncio.TimerHandle] = []
         self._requested = False  # a request was sent by the steps being executed (see ``_apply``)
         #: Log lines of the transitions made by the steps being executed (``None`` outside ``_apply``).
         self._held_log: list[tuple[str, JobState, JobState]] | None = None
+        #: What a request's steps held back, and the timer that writes it (see ``_apply``).
+        self._held_after_request: tuple[asyncio.TimerHandle, list[tuple[str, JobState, JobState]]] | None = None
         self._job: policy.Job | None = None  # what the rules read of the job, while its fields stand
         self._job_fields: Mapping[str, Any] | None = None
 
@@ -275,6 +283,7 @@ class Worker:
             self.queue.put_nowait(_Seen(event, getattr(self.thread, "seen_at", None)))
 
     async def _shutdown(self) -> None:
+        self._release_held()
         self.lifecycle.save_status()  # a deferred write (see ``_apply``) lands before the lock goes
         # The lock goes first: once the outcome is journaled, a new job may be scheduled.
         self.store.release_lock(self.thread_id, self.job_id)
@@ -333,9 +342,10 @@ class Worker:
         """Ask the policy, execute its steps, feed their outcomes back, until none remain.
 
         The status file and the transitions' log lines wait until the steps are done: when a
-        request was sent, until the loop's next turn, once the request task has handed its
-        bytes to the connection. Only the journal record (appended and fsynced by ``fire``)
-        has to precede a request."""
+        request was sent, :data:`HELD_AFTER_REQUEST_S` more, or until the next item is handled,
+        whichever comes first, so that they are always written in order. Only the journal
+        record (appended and fsynced by ``fire``) has to precede a request."""
+        self._release_held()
         self.lifecycle.hold_status = True
         self._requested = False
         self._held_log = []
@@ -348,11 +358,19 @@ class Worker:
             self.lifecycle.hold_status = False
             if self._requested:
                 loop = asyncio.get_running_loop()
-                loop.call_soon(self._catch_up, self._held_log)
-                loop.call_soon(self._validate_handoff_ahead)
+                self._held_after_request = (loop.call_later(HELD_AFTER_REQUEST_S, self._release_held), self._held_log)
+                self._handles.append(loop.call_later(HELD_AFTER_REQUEST_S, self._validate_handoff_ahead))
             else:
                 self._catch_up(self._held_log)
             self._held_log = None
+
+    def _release_held(self) -> None:
+        """Write what a request's steps held back, if it is still waiting."""
+        if self._held_after_request is not None:
+            timer, held_log = self._held_after_request
+            self._held_after_request = None
+            timer.cancel()
+            self._catch_up(held_log)
 
     def _catch_up(self, held_log: list[tuple[str, JobState, JobState]]) -> None:
         """What the steps held back: the status file, then their transitions' log lines."""

@@ -7,6 +7,7 @@ it is; these tests drive the cases that need a finer grip on timing or on the pr
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 from pathlib import Path
@@ -434,6 +435,67 @@ async def test_the_transition_that_sends_a_request_is_logged_after_the_request_h
     assert logged.index(requesting) < logged.index(resuming)
 
 
+class _SlowToAnswer:
+    """A followed thread whose compact request is answered ``delay_s`` late, with nothing else
+    arriving meanwhile (the owner's update that the compaction started is dropped); it notes the
+    status file's state as the request leaves and just before the answer comes back."""
+
+    def __init__(self, thread, sim, status_path, delay_s):
+        self._thread, self._sim, self._status_path, self._delay_s = thread, sim, status_path, delay_s
+        self.status_states: list[str] = []
+
+    def __getattr__(self, name):
+        return getattr(self._thread, name)
+
+    def _status_state(self):
+        return json.loads(self._status_path.read_text())["state"]
+
+    async def compact(self):
+        self.status_states.append(self._status_state())
+        self._sim.drop_updates(1)
+        acted = await self._thread.compact()
+        await anyio.sleep(self._delay_s)  # the owner is slow to answer: nothing else happens meanwhile
+        self.status_states.append(self._status_state())
+        return acted
+
+
+class _SlowPlatform:
+    def __init__(self, platform, sim, store, delay_s):
+        self._platform, self._sim, self._store, self._delay_s, self.thread = platform, sim, store, delay_s, None
+
+    def __getattr__(self, name):
+        return getattr(self._platform, name)
+
+    async def follow(self, thread_id, *, request_timeout_s):
+        self.thread = _SlowToAnswer(await self._platform.follow(thread_id, request_timeout_s=request_timeout_s),
+                                    self._sim, self._store.status_path(thread_id), self._delay_s)
+        return self.thread
+
+
+@pytest.mark.parametrize("hold_s, status_before_the_answer", [
+    (0.01, JobState.REQUESTING.value),  # written once the hold has passed, with no answer yet
+    (60.0, JobState.WAITING_FOR_IDLE.value),  # still held: the answer, the next item, writes it
+])
+async def test_a_requests_held_writes_wait_for_the_hold_or_the_next_item_and_keep_their_order(
+        tmp_path, caplog, monkeypatch, hold_s, status_before_the_answer):
+    from rekall import worker as worker_module
+
+    monkeypatch.setattr(worker_module, "HELD_AFTER_REQUEST_S", hold_s)
+    async with SimulatedOwner(compaction_delay_s=1.0) as sim:  # the compaction ends after the answer
+        store, job = await schedule(sim, tmp_path / "jobs")
+        platform = _SlowPlatform(ExtensionIpc(sim.env), sim, store, delay_s=0.2)
+        with caplog.at_level(logging.INFO, logger="rekall.worker"):
+            worker = Worker(store, sim.thread_id, job, settings=FAST, env=sim.env, platform=platform)
+            with anyio.fail_after(30):
+                assert await worker.run() is JobState.RESUMED
+    # the request left before the status file said so (the journal, not the file, precedes it)
+    assert platform.thread.status_states == [JobState.WAITING_FOR_IDLE.value, status_before_the_answer]
+    logged = [r.getMessage() for r in caplog.records if r.name == "rekall.worker" and "->" in r.getMessage()]
+    assert logged.index(f"idle_stable: {JobState.WAITING_FOR_IDLE.value} -> {JobState.REQUESTING.value}") \
+        < logged.index(f"compaction_accepted: {JobState.REQUESTING.value} -> {JobState.ACCEPTED.value}")
+    assert json.loads(store.status_path(sim.thread_id).read_text())["state"] == JobState.RESUMED.value
+
+
 class _LateEvents:
     """A followed thread whose events reach the worker ``delay_s`` after the platform saw them."""
 
@@ -529,9 +591,11 @@ async def test_the_handoff_is_validated_once_while_the_compaction_runs_not_at_th
         with anyio.fail_after(30):
             assert await worker.run() is JobState.RESUMED
         assert len(validations) == 1
-        # First right after the compact request left (nothing validated yet), then at the resume,
-        # where only the bytes' identity is checked: nothing is validated again.
-        assert states_at_verify == [(JobState.REQUESTING, 0), (JobState.WAITING_FOR_RESUME_IDLE, 1)]
+        # First just after the compact request left, while the compaction runs (nothing validated
+        # yet), then at the resume, where only the bytes' identity is checked: nothing is validated again.
+        (ahead, validated_before), at_resume = states_at_verify
+        assert ahead in (JobState.REQUESTING, JobState.ACCEPTED) and validated_before == 0
+        assert at_resume == (JobState.WAITING_FOR_RESUME_IDLE, 1)
 
 
 async def test_the_start_turn_text_is_the_continuation_of_the_saved_handoff(tmp_path):
