@@ -79,3 +79,12 @@ def test_the_worker_process_runs_its_job_on_the_punctual_loop(tmp_path, monkeypa
     thread, job = "11111111-1111-4111-8111-111111111111", "22222222-2222-4222-8222-222222222222"
     assert worker.run_worker(thread, job, env) == 0
     assert selectors_seen == [selectors.SelectSelector]
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/timerslack_ns"), reason="Linux's per-process timer slack")
+def test_the_workers_loop_asks_the_kernel_for_a_microsecond_of_timer_slack():
+    with open("/proc/self/timerslack_ns", "w") as slack:
+        slack.write("50000")  # the kernel's default
+    punctual.event_loop().close()
+    with open("/proc/self/timerslack_ns") as slack:
+        assert int(slack.read()) == punctual.TIMER_SLACK_NS
