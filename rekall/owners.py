@@ -11,12 +11,16 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import json
 import os
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from rekall.errors import RekallError
+from rekall.errors import RekallError, UsageError
 from rekall.platform import Platform, ThreadSnapshot
+
+if TYPE_CHECKING:
+    from rekall.states.status import JobStatus
 
 EXTENSION = "extension-ipc"
 APP_SERVER = "app-server"
@@ -44,6 +48,46 @@ def platform_named(name: str | None, env: Mapping[str, str] | None = None, *, se
         return SharedAppServerPlatform(env)
     raise OwnerUnknown(f"the job names platform {name!r}, which this rekall does not know",
                        hint="update rekall, or inspect the job with `rekall explain`")
+
+
+class ScheduledOn(NamedTuple):
+    """Where ``schedule`` found the thread, as the job's journal records it: the platform's name
+    (``platform``) and the protocol generation it settled (``generationAtSchedule``, a
+    ``choice.Settled`` record: a generation name, the owner's client id, the router's path and
+    socket identity, the reason; nothing secret). ``schedule`` passes it on the worker's command
+    line so that the worker can follow the thread before it loads the store; the worker's claim
+    checks it against the journal, which decides."""
+
+    platform: str | None
+    settled: Mapping[str, Any] | None
+
+    @classmethod
+    def recorded(cls, status: JobStatus) -> ScheduledOn:
+        """What the job's status (derived from its journal) says."""
+        from rekall.states.status import known
+
+        return cls(known(status.platform), known(status.generationAtSchedule))
+
+    def to_argument(self) -> str:
+        return json.dumps({"platform": self.platform, "generationAtSchedule": self.settled}, separators=(",", ":"))
+
+    @classmethod
+    def from_argument(cls, text: str) -> ScheduledOn:
+        """The worker's third argument, as :meth:`to_argument` wrote it; a clear usage error otherwise."""
+        try:
+            data = json.loads(text)
+        except ValueError:
+            data = None
+        if not (isinstance(data, dict) and data.keys() == {"platform", "generationAtSchedule"}
+                and (data["platform"] is None or isinstance(data["platform"], str))
+                and (data["generationAtSchedule"] is None or isinstance(data["generationAtSchedule"], dict))):
+            raise UsageError(f"SCHEDULED must be the JSON object schedule writes, with platform and "
+                             f"generationAtSchedule; got {text[:80]!r}",
+                             hint="the worker is started by `rekall schedule`, not by hand")
+        return cls(data["platform"], data["generationAtSchedule"])
+
+    def platform_for(self, env: Mapping[str, str] | None = None) -> Platform:
+        return platform_named(self.platform, env, settled=self.settled)
 
 
 def all_platforms(env: Mapping[str, str] | None = None) -> list[Platform]:
@@ -83,4 +127,4 @@ async def find_owner(thread_id: str, env: Mapping[str, str] | None = None, *,
                        hint=app_error.hint or SERVABLE_SESSION)
 
 
-__all__ = ["APP_SERVER", "EXTENSION", "OwnerUnknown", "all_platforms", "find_owner", "platform_named"]
+__all__ = ["APP_SERVER", "EXTENSION", "OwnerUnknown", "ScheduledOn", "all_platforms", "find_owner", "platform_named"]

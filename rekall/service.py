@@ -176,7 +176,7 @@ async def schedule(
     """Queue one compaction (and, with ``handoff.resume``, one continuation) for ``thread_id``."""
     import asyncio
 
-    from rekall.owners import find_owner
+    from rekall.owners import ScheduledOn, find_owner
     from rekall.store import process_start_time, validate_handoff
 
     env = _env(env)
@@ -218,8 +218,11 @@ async def schedule(
             answer = attrs.evolve(answer, handoffIgnored=True, message=HANDOFF_IGNORED_MESSAGE)
         return {**result, **wire(answer)}
     try:
+        # What was just journaled goes on the worker's command line too: it follows the thread
+        # before it loads the store, and its claim checks this against the journal.
         pid = (spawn or _spawn_default)(thread_id, created.job_id,
-                                        log_path=store.log_path(thread_id, created.job_id), env=env)
+                                        log_path=store.log_path(thread_id, created.job_id), env=env,
+                                        scheduled=ScheduledOn.recorded(read(created.status)))
     except OSError as exc:  # e.g. no interpreter, a symlink at the log's name, no resources
         cause = f"the worker could not be started: {exc.strerror or exc}"
         store.fail_unstarted(thread_id, created.job_id, cause)

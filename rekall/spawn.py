@@ -14,13 +14,19 @@ import sys
 import threading
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rekall.homes import user_home
 from rekall.store.fsio import open_private_append
 
+if TYPE_CHECKING:
+    from rekall.owners import ScheduledOn
 
-def spawn_worker(thread_id: str, job_id: str, *, log_path: Path, env: Mapping[str, str]) -> int:
-    """Start ``rekall worker THREAD JOB`` detached and return its pid."""
+
+def spawn_worker(thread_id: str, job_id: str, *, log_path: Path, env: Mapping[str, str],
+                 scheduled: ScheduledOn | None = None) -> int:
+    """Start ``rekall worker THREAD JOB [SCHEDULED]`` detached and return its pid. ``scheduled``:
+    where the job's journal says schedule found the thread (see ``rekall.owners.ScheduledOn``)."""
     fd = open_private_append(log_path)
     # The worker must find the same lock directory (derived from HOME) as its scheduler.
     child_env = {**env, "HOME": str(user_home(env))}
@@ -33,7 +39,8 @@ def spawn_worker(thread_id: str, job_id: str, *, log_path: Path, env: Mapping[st
         else:
             kwargs["start_new_session"] = True
         child = subprocess.Popen(
-            [sys.executable, "-m", "rekall", "worker", thread_id, job_id],
+            [sys.executable, "-m", "rekall", "worker", thread_id, job_id,
+             *(() if scheduled is None else (scheduled.to_argument(),))],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=fd,

@@ -32,14 +32,9 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from rekall import punctual
 from rekall.config import WorkerSettings
-from rekall.continuation import continuation_text
 from rekall.errors import IpcError, RekallError, UsageError, as_rekall_error
-from rekall.owners import platform_named
+from rekall.owners import ScheduledOn
 from rekall.platform import Acted, Failure, FollowedThread, Platform
-from rekall.states import REQUEST_SENT_UNOBSERVED, SUCCESSFUL_END_STATES, TERMINAL_STATES, JobState
-from rekall.states.status import known, read
-from rekall.store import JobStore, process_start_time
-from rekall.store.handoff import Verified
 
 log = logging.getLogger("rekall.worker")
 
@@ -74,9 +69,16 @@ def _on_first_use(name: str) -> ModuleType:
     return module
 
 
+# Needed once the thread is followed: its import (attrs classes) is not paid before the follow
+# goes out. The store and the lifecycle's states are imported where they are first used, for the
+# same reason (see ``Worker.store``); not through ``_on_first_use``, which suits a module but
+# not a package whose submodules are imported directly (Python 3.11 would load them twice).
 if TYPE_CHECKING:
     from rekall import policy
-else:  # needed once the thread is followed: its import (attrs classes) is not paid before the follow goes out
+    from rekall.states import JobState
+    from rekall.store import JobStore
+    from rekall.store.handoff import Verified
+else:
     policy = _on_first_use("rekall.policy")
 
 
@@ -94,15 +96,16 @@ class Worker:
 
     def __init__(
         self,
-        store: JobStore,
+        store: JobStore | None,
         thread_id: str,
         job_id: str,
         *,
         settings: WorkerSettings,
         env: Mapping[str, str] | None = None,
         platform: Platform | None = None,
+        scheduled: ScheduledOn | None = None,
     ) -> None:
-        self.store = store
+        self._store = store  # ``None``: opened on first use (see ``store``)
         self.thread_id = thread_id
         self.job_id = job_id
         self.settings = settings
@@ -110,6 +113,12 @@ class Worker:
         self.lifecycle: Any = None  # opened by the claim in ``run``
         #: The platform the job was scheduled on (read from the job when it is claimed).
         self.platform: Platform | None = platform
+        self._given_platform = platform
+        #: Where schedule found the thread, as its command line said (``None``: it did not say);
+        #: the claim checks it against the journal.
+        self.scheduled = scheduled
+        #: The journal contradicted the command line: what was followed on its word is closed once claimed.
+        self._journal_disagreed = False
         self.thread: FollowedThread | None = None  # followed once connected
         self.queue: asyncio.Queue[Any] = asyncio.Queue()
         self.memo: policy.Memo | None = None  # set from the first snapshot
@@ -132,6 +141,17 @@ class Worker:
     # --- small helpers ---------------------------------------------------------------
 
     @property
+    def store(self) -> JobStore:
+        """The job store, opened on first use: a worker started with what schedule journaled
+        follows the thread before it loads the store (its modules replay journals and build the
+        lifecycle's records)."""
+        if self._store is None:
+            from rekall.store import JobStore
+
+            self._store = JobStore.open(self.env)
+        return self._store
+
+    @property
     def state(self) -> JobState:
         return self.lifecycle.state
 
@@ -145,7 +165,7 @@ class Worker:
 
     @property
     def done(self) -> bool:
-        return self.lifecycle is not None and self.state in TERMINAL_STATES
+        return self.lifecycle is not None and self.state.terminal
 
     def _fire(self, trigger: str, **evidence: Any) -> JobState:
         before = self.state
@@ -180,6 +200,8 @@ class Worker:
         """Take the job, once. Under the store's guard and from a fresh read of the journal,
         so that a second worker started for the same job (or a worker restarted for it)
         refuses instead of running it too; only the winner opens the journal for writing."""
+        from rekall.states import JobState
+
         with self.store.guarded():  # not reentrant: no guarded store call inside
             job = self.store.load(self.thread_id, self.job_id)  # read-only: another worker may be writing
             if job.view.status.jobId != self.job_id:
@@ -189,9 +211,14 @@ class Worker:
             if job.state is not JobState.SCHEDULED:
                 raise RekallError(f"job {self.job_id} is {job.state.value}, not scheduled; only its own worker "
                                   "runs it, once", code="job_already_started", hint="inspect it with `rekall explain`")
+            recorded = ScheduledOn.recorded(job.view.status)
+            if self.scheduled is not None and self.scheduled != recorded:  # never guessed: the journal decides
+                log.warning("the command line said the job was scheduled on %s, its journal says %s: "
+                            "following the thread again, on what the journal says", self.scheduled.to_argument(),
+                            recorded.to_argument())
+                self.platform, self._journal_disagreed = self._given_platform, True
             if self.platform is None:  # the one schedule found; never guessed again here
-                self.platform = platform_named(known(job.view.status.platform), self.env,
-                                               settled=known(job.view.status.generationAtSchedule))
+                self.platform = recorded.platform_for(self.env)
             self.lifecycle = self.store.open_lifecycle(self.thread_id, self.job_id)
             if self.store.cancel_path(self.thread_id, self.job_id).exists():
                 self._fire("cancel", reason="explicit_cancellation")  # cancelled before we started
@@ -201,16 +228,18 @@ class Worker:
 
     async def run(self) -> JobState:
         me = os.getpid()
-        # Handlers first: `rekall cancel` signals a job once it is past `scheduled`.
-        self._install_cancel_watch()
         # Where following only reads the thread, it goes out before the claim: the owner sends
         # the snapshot while the rest of the worker loads and the claim is journaled. Nothing
         # that acts on the thread is sent before the journal says that this worker owns the job.
         unfollowed = await self._follow_first()
-        started = process_start_time(me)
         try:
+            # Handlers before the claim: `rekall cancel` signals a job once it is past `scheduled`.
+            self._install_cancel_watch()
+            from rekall.store import process_start_time
+
+            started = process_start_time(me)
             self._claim(me, started)
-        except BaseException:  # refused: the job and its lock belong to another worker
+        except BaseException:  # refused (the job and its lock belong to another worker), or no store
             await self._stop_watching()
             await self._unfollow()
             raise
@@ -223,6 +252,9 @@ class Worker:
         self.store.set_lock_owner(self.thread_id, self.job_id, me, started)
         self._later(self.settings.deadline_s, policy.DeadlinePassed())
         try:
+            if self._journal_disagreed:  # the claim found that the journal says otherwise
+                await self._unfollow()
+                self.thread, unfollowed = None, None
             if unfollowed is not None:  # the follow failed before the claim: the job fails with its error
                 raise unfollowed
             if self.thread is None:
@@ -243,6 +275,8 @@ class Worker:
             self._fail(exc.code, exc.message, getattr(exc, "delivery", None))
         except Exception as exc:  # a bug: record it honestly rather than leave the job hanging
             log.exception("worker error")
+            from rekall.states import REQUEST_SENT_UNOBSERVED
+
             self._fail("worker_error", f"{type(exc).__name__}: {exc}",
                        "unknown" if self.state in REQUEST_SENT_UNOBSERVED else None)
         finally:
@@ -251,17 +285,23 @@ class Worker:
 
     async def _follow_first(self) -> Exception | None:
         """Follow the thread now, before the claim, if following only reads it on the job's
-        platform (read from the job as it stands; the claim reads it again under the store's
-        guard). Not for a job the claim will refuse or cancel (started, cancelled, unreadable).
-        The follow's failure is returned, to fail the job with once it is claimed."""
+        platform. That platform is what schedule journaled: as its command line said, before
+        the store is even loaded (the claim checks it against the journal, under the store's
+        guard); without that, as the job reads now, and not for a job the claim will refuse or
+        cancel (started, cancelled, unreadable). The follow's failure is returned, to fail the
+        job with once it is claimed."""
         try:
-            job = self.store.load(self.thread_id, self.job_id)
-            if (job.view.status.jobId != self.job_id or job.state is not JobState.SCHEDULED
-                    or self.store.cancel_path(self.thread_id, self.job_id).exists()):
-                return None
+            said = self.scheduled
+            if said is None:  # started without it (by an older rekall's schedule): read the job
+                from rekall.states import JobState
+
+                job = self.store.load(self.thread_id, self.job_id)
+                if (job.view.status.jobId != self.job_id or job.state is not JobState.SCHEDULED
+                        or self.store.cancel_path(self.thread_id, self.job_id).exists()):
+                    return None
+                said = ScheduledOn.recorded(job.view.status)
             if self.platform is None:  # the one schedule found; never guessed
-                self.platform = platform_named(known(job.view.status.platform), self.env,
-                                               settled=known(job.view.status.generationAtSchedule))
+                self.platform = said.platform_for(self.env)
         except RekallError:
             return None  # the claim reads the job again and says why
         if not self.platform.follow_only_reads:
@@ -387,7 +427,7 @@ class Worker:
         if self._validated_tried:
             return
         self._validated_tried = True
-        expected = known(read(self.lifecycle.fields).handoffSha256)
+        expected = self._sealed_sha256()
         if not expected:
             return  # no handoff: the resume, if it comes to one, fails without reading anything
         try:
@@ -396,7 +436,15 @@ class Worker:
             return  # said at the resume, by the same check, with the same error
         self._validated = (verified, self._continuation(verified))
 
+    def _sealed_sha256(self) -> str | None:
+        """The handoff's SHA-256 as the journal sealed it at schedule."""
+        from rekall.states.status import known, read
+
+        return known(read(self.lifecycle.fields).handoffSha256)
+
     def _continuation(self, verified: Verified) -> str:
+        from rekall.continuation import continuation_text
+
         return continuation_text(verified.record, str(self.store.handoff_path(self.thread_id, self.job_id)))
 
     def _decide_and_execute(self, event: policy.Event) -> None:
@@ -449,7 +497,7 @@ class Worker:
             case policy.VerifyHandoff(evidence=evidence):
                 try:
                     self._handoff = self.store.verify_sealed_handoff(
-                        self.thread_id, self.job_id, known(read(self.lifecycle.fields).handoffSha256),
+                        self.thread_id, self.job_id, self._sealed_sha256(),
                         None if self._validated is None else self._validated[0])
                 except RekallError as exc:
                     return policy.HandoffChecked(evidence, problem=exc.message)
@@ -512,36 +560,45 @@ def _configure_logging(path: os.PathLike[str] | str) -> None:
     root.setLevel(logging.INFO)
 
 
-def run_worker(thread_id: str, job_id: str, env: Mapping[str, str] | None = None) -> int:
-    """Entry point of ``rekall worker THREAD JOB``: exit 0 on success, 1 otherwise."""
+def run_worker(thread_id: str, job_id: str, env: Mapping[str, str] | None = None, *,
+               scheduled: ScheduledOn | None = None) -> int:
+    """Entry point of ``rekall worker THREAD JOB [SCHEDULED]``: exit 0 on success, 1 otherwise."""
     from rekall.ids import job_id as valid_job, thread_id as valid_thread
+    from rekall.store.paths import Layout, ensure_private_dir, resolve_jobs_dir
 
     env = os.environ if env is None else env
     thread_id, job_id = valid_thread(thread_id), valid_job(job_id)
-    store = JobStore.open(env)
-    _configure_logging(store.log_path(thread_id, job_id))
+    # The log's path alone, the jobs directory checked as the store checks it when it opens: the
+    # store is loaded after the follow, and the follow's log lines belong in the job's log.
+    jobs_dir = resolve_jobs_dir(env)
+    ensure_private_dir(jobs_dir)
+    _configure_logging(Layout(jobs_dir).log(thread_id, job_id))
     log.info("worker %s starting for thread %s", job_id, thread_id)
     try:
-        worker = Worker(store, thread_id, job_id, settings=WorkerSettings.from_env(env), env=env)
+        worker = Worker(None, thread_id, job_id, settings=WorkerSettings.from_env(env), env=env, scheduled=scheduled)
         with asyncio.Runner(loop_factory=punctual.event_loop) as runner:
             final = runner.run(worker.run())
     except RekallError as exc:
         log.error("worker stopped: %s", exc)
         sys.stderr.write(f"rekall worker: {exc}\n")
         return 1
+    from rekall.states import SUCCESSFUL_END_STATES
+
     log.info("worker finished: %s", final.value)
     return 0 if final in SUCCESSFUL_END_STATES else 1
 
 
 def main(argv: Sequence[str]) -> int:
-    """``rekall worker THREAD JOB``, started detached by schedule; not a verb people see. Its two
+    """``rekall worker THREAD JOB [SCHEDULED]``, started detached by schedule; not a verb people
+    see. SCHEDULED is where schedule found the thread, as it journaled it (``ScheduledOn``). The
     arguments are read here, not by the CLI's argparse, whose import would delay the follow.
     Errors are said without a traceback: exit 2 for bad arguments or ids, 1 when the job fails."""
     try:
-        if len(argv) != 2:
-            raise UsageError(f"expected THREAD JOB, got {len(argv)} argument(s)",
+        if len(argv) not in (2, 3):
+            raise UsageError(f"expected THREAD JOB [SCHEDULED], got {len(argv)} argument(s)",
                              hint="the worker is started by `rekall schedule`, not by hand")
-        return run_worker(*argv)
+        scheduled = ScheduledOn.from_argument(argv[2]) if len(argv) == 3 else None
+        return run_worker(argv[0], argv[1], scheduled=scheduled)
     except KeyboardInterrupt:
         return 130
     except Exception as exc:  # noqa: BLE001 - the boundary: a clear error with a code, never a traceback

@@ -18,7 +18,6 @@ from __future__ import annotations
 import errno
 import os
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -57,6 +56,8 @@ class FileOps:
             os.close(fd)
 
     def _durable_temp(self, path: Path, data: bytes) -> Path:
+        import tempfile  # here, not at the top: the worker opens its log through this module before it follows
+
         fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
         try:
             self.write_all(fd, data)
