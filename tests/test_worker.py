@@ -20,6 +20,7 @@ from rekall.config import WorkerSettings
 from rekall.adapters.extension import ExtensionIpc
 from rekall.errors import RekallError
 from rekall.explain import build_explanation
+from rekall.owners import ScheduledOn
 from rekall.sim import SimulatedOwner
 from rekall.states import JobState
 from rekall.store import JobStore
@@ -40,6 +41,32 @@ async def schedule(sim: SimulatedOwner, jobs: Path, handoff=HANDOFF) -> tuple[Jo
     env = {**sim.env, "REKALL_JOBS_DIR": str(jobs)}
     scheduled = await service.schedule(sim.thread_id, handoff, env=env, spawn=_no_spawn)
     return JobStore.open(env), scheduled["jobId"]
+
+
+async def schedule_telling(sim: SimulatedOwner, jobs: Path, handoff=HANDOFF) -> tuple[JobStore, str, ScheduledOn]:
+    """Schedule, keeping what schedule tells the worker it starts (its SCHEDULED argument)."""
+    told: list[ScheduledOn] = []
+
+    def spawn(thread_id: str, job_id: str, *, scheduled: ScheduledOn, **_: object) -> int:
+        told.append(scheduled)
+        return os.getpid()
+
+    env = {**sim.env, "REKALL_JOBS_DIR": str(jobs)}
+    scheduled = await service.schedule(sim.thread_id, handoff, env=env, spawn=spawn)
+    return JobStore.open(env), scheduled["jobId"], told[0]
+
+
+def _journal_reads(store: JobStore, sim: SimulatedOwner, monkeypatch) -> list[tuple[int, int]]:
+    """Each read of a job's journal from now on: the owner's follow count and compact requests then."""
+    reads: list[tuple[int, int]] = []
+    load = store.load
+
+    def counted(*args):
+        reads.append((sim.follow_count, len(sim.compact_requests)))
+        return load(*args)
+
+    monkeypatch.setattr(store, "load", counted)
+    return reads
 
 
 async def run(store: JobStore, sim: SimulatedOwner, job: str, settings: WorkerSettings = FAST) -> JobState:
@@ -349,6 +376,130 @@ async def test_the_worker_follows_the_thread_before_it_claims_the_job_and_acts_o
         assert [t.trigger for t in replay.transitions][:3] == ["schedule", "worker_started", "idle_stable"]
         assert replay.notes[0].kind == "connected" and replay.notes[0].seq > replay.transitions[1].seq
         assert len(sim.compact_requests) == 1 and len(sim.start_turn_requests) == 1
+
+
+async def _finish_the_turn_once_connected(worker: Worker, sim: SimulatedOwner) -> None:
+    await _until_connected(worker)
+    sim.backend.complete_turn("completed")
+
+
+async def test_a_worker_told_what_schedule_journaled_follows_the_thread_before_it_reads_the_journal(tmp_path,
+                                                                                                     monkeypatch):
+    async with SimulatedOwner(runtime="active") as sim:
+        store, job, told = await schedule_telling(sim, tmp_path / "jobs")
+        status = store.read_status(sim.thread_id)
+        assert told == ScheduledOn(status["platform"], status["generationAtSchedule"])
+        assert told.settled is not None and told.settled["ownerId"] == sim.owner_id
+        follows, reads = sim.follow_count, _journal_reads(store, sim, monkeypatch)
+        worker = Worker(store, sim.thread_id, job, settings=FAST, env=sim.env, scheduled=told)
+        async with anyio.create_task_group() as group:
+            group.start_soon(_finish_the_turn_once_connected, worker, sim)
+            with anyio.fail_after(30):
+                assert await worker.run() is JobState.RESUMED
+    # The first read of the journal is the claim's: the thread was already followed, nothing sent.
+    assert reads[0] == (follows + 1, 0)
+    assert sim.follow_count == follows + 1 and len(sim.compact_requests) == len(sim.start_turn_requests) == 1
+
+
+async def test_a_worker_started_without_what_schedule_journaled_reads_the_journal_before_it_follows(tmp_path,
+                                                                                                    monkeypatch):
+    # A worker started by an earlier rekall's schedule (THREAD JOB only) works as before.
+    async with SimulatedOwner(runtime="active") as sim:
+        store, job = await schedule(sim, tmp_path / "jobs")
+        follows, reads = sim.follow_count, _journal_reads(store, sim, monkeypatch)
+        worker = Worker(store, sim.thread_id, job, settings=FAST, env=sim.env)
+        async with anyio.create_task_group() as group:
+            group.start_soon(_finish_the_turn_once_connected, worker, sim)
+            with anyio.fail_after(30):
+                assert await worker.run() is JobState.RESUMED
+    assert reads[:2] == [(follows, 0), (follows + 1, 0)]  # the job as it stands, then the claim's read
+    assert sim.follow_count == follows + 1 and len(sim.compact_requests) == 1
+
+
+async def test_a_worker_whose_command_line_disagrees_with_the_journal_drops_that_follow_and_does_as_the_journal_says(
+        tmp_path, caplog):
+    async with SimulatedOwner(runtime="active") as sim:
+        store, job, told = await schedule_telling(sim, tmp_path / "jobs")
+        follows = sim.follow_count
+        hearsay = told._replace(settled={**told.settled, "how": "not what the journal says"})
+        worker = Worker(store, sim.thread_id, job, settings=FAST, env=sim.env, scheduled=hearsay)
+        with caplog.at_level(logging.WARNING, logger="rekall.worker"):
+            async with anyio.create_task_group() as group:
+                group.start_soon(_finish_the_turn_once_connected, worker, sim)
+                with anyio.fail_after(30):
+                    assert await worker.run() is JobState.RESUMED
+            # Followed on the command line's word, closed once the claim read the journal, followed again.
+            assert sim.follow_count == follows + 2
+            await sim.wait_until(lambda owner: owner.followers == 0, timeout=5)
+    assert any("its journal says" in r.getMessage() for r in caplog.records if r.name == "rekall.worker")
+    assert len(sim.compact_requests) == 1 and len(sim.start_turn_requests) == 1
+    replay = store.load(sim.thread_id, job)
+    assert [t.trigger for t in replay.transitions][:2] == ["schedule", "worker_started"]
+    connected = [n for n in replay.notes if n.kind == "connected"]
+    assert len(connected) == 1 and connected[0].seq > replay.transitions[1].seq  # followed after the claim
+
+
+async def test_a_worker_told_another_platform_than_the_journal_follows_only_on_the_journals_after_its_claim(tmp_path):
+    async with SimulatedOwner(runtime="active") as sim:
+        store, job, told = await schedule_telling(sim, tmp_path / "jobs")
+        follows = sim.follow_count
+        worker = Worker(store, sim.thread_id, job, settings=FAST, env=sim.env,
+                        scheduled=ScheduledOn("app-server", None))
+        async with anyio.create_task_group() as group:
+            group.start_soon(_finish_the_turn_once_connected, worker, sim)
+            with anyio.fail_after(30):
+                assert await worker.run() is JobState.RESUMED
+    assert worker.platform.name == "extension-ipc" and sim.follow_count == follows + 1
+    started = next(t for t in store.load(sim.thread_id, job).transitions if t.trigger == "worker_started")
+    assert started.evidence["platform"] == "extension-ipc"
+
+
+async def test_a_worker_told_what_schedule_journaled_closes_its_follow_when_the_job_was_cancelled_first(tmp_path):
+    async with SimulatedOwner() as sim:
+        store, job, told = await schedule_telling(sim, tmp_path / "jobs")
+        follows = sim.follow_count
+        service.cancel(sim.thread_id, job, env={**sim.env, "REKALL_JOBS_DIR": str(store.root)})
+        worker = Worker(store, sim.thread_id, job, settings=FAST, env=sim.env, scheduled=told)
+        with anyio.fail_after(30):
+            assert await worker.run() is JobState.CANCELLED
+        assert sim.follow_count == follows + 1  # followed before the claim read the marker
+        await sim.wait_until(lambda owner: owner.followers == 0, timeout=5)
+        assert not sim.compact_requests
+    assert build_explanation(store, job)["path"] == ["scheduled", "cancelled"]
+    assert not store.lock_path(sim.thread_id).exists()
+
+
+async def test_a_worker_told_what_schedule_journaled_closes_its_follow_when_the_claim_refuses_the_job(tmp_path):
+    async with SimulatedOwner() as sim:
+        store, job, told = await schedule_telling(sim, tmp_path / "jobs", handoff=None)
+        assert await run(store, sim, job) is JobState.COMPLETED
+        follows = sim.follow_count
+        again = Worker(store, sim.thread_id, job, settings=FAST, env=sim.env, scheduled=told)
+        with pytest.raises(RekallError) as caught, anyio.fail_after(30):
+            await again.run()
+        assert caught.value.code == "job_already_started"
+        assert sim.follow_count == follows + 1
+        await sim.wait_until(lambda owner: owner.followers == 0, timeout=5)
+        assert len(sim.compact_requests) == 1
+
+
+@pytest.mark.parametrize("extra", [["not json"], ['{"platform": "extension-ipc"}'], ['[]'],
+                                   ['{"platform": 1, "generationAtSchedule": null}'],
+                                   ['{"platform": null, "generationAtSchedule": null}', "more"]],
+                         ids=["not-json", "a-field-missing", "not-an-object", "a-field-of-another-type", "extra"])
+def test_the_worker_refuses_a_malformed_or_extra_argument_as_a_usage_error(extra, capsys):
+    from rekall.worker import main
+
+    assert main(["0199a5c2-2222-7000-8000-0000000000a1", "0199a5c2-3333-7000-8000-0000000000a2", *extra]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and ("SCHEDULED" in err) and "next:" in err
+
+
+def test_what_schedule_tells_the_worker_reads_back_as_it_was_written():
+    said = ScheduledOn("extension-ipc", {"generation": "26.9xx", "ownerId": "o", "router": "/r", "socket": None,
+                                         "how": "the owner's answer \"quoted\", ünïcode"})
+    assert ScheduledOn.from_argument(said.to_argument()) == said
+    assert ScheduledOn.from_argument(ScheduledOn(None, None).to_argument()) == ScheduledOn(None, None)
 
 
 async def test_a_follow_that_fails_before_the_claim_fails_the_job_once_the_worker_has_claimed_it(tmp_path):
