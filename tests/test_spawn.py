@@ -7,18 +7,22 @@ import errno
 import logging
 import os
 import stat
+import sys
 from pathlib import Path
 
+import psutil
 import pytest
 
 from rekall import service
 from rekall.errors import RekallError
+from rekall.owners import ScheduledOn
 from rekall.sim import SimulatedOwner
 from rekall.spawn import spawn_worker
 from rekall.store import JobStore
+from rekall.store.owner import WorkerProcess, worker_processes
 from rekall.worker import _configure_logging
 from tests.jobkit import new_thread
-from tests.mcpkit import HANDOFF
+from tests.mcpkit import HANDOFF, job_env, wait_for_note, wait_for_worker_exit
 
 
 def test_the_worker_log_is_never_opened_through_a_symlink(tmp_path: Path):
@@ -73,3 +77,24 @@ async def test_a_worker_that_cannot_be_started_fails_its_job_and_frees_the_threa
 
         again = await service.schedule(sim.thread_id, HANDOFF, env=env, spawn=lambda *a, **k: os.getpid())
         assert again["alreadyScheduled"] is False and again["jobNumber"] == 2
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the worker scan is checked on Linux")
+@pytest.mark.anyio
+async def test_a_spawned_worker_carries_what_schedule_journaled_and_the_worker_scan_still_recognises_it(jobs_dir: Path):
+    async with SimulatedOwner(runtime="active") as sim:
+        env = job_env(sim.env, jobs_dir)
+        scheduled = await service.schedule(sim.thread_id, HANDOFF, env=env)  # the real spawn
+        pid, job = scheduled["pid"], scheduled["jobId"]
+        try:
+            await wait_for_note(jobs_dir, job, "connected")  # running: it waits for the thread to go idle
+            argv = psutil.Process(pid).cmdline()
+            found = [w for w in worker_processes() if w.pid == pid]
+        finally:
+            sim.backend.complete_turn("completed")
+            await wait_for_worker_exit(pid, timeout=30)
+    assert argv[-4:-1] == ["worker", sim.thread_id, job]
+    status = JobStore.open_reader(env).read_status(sim.thread_id)
+    assert ScheduledOn.from_argument(argv[-1]) == ScheduledOn(status["platform"], status["generationAtSchedule"])
+    assert found == [WorkerProcess(pid, sim.thread_id, job, jobs_dir)]
+    assert status["state"] == "resumed"

@@ -162,16 +162,43 @@ def loaded(names: list[str], heavy: tuple[str, ...]) -> list[str]:
     return sorted(m for m in names if any(m == h or m.startswith(h + ".") for h in heavy))
 
 
-def test_a_worker_follows_the_thread_before_it_loads_the_policy_the_machine_or_psutil(jobs_dir: Path):
+def run_worker_probe(jobs_dir: Path, *, told: bool) -> dict:
+    """Schedule a job and run its worker under ``WORKER_PROBE``, with the SCHEDULED argument
+    schedule gives it (``told``) or without it (a worker started by an earlier rekall)."""
+    argument: list[str] = []
+
+    def spawn(thread_id: str, job_id: str, *, scheduled, **_: object) -> int:
+        argument.append(scheduled.to_argument())
+        return os.getpid()
+
     with start_sim_in_thread(compaction_delay_s=0.01) as sim:
         env = {**os.environ, **sim.env, "REKALL_JOBS_DIR": str(jobs_dir), "REKALL_IDLE_STABLE_MS": "50"}
-        job = asyncio.run(service.schedule(sim.thread_id, None, env=env, spawn=lambda *_, **__: os.getpid()))["jobId"]
-        done = subprocess.run([sys.executable, "-c", WORKER_PROBE, sim.thread_id, job], env=env, capture_output=True,
-                              text=True, timeout=60, check=False)
+        job = asyncio.run(service.schedule(sim.thread_id, None, env=env, spawn=spawn))["jobId"]
+        done = subprocess.run([sys.executable, "-c", WORKER_PROBE, sim.thread_id, job, *argument[:told]], env=env,
+                              capture_output=True, text=True, timeout=60, check=False)
         assert done.stdout, done.stderr
         report = json.loads(done.stdout.splitlines()[-1])
         assert report["code"] == 0 and sim.call(lambda owner: len(owner.compact_requests)) == 1, done.stderr
     assert report["following"] is not None  # the worker really followed the thread
+    return report
+
+
+def test_a_worker_follows_the_thread_before_it_loads_the_policy_the_machine_or_psutil(jobs_dir: Path):
+    report = run_worker_probe(jobs_dir, told=False)
     assert loaded(report["following"], NOT_BEFORE_FOLLOWING) == []
     # The same probe sees them once the job is done: the check can fail.
     assert {"rekall.policy", "transitions", "psutil", "cattrs"} <= set(loaded(report["finished"], NOT_BEFORE_FOLLOWING))
+
+
+#: What a worker told what schedule journaled has not loaded either when its follow goes out:
+#: the store (journal replay, the lifecycle, the job's records) and the lifecycle's states.
+NOT_BEFORE_FOLLOWING_TOLD = (*NOT_BEFORE_FOLLOWING, "rekall.states", "rekall.store.jobstore", "rekall.store.catalog",
+                             "rekall.store.replay", "rekall.store.journal", "rekall.store.wire",
+                             "rekall.store.lifecycle", "rekall.store.handoff", "rekall.continuation")
+
+
+def test_a_worker_told_what_schedule_journaled_follows_before_it_loads_the_store_or_the_lifecycle(jobs_dir: Path):
+    report = run_worker_probe(jobs_dir, told=True)
+    assert loaded(report["following"], NOT_BEFORE_FOLLOWING_TOLD) == []
+    finished = set(loaded(report["finished"], NOT_BEFORE_FOLLOWING_TOLD))
+    assert {"rekall.states.machine", "rekall.store.replay", "rekall.store.jobstore", "transitions", "cattrs"} <= finished

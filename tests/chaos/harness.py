@@ -99,8 +99,9 @@ def spawn_placeholder(thread_id: str, job_id: str, **_: Any) -> int:
 
 
 def spawn_driver(code: str, *args: str) -> Callable[..., int]:
-    """A spawn that runs ``code`` (a test's worker driver) with ``THREAD JOB *args`` as argv."""
-    def spawn(thread_id: str, job_id: str, *, log_path: Path, env: Mapping[str, str]) -> int:
+    """A spawn that runs ``code`` (a test's worker driver) with ``THREAD JOB *args`` as argv (not
+    SCHEDULED: a driver runs the worker as one started without it)."""
+    def spawn(thread_id: str, job_id: str, *, log_path: Path, env: Mapping[str, str], **_: Any) -> int:
         log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         try:
             child = subprocess.Popen([sys.executable, "-c", code, thread_id, job_id, *args], env=dict(env),
