@@ -201,4 +201,5 @@ def test_a_worker_told_what_schedule_journaled_follows_before_it_loads_the_store
     report = run_worker_probe(jobs_dir, told=True)
     assert loaded(report["following"], NOT_BEFORE_FOLLOWING_TOLD) == []
     finished = set(loaded(report["finished"], NOT_BEFORE_FOLLOWING_TOLD))
-    assert {"rekall.states.machine", "rekall.store.replay", "rekall.store.jobstore", "transitions", "cattrs"} <= finished
+    assert {"rekall.states.machine", "rekall.store.replay", "rekall.store.jobstore", "transitions",
+            "cattrs"} <= finished

@@ -57,7 +57,6 @@ Layout
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Iterator
 from typing import Any
@@ -67,7 +66,9 @@ import attrs
 from rekall.thread.layout import V11, Layout
 from rekall.thread.patches import MISSING
 
-NO_USER_INPUT = hashlib.sha256(b"no-user-input").hexdigest()
+#: SHA-256 of ``no-user-input``, spelled out (tests/thread/test_package.py checks it): hashlib is
+#: imported where a digest is made, after a worker's follow has gone out, not on its way.
+NO_USER_INPUT = "8fb84ab36bb0823a558267ede0a8e1c61c548408bb86542f96359581110a51ff"
 STOPPED_STATUSES = frozenset({"interrupted", "failed"})
 RUNNING_STATUS = "inProgress"
 #: The busy reason while ``threadRuntimeStatus`` is ``null`` (the thread is not loaded yet).
@@ -347,6 +348,8 @@ def _normalise_element(element: Any) -> Any:
 
 
 def _digest(value: Any) -> str:
+    import hashlib  # here, not at the top: see NO_USER_INPUT
+
     text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
