@@ -198,7 +198,7 @@ class WorkerProcess:
 
 
 def worker_processes() -> list[WorkerProcess]:
-    """This user's running ``rekall worker THREAD JOB`` processes, with the jobs directory each uses.
+    """This user's running ``rekall worker THREAD JOB [SCHEDULED]`` processes, with the jobs directory each uses.
 
     "Running" is :func:`pid_exists`'s rule (a zombie is not). ``doctor`` compares them with the locks.
     """
@@ -223,7 +223,7 @@ def worker_processes() -> list[WorkerProcess]:
 
 
 def _worker_ids(argv: list[str]) -> tuple[str, str] | None:
-    """``(thread, job)`` when ``argv`` is ``… rekall worker THREAD JOB`` (module or entry point)."""
+    """``(thread, job)`` when ``argv`` is ``… rekall worker THREAD JOB [SCHEDULED]`` (module or entry point)."""
     for i in range(len(argv) - 3):
         if (argv[i] == "rekall" or argv[i].endswith("/rekall")) and argv[i + 1] == "worker" \
                 and is_uuid(argv[i + 2]) and is_uuid(argv[i + 3]):

@@ -137,3 +137,11 @@ def test_the_worker_scan_and_the_lock_judge_share_one_rule_a_zombie_worker_has_s
         assert listed == []
     finally:
         child.wait(timeout=30)
+
+
+def test_the_worker_scan_reads_the_ids_of_a_worker_told_what_schedule_journaled():
+    told = '{"platform":"extension-ipc","generationAtSchedule":null}'
+    argv = [sys.executable, "-m", "rekall", "worker", _THREAD, _JOB, told]
+    assert owner_module._worker_ids(argv) == (_THREAD, _JOB)
+    assert owner_module._worker_ids(["/venv/bin/rekall", "worker", _THREAD, _JOB, told]) == (_THREAD, _JOB)
+    assert owner_module._worker_ids([sys.executable, "-m", "rekall", "worker", _THREAD, told]) is None
