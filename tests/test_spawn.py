@@ -82,7 +82,9 @@ async def test_a_worker_that_cannot_be_started_fails_its_job_and_frees_the_threa
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the worker scan is checked on Linux")
 @pytest.mark.anyio
 async def test_a_spawned_worker_carries_what_schedule_journaled_and_the_worker_scan_still_recognises_it(jobs_dir: Path):
-    async with SimulatedOwner(runtime="active") as sim:
+    # A generation without owner discovery: the worker reuses the one schedule settled, and says
+    # in its log which client answered its follow.
+    async with SimulatedOwner(runtime="active", generation="26.721") as sim:
         env = job_env(sim.env, jobs_dir)
         scheduled = await service.schedule(sim.thread_id, HANDOFF, env=env)  # the real spawn
         pid, job = scheduled["pid"], scheduled["jobId"]
@@ -98,3 +100,10 @@ async def test_a_spawned_worker_carries_what_schedule_journaled_and_the_worker_s
     assert ScheduledOn.from_argument(argv[-1]) == ScheduledOn(status["platform"], status["generationAtSchedule"])
     assert found == [WorkerProcess(pid, sim.thread_id, job, jobs_dir)]
     assert status["state"] == "resumed"
+    connected = next(n for n in JobStore.open_reader(env).load(sim.thread_id, job).notes if n.kind == "connected")
+    assert connected.detail["generationSettled"] == "reused from schedule"
+    # What the worker logged before it opened the store, its follow included, is in the job's log, in order.
+    logged = Path(status["logPath"]).read_text(encoding="utf-8").splitlines()
+    said = (f"worker {job} starting", "answered following", "worker_started: scheduled", "worker finished")
+    order = [next((i for i, line in enumerate(logged) if text in line), None) for text in said]
+    assert None not in order and order == sorted(order), logged
