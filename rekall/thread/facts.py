@@ -268,6 +268,11 @@ NOT_RELEVANT = ItemFacts()
 USER_MESSAGE = ItemFacts(is_user_message=True)
 
 
+def relevant_item_kinds(lay: Layout = V11) -> tuple[str, str]:
+    """The item types :func:`item_facts` reads: any other object item is ``NOT_RELEVANT``."""
+    return lay.user_message_type, lay.compaction_type
+
+
 def item_facts(item: Any, *, in_history: bool, lay: Layout = V11) -> ItemFacts:
     if not isinstance(item, dict):
         return NOT_RELEVANT

@@ -247,7 +247,11 @@ class FactIndex:
     def _index_items(self, entry: _TurnEntry) -> None:
         entry.problem = f.turn_problem(entry.turn, self._lay)
         self._count(self._problems, entry.problem, 1)
-        for item in f.turn_items(entry.turn, self._lay) or []:
+        lay = self._lay
+        kinds = f.relevant_item_kinds(lay)
+        for item in f.turn_items(entry.turn, lay) or []:
+            if isinstance(item, dict) and item.get(lay.item_type) not in kinds:
+                continue  # most items (a snapshot's load visits every one): not relevant, no call
             self._add_item(entry, item)
         entry.fingerprint = None
         entry.user_list = None

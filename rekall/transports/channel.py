@@ -8,11 +8,7 @@ from collections import deque
 from typing import Any
 
 from rekall.transports.base import ByteStream, TransportError
-from rekall.transports.framing import FrameDecoder, decode_body, encode_message
-
-#: Bodies at least this large are parsed on a worker thread, so that a big snapshot does
-#: not stall the event loop (and with it every timer in the worker).
-THREADED_DECODE_BYTES = 1 << 20
+from rekall.transports.framing import LARGE_BODY_BYTES, FrameDecoder, decode_body, encode_message
 
 
 class MessageChannel:
@@ -50,7 +46,7 @@ class MessageChannel:
             arrived = time.monotonic()
             self._ready.extend((frame, arrived) for frame in self._decoder.commit(count))
         body, self.received_at = self._ready.popleft()
-        if len(body) >= THREADED_DECODE_BYTES:
+        if len(body) >= LARGE_BODY_BYTES:  # on a worker thread: a big snapshot must not stall the loop's timers
             return await asyncio.to_thread(decode_body, body)
         return decode_body(body)
 
