@@ -25,7 +25,7 @@ from tests.jobkit import new_thread, scheduled_run
 
 #: Top-level packages (or modules) that the fast paths must not load.
 HEAVY = ("mcp", "mcp_types", "transitions", "rich", "cattrs", "psutil", "websockets", "asyncio", "ssl",
-         "rekall.secrets", "rekall.adapters.bundles")
+         "rekall.secrets", "rekall.adapters.bundles", "msgspec", "rekall.transports.fastdecode")
 
 #: The quick answers (rekall.quick) load less still: not even the CLI's argparse and logging,
 #: nor attrs, typing or the store's records.
@@ -131,7 +131,7 @@ def test_the_mcp_probe_sees_the_sdk_once_the_session_is_handed_over(jobs_dir: Pa
 #: policy, the lifecycle machine (transitions), psutil and cattrs (the claim) load after; the CLI
 #: and its argument parser are not on the worker's way at all.
 NOT_BEFORE_FOLLOWING = ("rekall.policy", "transitions", "psutil", "cattrs", "rich", "mcp", "mcp_types", "websockets",
-                        "rekall.secrets", "rekall.cli", "argparse")
+                        "rekall.secrets", "rekall.cli", "argparse", "msgspec")
 
 #: Runs ``python -m rekall worker THREAD JOB`` in-process (runpy, as ``-m`` does) and prints the
 #: modules executed when the follow message was built and when the worker had finished. A module

@@ -250,3 +250,22 @@ async def test_unsolicited_snapshots_jump_the_revision_and_foreign_batches_race_
         assert foreign["params"]["change"]["baseRevision"] == own["params"]["change"]["baseRevision"] == first["revision"]
         assert snapshot["params"]["change"]["type"] == "snapshot"
         assert snapshot["params"]["change"]["revision"] == own["params"]["change"]["revision"] + 2 == sim.revision
+
+
+@pytest.mark.anyio
+async def test_a_snapshot_larger_than_a_write_piece_reaches_a_follower_whole_and_before_the_next_patches():
+    from rekall.sim.owner import WRITE_PIECE_BYTES
+
+    async with SimulatedOwner() as sim:
+        sim.backend.change([{"op": "add", "path": ["notes"], "value": "é" * (3 * WRITE_PIECE_BYTES)}])
+        session = await connect_thread(sim.thread_id, env=sim.env)  # over the real Unix socket
+        try:
+            assert session.mirror.state == sim.backend.state
+            sim.backend.change([{"op": "replace", "path": ["notes"], "value": "short"},
+                                {"op": "replace", "path": ["threadRuntimeStatus"], "value": {"type": "active"}}])
+            with anyio.fail_after(5):
+                while not isinstance(await session.next_event(), ev.ThreadBusy):
+                    pass
+            assert session.mirror.state == sim.backend.state and session.resync_count == 0
+        finally:
+            await session.aclose()
