@@ -196,3 +196,26 @@ def test_a_body_larger_than_the_kept_buffer_arrives_whole_in_its_own_memory_and_
         got += decoder.commit(count)
     assert len(got) == 1 and len(got[0]) == len(frame) - 4
     assert decode_body(got[0]) == message
+
+
+@pytest.mark.parametrize("body", [b'{"a": [1, {"b": "c"}]}', b"NaN"], ids=["parsed", "refused"])
+def test_a_large_body_leaves_the_garbage_collector_as_it_found_it(body):
+    import gc
+
+    assert gc.isenabled()
+    decode_large(body)
+    assert gc.isenabled() and gc.get_freeze_count() == 0
+    gc.disable()  # someone else's choice is kept
+    try:
+        decode_large(body)
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+    kept = [{"frozen": "by someone else"}]
+    gc.freeze()  # and so are objects someone else froze
+    try:
+        frozen = gc.get_freeze_count()
+        assert decode_large(body) is not None and gc.get_freeze_count() == frozen and gc.isenabled()
+    finally:
+        gc.unfreeze()
+    assert kept
