@@ -24,7 +24,7 @@ that one part's memory does not inflate another's RSS.
   ``owner_snapshot_encode_ms``, reported beside it. The simulated owner writes a large frame in
   256 KiB pieces (``rekall.sim.owner.WRITE_PIECE_BYTES``), as Node writes a buffer without
   copying it: asyncio's transport copies whatever the socket does not take at once (twice on
-  Python 3.11), which delayed the 47 MB snapshot by 70–110 ms, more than rekall's whole receive.
+  Python 3.11), which delayed the 47 MB snapshot by 60–130 ms, more than rekall's whole receive.
   Everything rekall does is in the figure: receiving into one buffer, parsing (msgspec, with
   ``json.loads`` where msgspec refuses), mirroring and deriving the facts.
 """
