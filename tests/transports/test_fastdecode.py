@@ -216,7 +216,8 @@ def test_a_large_body_leaves_the_garbage_collector_as_it_found_it(body):
     try:
         frozen = gc.get_freeze_count()
         decode_large(body)
-        assert gc.get_freeze_count() >= frozen > 0 and gc.isenabled()  # unfreezing would have emptied it
+        # unfreezing would have emptied it (a frozen object that dies leaves it: the count may drop a little)
+        assert gc.get_freeze_count() > frozen // 2 > 0 and gc.isenabled()
     finally:
         gc.unfreeze()
     assert kept
