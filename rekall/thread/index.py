@@ -50,6 +50,7 @@ class _TurnEntry:
 class FactIndex:
     def __init__(self, layout: Layout = V11) -> None:
         self._lay = layout
+        self._relevant_kinds = f.relevant_item_kinds(layout)
         self._runtime_fields = frozenset({layout.runtime_status, layout.requests, layout.submissions})
         self._root: Any = MISSING
         self._turns: dict[int, _TurnEntry] = {}
@@ -247,8 +248,7 @@ class FactIndex:
     def _index_items(self, entry: _TurnEntry) -> None:
         entry.problem = f.turn_problem(entry.turn, self._lay)
         self._count(self._problems, entry.problem, 1)
-        lay = self._lay
-        kinds = f.relevant_item_kinds(lay)
+        lay, kinds = self._lay, self._relevant_kinds
         for item in f.turn_items(entry.turn, lay) or []:
             if isinstance(item, dict) and item.get(lay.item_type) not in kinds:
                 continue  # most items (a snapshot's load visits every one): not relevant, no call
