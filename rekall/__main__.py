@@ -1,7 +1,7 @@
 import sys
 
 if sys.argv[1:2] == ["worker"]:  # the detached worker, started by schedule: no CLI (argparse) to load first
-    from rekall.worker import main
+    from rekall.worker_start import main
 
     raise SystemExit(main(sys.argv[2:]))
 

@@ -346,8 +346,8 @@ def _fail(error: RekallError, as_json: bool) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["worker"]:  # internal, started by schedule: read by the worker itself (rekall.worker.main)
-        from rekall.worker import main as worker_main
+    if argv[:1] == ["worker"]:  # internal, started by schedule: read by the worker itself (rekall.worker_start)
+        from rekall.worker_start import main as worker_main
 
         return worker_main(argv[1:])
     parser = build_parser()

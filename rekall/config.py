@@ -9,8 +9,7 @@ import math
 import os
 from collections.abc import Mapping
 from pathlib import Path
-
-import attrs
+from typing import NamedTuple
 
 from rekall.errors import InvalidInput
 from rekall.homes import env_value
@@ -51,8 +50,7 @@ def app_server_socket(env: Mapping[str, str]) -> Path | None:
     return Path(path)
 
 
-@attrs.frozen
-class NumberSetting:
+class NumberSetting(NamedTuple):
     """A ``REKALL_*`` number: its default, its allowed range ``(0, maximum]`` and its check.
 
     Every setting is declared here, in :data:`SETTINGS`; :func:`check_settings` checks them
@@ -117,8 +115,7 @@ def check_settings(env: Mapping[str, str] | None = None) -> None:
     WorkerSettings.from_env(env)
 
 
-@attrs.frozen
-class WorkerSettings:
+class WorkerSettings(NamedTuple):
     idle_stable_s: float
     deadline_s: float
     request_timeout_s: float = REQUEST_TIMEOUT_S.default

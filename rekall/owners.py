@@ -9,7 +9,6 @@ follows the thread on that platform only.
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import json
 import os
@@ -17,9 +16,9 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from rekall.errors import RekallError, UsageError
-from rekall.platform import Platform, ThreadSnapshot
 
 if TYPE_CHECKING:
+    from rekall.platform import Platform, ThreadSnapshot
     from rekall.states.status import JobStatus
 
 EXTENSION = "extension-ipc"
@@ -32,16 +31,18 @@ class OwnerUnknown(RekallError):
     code = "owner_unknown"
 
 
-def platform_named(name: str | None, env: Mapping[str, str] | None = None, *, settled: Any = None) -> Platform:
+def platform_named(name: str | None, env: Mapping[str, str] | None = None, *, settled: Any = None,
+                   early: Any = None) -> Platform:
     """The platform a job recorded. Jobs scheduled before platforms were recorded are the extension's:
     it was the only one. ``settled``: the job's record of the protocol generation schedule settled
-    (the extension reuses it for the same owner on the same router; see ``choice.Settled``)."""
+    (the extension reuses it for the same owner on the same router; see ``choice.Settled``).
+    ``early``: the worker's first follow on the extension (``rekall.adapters.early``), or its error."""
     env = os.environ if env is None else env
     if name in (None, EXTENSION):
         from rekall.adapters.choice import Settled
         from rekall.adapters.extension import ExtensionIpc
 
-        return ExtensionIpc(env, settled=Settled.from_json(settled))
+        return ExtensionIpc(env, settled=Settled.from_json(settled), early=early)
     if name == APP_SERVER:
         from rekall.codex.platform import SharedAppServerPlatform
 
@@ -86,8 +87,12 @@ class ScheduledOn(NamedTuple):
                              hint="the worker is started by `rekall schedule`, not by hand")
         return cls(data["platform"], data["generationAtSchedule"])
 
-    def platform_for(self, env: Mapping[str, str] | None = None) -> Platform:
-        return platform_named(self.platform, env, settled=self.settled)
+    @property
+    def on_extension(self) -> bool:
+        return self.platform in (None, EXTENSION)
+
+    def platform_for(self, env: Mapping[str, str] | None = None, *, early: Any = None) -> Platform:
+        return platform_named(self.platform, env, settled=self.settled, early=early)
 
 
 def all_platforms(env: Mapping[str, str] | None = None) -> list[Platform]:
@@ -97,7 +102,10 @@ def all_platforms(env: Mapping[str, str] | None = None) -> list[Platform]:
 async def find_owner(thread_id: str, env: Mapping[str, str] | None = None, *,
                      request_timeout_s: float) -> tuple[Platform, ThreadSnapshot]:
     """The one platform that has ``thread_id``, with its read-only snapshot of the thread."""
+    import asyncio
+
     from rekall.codex.platform import SERVABLE_SESSION
+    from rekall.platform import ThreadSnapshot
     from rekall.transports.base import EndpointMissing
 
     platforms = all_platforms(env)

@@ -26,13 +26,13 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Literal
 
 from rekall import punctual
 from rekall.config import WorkerSettings
-from rekall.errors import IpcError, RekallError, UsageError, as_rekall_error
+from rekall.errors import IpcError, RekallError
 from rekall.owners import ScheduledOn
 from rekall.platform import Acted, Failure, FollowedThread, Platform
 
@@ -104,6 +104,7 @@ class Worker:
         env: Mapping[str, str] | None = None,
         platform: Platform | None = None,
         scheduled: ScheduledOn | None = None,
+        early: Any = None,
     ) -> None:
         self._store = store  # ``None``: opened on first use (see ``store``)
         self.thread_id = thread_id
@@ -117,6 +118,9 @@ class Worker:
         #: Where schedule found the thread, as its command line said (``None``: it did not say);
         #: the claim checks it against the journal.
         self.scheduled = scheduled
+        #: The first follow, made before the event loop on what the command line said
+        #: (``rekall.adapters.early``), or its error: the platform goes on from it.
+        self._early = early
         #: The journal contradicted the command line: what was followed on its word is closed once claimed.
         self._journal_disagreed = False
         self.thread: FollowedThread | None = None  # followed once connected
@@ -301,7 +305,7 @@ class Worker:
                     return None
                 said = ScheduledOn.recorded(job.view.status)
             if self.platform is None:  # the one schedule found; never guessed
-                self.platform = said.platform_for(self.env)
+                self.platform = said.platform_for(self.env, early=self._early)
         except RekallError:
             return None  # the claim reads the job again and says why
         if not self.platform.follow_only_reads:
@@ -547,61 +551,3 @@ class Worker:
                     exc_info=error if error is not None and error.__cause__ is not None else None)
         self.queue.put_nowait(policy.ReconnectDone(
             f"{attempt - 1} attempts in {self.settings.reconnect_window_s:g} s, last: {detail}"))
-
-
-def _configure_logging(path: os.PathLike[str] | str) -> None:
-    from rekall.store.fsio import open_private_append
-
-    fd = open_private_append(path)  # never through a symlink planted at the log's name
-    handler = logging.StreamHandler(os.fdopen(fd, "a", encoding="utf-8", buffering=1))
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    root = logging.getLogger("rekall")
-    root.addHandler(handler)
-    root.setLevel(logging.INFO)
-
-
-def run_worker(thread_id: str, job_id: str, env: Mapping[str, str] | None = None, *,
-               scheduled: ScheduledOn | None = None) -> int:
-    """Entry point of ``rekall worker THREAD JOB [SCHEDULED]``: exit 0 on success, 1 otherwise."""
-    from rekall.ids import job_id as valid_job, thread_id as valid_thread
-    from rekall.store.paths import Layout, ensure_private_dir, resolve_jobs_dir
-
-    env = os.environ if env is None else env
-    thread_id, job_id = valid_thread(thread_id), valid_job(job_id)
-    # The log's path alone, the jobs directory checked as the store checks it when it opens: the
-    # store is loaded after the follow, and the follow's log lines belong in the job's log.
-    jobs_dir = resolve_jobs_dir(env)
-    ensure_private_dir(jobs_dir)
-    _configure_logging(Layout(jobs_dir).log(thread_id, job_id))
-    log.info("worker %s starting for thread %s", job_id, thread_id)
-    try:
-        worker = Worker(None, thread_id, job_id, settings=WorkerSettings.from_env(env), env=env, scheduled=scheduled)
-        with asyncio.Runner(loop_factory=punctual.event_loop) as runner:
-            final = runner.run(worker.run())
-    except RekallError as exc:
-        log.error("worker stopped: %s", exc)
-        sys.stderr.write(f"rekall worker: {exc}\n")
-        return 1
-    from rekall.states import SUCCESSFUL_END_STATES
-
-    log.info("worker finished: %s", final.value)
-    return 0 if final in SUCCESSFUL_END_STATES else 1
-
-
-def main(argv: Sequence[str]) -> int:
-    """``rekall worker THREAD JOB [SCHEDULED]``, started detached by schedule; not a verb people
-    see. SCHEDULED is where schedule found the thread, as it journaled it (``ScheduledOn``). The
-    arguments are read here, not by the CLI's argparse, whose import would delay the follow.
-    Errors are said without a traceback: exit 2 for bad arguments or ids, 1 when the job fails."""
-    try:
-        if len(argv) not in (2, 3):
-            raise UsageError(f"expected THREAD JOB [SCHEDULED], got {len(argv)} argument(s)",
-                             hint="the worker is started by `rekall schedule`, not by hand")
-        scheduled = ScheduledOn.from_argument(argv[2]) if len(argv) == 3 else None
-        return run_worker(argv[0], argv[1], scheduled=scheduled)
-    except KeyboardInterrupt:
-        return 130
-    except Exception as exc:  # noqa: BLE001 - the boundary: a clear error with a code, never a traceback
-        error = as_rekall_error(exc)
-        sys.stderr.write(f"rekall worker: {error.message}\n" + (f"  next: {error.hint}\n" if error.hint else ""))
-        return error.exit_status

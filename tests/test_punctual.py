@@ -8,7 +8,7 @@ import selectors
 
 import pytest
 
-from rekall import punctual, worker
+from rekall import punctual, worker, worker_start
 from rekall.states import JobState
 
 WAIT_S = 5.0  # every wait below is bounded by this
@@ -77,7 +77,7 @@ def test_the_worker_process_runs_its_job_on_the_punctual_loop(tmp_path, monkeypa
     monkeypatch.setattr(worker.Worker, "run", run)
     env = {**os.environ, "REKALL_JOBS_DIR": str(tmp_path / "jobs"), "HOME": str(tmp_path)}
     thread, job = "11111111-1111-4111-8111-111111111111", "22222222-2222-4222-8222-222222222222"
-    assert worker.run_worker(thread, job, env) == 0
+    assert worker_start.run_worker(thread, job, env) == 0
     assert selectors_seen == [selectors.SelectSelector]
 
 

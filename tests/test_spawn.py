@@ -20,7 +20,7 @@ from rekall.sim import SimulatedOwner
 from rekall.spawn import spawn_worker
 from rekall.store import JobStore
 from rekall.store.owner import WorkerProcess, worker_processes
-from rekall.worker import _configure_logging
+from rekall.worker_start import configure_logging
 from tests.jobkit import new_thread
 from tests.mcpkit import HANDOFF, job_env, wait_for_note, wait_for_worker_exit
 
@@ -35,7 +35,7 @@ def test_the_worker_log_is_never_opened_through_a_symlink(tmp_path: Path):
         spawn_worker(new_thread(), new_thread(), log_path=log, env=dict(os.environ))
     assert caught.value.errno == errno.ELOOP and not target.exists()
     with pytest.raises(OSError):
-        _configure_logging(log)  # the worker's own logging, the same rule
+        configure_logging(log)  # the worker's own logging, the same rule
     assert not target.exists()
 
 
@@ -44,7 +44,7 @@ def test_the_worker_log_is_private(tmp_path: Path):
     root = logging.getLogger("rekall")
     handlers, level, old = list(root.handlers), root.level, os.umask(0)
     try:
-        _configure_logging(log)
+        configure_logging(log)
     finally:
         os.umask(old)
         for handler in set(root.handlers) - set(handlers):

@@ -134,21 +134,22 @@ NOT_BEFORE_FOLLOWING = ("rekall.policy", "transitions", "psutil", "cattrs", "ric
                         "rekall.secrets", "rekall.cli", "argparse", "msgspec")
 
 #: Runs ``python -m rekall worker THREAD JOB`` in-process (runpy, as ``-m`` does) and prints the
-#: modules executed when the follow message was built and when the worker had finished. A module
-#: set up to load on first use (importlib's LazyLoader) and not used yet is not counted.
+#: modules executed when the follow message was built (by the adapter, on either way of following)
+#: and when the worker had finished. A module set up to load on first use (importlib's
+#: LazyLoader) and not used yet is not counted.
 WORKER_PROBE = """
 import json, runpy, sys
-from rekall.adapters import session
+from rekall.adapters import ipc
 
 def executed():
     return sorted(name for name, module in list(sys.modules.items()) if type(module).__name__ != "_LazyModule")
 
 seen = {}
-follow_message = session.ThreadSession._follow_message
-def recording(self):
+follow_broadcast = ipc.IpcAdapter.follow_broadcast
+def recording(self, *args, **kwargs):
     seen.setdefault("following", executed())
-    return follow_message(self)
-session.ThreadSession._follow_message = recording
+    return follow_broadcast(self, *args, **kwargs)
+ipc.IpcAdapter.follow_broadcast = recording
 sys.argv = ["rekall", "worker", *sys.argv[1:]]
 try:
     runpy.run_module("rekall", run_name="__main__", alter_sys=True)
@@ -191,15 +192,20 @@ def test_a_worker_follows_the_thread_before_it_loads_the_policy_the_machine_or_p
 
 
 #: What a worker told what schedule journaled has not loaded either when its follow goes out:
-#: the store (journal replay, the lifecycle, the job's records) and the lifecycle's states.
+#: the store (journal replay, the lifecycle, the job's records) and the lifecycle's states; nor the
+#: event loop, the session or the reactor: it follows on a blocking socket (rekall.adapters.early).
 NOT_BEFORE_FOLLOWING_TOLD = (*NOT_BEFORE_FOLLOWING, "rekall.states", "rekall.store.jobstore", "rekall.store.catalog",
                              "rekall.store.replay", "rekall.store.journal", "rekall.store.wire",
-                             "rekall.store.lifecycle", "rekall.store.handoff", "rekall.continuation")
+                             "rekall.store.lifecycle", "rekall.store.handoff", "rekall.continuation",
+                             "asyncio", "ssl", "concurrent", "rekall.worker", "rekall.punctual",
+                             "rekall.adapters.session", "rekall.adapters.extension", "rekall.transports.channel",
+                             "rekall.transports.socketstream", "rekall.thread.mirror", "rekall.events",
+                             "rekall.platform")
 
 
-def test_a_worker_told_what_schedule_journaled_follows_before_it_loads_the_store_or_the_lifecycle(jobs_dir: Path):
+def test_a_worker_told_what_schedule_journaled_follows_before_it_loads_the_store_the_lifecycle_or_the_event_loop(jobs_dir: Path):
     report = run_worker_probe(jobs_dir, told=True)
     assert loaded(report["following"], NOT_BEFORE_FOLLOWING_TOLD) == []
     finished = set(loaded(report["finished"], NOT_BEFORE_FOLLOWING_TOLD))
     assert {"rekall.states.machine", "rekall.store.replay", "rekall.store.jobstore", "transitions",
-            "cattrs"} <= finished
+            "cattrs", "asyncio", "rekall.worker", "rekall.adapters.session"} <= finished

@@ -488,7 +488,7 @@ async def test_a_worker_told_what_schedule_journaled_closes_its_follow_when_the_
                                    ['{"platform": null, "generationAtSchedule": null}', "more"]],
                          ids=["not-json", "a-field-missing", "not-an-object", "a-field-of-another-type", "extra"])
 def test_the_worker_refuses_a_malformed_or_extra_argument_as_a_usage_error(extra, capsys):
-    from rekall.worker import main
+    from rekall.worker_start import main
 
     assert main(["0199a5c2-2222-7000-8000-0000000000a1", "0199a5c2-3333-7000-8000-0000000000a2", *extra]) == 2
     err = capsys.readouterr().err

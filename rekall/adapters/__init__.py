@@ -16,6 +16,9 @@ Failures are :class:`~rekall.errors.IpcError` subclasses; failed commands raise
 
 from __future__ import annotations
 
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
 from rekall.adapters.errors import (
     ConnectionLostError,
     HandshakeFailed,
@@ -26,7 +29,21 @@ from rekall.adapters.errors import (
     VersionMismatch,
 )
 from rekall.adapters.registry import ADAPTERS, adapter_named
-from rekall.adapters.session import RESPONSE_MARGIN_S, StartedTurn, ThreadSession, connect_thread
+
+if TYPE_CHECKING:
+    from rekall.adapters.session import RESPONSE_MARGIN_S, StartedTurn, ThreadSession, connect_thread
+
+#: Re-exported on first use: the session needs asyncio, which the worker's first follow is made
+#: without (:mod:`rekall.adapters.early`).
+_ON_USE = frozenset({"RESPONSE_MARGIN_S", "StartedTurn", "ThreadSession", "connect_thread"})
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _ON_USE:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module("rekall.adapters.session"), name)
+    globals()[name] = value
+    return value
 
 __all__ = [
     "ADAPTERS",

@@ -18,9 +18,7 @@ import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
-
-import attrs
+from typing import Any, NamedTuple
 
 from rekall.adapters.generations import STATE_CHANGED
 
@@ -54,8 +52,7 @@ _VERSION_IN_NAME = re.compile(r"openai\.chatgpt-(\d+\.\d+\.\d+)")
 CACHE_NAME = "bundle-tables.json"
 
 
-@attrs.frozen
-class Install:
+class Install(NamedTuple):
     """One installed extension (or desktop app) and what its bundle says."""
 
     what: str

@@ -17,23 +17,21 @@ from __future__ import annotations
 import os
 import stat
 from collections.abc import Mapping, Sequence
-from typing import Any
-
-import attrs
+from typing import Any, NamedTuple
 
 from rekall.adapters import generations as gen
 from rekall.adapters import registry
 from rekall.adapters.bundles import Install, find_installs
 from rekall.adapters.contract import Adapter
 from rekall.adapters.ipc import behind_text
-from rekall.homes import env_value
+from rekall.adapters.errors import VersionMismatch
 from rekall.errors import InvalidInput
+from rekall.homes import env_value
 
 GENERATION_VAR = "REKALL_GENERATION"
 
 
-@attrs.frozen
-class Choice:
+class Choice(NamedTuple):
     """The generation to speak, or the candidates for the owner's answer, or a refusal."""
 
     adapter: Adapter | None
@@ -119,8 +117,7 @@ def _names(generations: Sequence[gen.Generation]) -> str:
     return " and ".join(g.name for g in generations) or "no known generation"
 
 
-@attrs.frozen
-class Settled:
+class Settled(NamedTuple):
     """A generation the owner's answer settled (b), with its evidence: which owner answered,
     on which router. ``schedule`` keeps it in the job, so that the worker, a separate process,
     does not pay a ``no-client-found`` delay again for the same owner."""
@@ -160,6 +157,36 @@ class Settled:
         if router != self.router or socket_identity(router) != self.socket:
             return None
         return next((a for a in candidates if a.NAME == self.generation and not a.owner_discovery), None)
+
+
+class Decision(NamedTuple):
+    """What one connect speaks: the generation, or the candidates for the owner's answer."""
+
+    chosen: Choice
+    adapter: Adapter | None
+    candidates: tuple[Adapter, ...]
+    reason: str
+    #: A generation settled earlier (by ``schedule``, or by this process) and reused here.
+    earlier: Settled | None
+    #: "found anew", "reused from schedule" or "reused in this process".
+    source: str
+
+
+def decide(env: Mapping[str, str], thread_id: str, *, router: str | None, write_cache: bool,
+           at_schedule: Settled | None, reuse: bool = True) -> Decision:
+    """Evidence (a) and (c), then a generation settled earlier for ``router`` and this thread,
+    by ``schedule`` (``at_schedule``) or this process, when it may be reused. Raises
+    :class:`VersionMismatch` when the evidence says not to speak at all."""
+    chosen = choose(env, write_cache=write_cache)
+    if chosen.refusal is not None:
+        raise VersionMismatch(chosen.refusal, hint="rekall sends nothing the evidence does not support; "
+                                                   "`rekall protocol` shows the table and the differences")
+    if chosen.adapter is None and reuse and router is not None:
+        for settled, source in ((at_schedule, "reused from schedule"), (remembered(router, thread_id),
+                                                                          "reused in this process")):
+            if settled is not None and (adapter := settled.reusable(router, chosen.candidates)) is not None:
+                return Decision(chosen, adapter, chosen.candidates, settled.how, settled, source)
+    return Decision(chosen, chosen.adapter, chosen.candidates, chosen.reason, None, "found anew")
 
 
 def socket_identity(path: str) -> str | None:

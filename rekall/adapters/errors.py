@@ -8,6 +8,11 @@ from rekall.errors import IpcError
 
 Delivery = Literal["not_delivered", "unknown"]
 
+#: How much longer than the ``timeoutMs`` we send we wait for a response ourselves, so that the
+#: router's own ``request-timeout`` (which is more informative) normally arrives first.
+RESPONSE_MARGIN_S = 2.0
+NOTHING_RETRIED = "check the thread before scheduling again; nothing was retried"
+
 
 class RequestFailed(IpcError):
     """A request to the owner did not succeed.
@@ -34,8 +39,28 @@ class RequestFailed(IpcError):
         return {**super().to_dict(), "delivery": self.delivery, "method": self.method}
 
 
+def lost_while_sending(method: str, detail: str) -> RequestFailed:
+    return RequestFailed(f"{method}: connection lost while sending ({detail}); outcome unknown",
+                         code="connection_lost", delivery="unknown", method=method, hint=NOTHING_RETRIED)
+
+
+def lost_while_waiting(method: str, detail: str) -> RequestFailed:
+    return RequestFailed(f"{method}: connection lost while waiting for the response ({detail}); outcome unknown",
+                         code="connection_lost", delivery="unknown", method=method, hint=NOTHING_RETRIED)
+
+
+def not_answered(method: str, waited_s: float) -> RequestFailed:
+    return RequestFailed(f"{method}: no response within {waited_s:g} s; outcome unknown", code="request_timeout",
+                         delivery="unknown", method=method, hint=NOTHING_RETRIED)
+
+
 class HandshakeFailed(IpcError):
     code = "handshake_failed"
+
+    @classmethod
+    def because(cls, failed: RequestFailed) -> HandshakeFailed:
+        """A handshake request that failed (a timeout, a dropped connection)."""
+        return cls(f"handshake with the IPC router failed: {failed.message}", code=failed.code, hint=failed.hint)
 
 
 class NoOwner(IpcError):

@@ -15,13 +15,11 @@ from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
 
-import attrs
-
 from rekall import events as ev
 from rekall.adapters import choice as evidence
 from rekall.adapters import registry
-from rekall.adapters.contract import Adapter
-from rekall.adapters.errors import ConnectionLostError, VersionMismatch
+from rekall.adapters.early import EarlyFollow
+from rekall.adapters.errors import ConnectionLostError
 from rekall.adapters.generations import COMPARED_METHODS
 from rekall.adapters.session import ThreadSession, connect_thread
 from rekall.homes import env_value
@@ -96,55 +94,49 @@ class ExtensionIpc:
     name = NAME
     follow_only_reads = True  # a follower subscribes to the owner's broadcasts; nothing else is told
 
-    def __init__(self, env: Mapping[str, str] | None = None, *, settled: evidence.Settled | None = None) -> None:
+    def __init__(self, env: Mapping[str, str] | None = None, *, settled: evidence.Settled | None = None,
+                 early: EarlyFollow | BaseException | None = None) -> None:
         self.env = os.environ if env is None else env
         #: The evidence of the last connect (probe shows it).
         self.last_choice: evidence.Choice = evidence.Choice(None, (), "not connected yet")
         #: What ``schedule`` settled, from the job (the worker reuses it for the same owner).
         self.settled_at_schedule = settled
+        #: The worker's first follow (:mod:`rekall.adapters.early`), or why it failed: the next
+        #: connect to its thread goes on from it.
+        self.early = early
 
     async def connect(self, thread_id: str, *, request_timeout_s: float, write_cache: bool,
                       snapshot_timeout_s: float = 12.0, endpoint: Endpoint | None = None,
                       reuse: bool = True) -> ThreadSession:
-        """Connect speaking the generation the evidence supports (:mod:`rekall.adapters.choice`)."""
-        chosen = evidence.choose(self.env, write_cache=write_cache)
-        self.last_choice = chosen
-        if chosen.refusal is not None:
-            raise VersionMismatch(chosen.refusal, hint="rekall sends nothing the evidence does not support; "
-                                                       "`rekall protocol` shows the table and the differences")
-        adapter, candidates, reason = chosen.adapter, chosen.candidates, chosen.reason
-        where = endpoint.path if endpoint is not None else _endpoint_path(self.env)
-        earlier, source = None, "found anew"
-        if adapter is None and reuse and (hit := self._reusable(where, thread_id, candidates)) is not None:
-            earlier, adapter, source = hit
-            reason = earlier.how
+        """Connect speaking the generation the evidence supports (:mod:`rekall.adapters.choice`);
+        on the connection the worker's first follow made, if it was made for this thread."""
+        early, self.early = self.early, None  # used once: a reconnect connects anew
+        if isinstance(early, BaseException):
+            raise early  # the first follow failed: the job fails with its error, nothing is tried again
+        if early is not None:
+            decision = early.decision
+        else:
+            where = endpoint.path if endpoint is not None else _endpoint_path(self.env)
+            decision = evidence.decide(self.env, thread_id, router=where, write_cache=write_cache,
+                                       at_schedule=self.settled_at_schedule, reuse=reuse)
+        self.last_choice = decision.chosen
+        adapter, earlier = decision.adapter, decision.earlier
         session = await connect_thread(thread_id, env=self.env, endpoint=endpoint, request_timeout_s=request_timeout_s,
                                        snapshot_timeout_s=snapshot_timeout_s, adapter=adapter,
-                                       candidates=candidates or None)
+                                       candidates=decision.candidates or None, early=early)
         if earlier is not None and session.owner_id != earlier.owner:
             # Another owner answered than the one whose answer was remembered (a reload, perhaps
             # an update): the memory proves nothing about it, so ask the owner again.
             await session.aclose()
-            evidence.forget(where or "", thread_id)
+            evidence.forget(earlier.router, thread_id)
             return await self.connect(thread_id, request_timeout_s=request_timeout_s, write_cache=write_cache,
                                       snapshot_timeout_s=snapshot_timeout_s, endpoint=endpoint, reuse=False)
+        reason = decision.reason
         session.generation_reason = reason if adapter is not None else f"{reason}: {session.generation_reason}"
-        session.generation_settled = source
-        if chosen.adapter is None and earlier is None and (settled := settled_by(session)) is not None:  # (b) now
-            evidence.remember(thread_id, settled)
+        session.generation_settled = decision.source
+        if decision.chosen.adapter is None and earlier is None and (settled := settled_by(session)) is not None:
+            evidence.remember(thread_id, settled)  # (b) now
         return session
-
-    def _reusable(self, where: str | None, thread_id: str,
-                  candidates: tuple[Adapter, ...]) -> tuple[evidence.Settled, Adapter, str] | None:
-        """A generation settled earlier for this router and thread: by ``schedule`` (the job's
-        record), or by this process."""
-        if where is None:
-            return None
-        for settled, source in ((self.settled_at_schedule, "reused from schedule"),
-                                (evidence.remembered(where, thread_id), "reused in this process")):
-            if settled is not None and (adapter := settled.reusable(where, candidates)) is not None:
-                return settled, adapter, source
-        return None
 
     async def follow(self, thread_id: str, *, request_timeout_s: float) -> IpcThread:
         return IpcThread(await self.connect(thread_id, request_timeout_s=request_timeout_s, write_cache=True))
@@ -153,7 +145,7 @@ class ExtensionIpc:
         session = await self.connect(thread_id, request_timeout_s=request_timeout_s, write_cache=False)
         try:
             return _snapshot(session, {
-                "endpoint": attrs.asdict(session.endpoint),
+                "endpoint": session.endpoint._asdict(),
                 "adapter": session.adapter,
                 "generationReason": session.generation_reason,
                 "generationSettled": session.generation_settled,

@@ -14,9 +14,7 @@ requests carry ``hostId`` and ``targetClientId``; requests routed by discovery c
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Literal
-
-import attrs
+from typing import Literal, NamedTuple
 
 from rekall.thread.layout import V11, Layout
 
@@ -37,9 +35,9 @@ Routing = Literal["targeted", "discovery"]
 StartTurnShape = Literal["turnStart", "turnStartParams"]
 
 
-@attrs.frozen
-class Generation:
-    """What one generation of the extension IPC is, as far as rekall needs to know."""
+class Generation(NamedTuple):
+    """What one generation of the extension IPC is, as far as rekall needs to know (a
+    ``NamedTuple``: it is read before the worker's first follow, see :mod:`rekall.thread.layout`)."""
 
     #: The name users see and set (``REKALL_GENERATION``), e.g. ``"26.9xx"``.
     name: str

@@ -3,17 +3,15 @@
 
 Shared by all protocol generations (an adapter decides *which* record a message is; the
 records themselves do not change), so the session can dispatch on them alike.
+``NamedTuple`` records: the worker's first follow reads them (see :mod:`rekall.thread.layout`).
 """
 
 from __future__ import annotations
 
-from typing import Any
-
-import attrs
+from typing import Any, NamedTuple
 
 
-@attrs.frozen
-class Response:
+class Response(NamedTuple):
     request_id: str
     ok: bool
     result: Any
@@ -22,25 +20,21 @@ class Response:
     message: dict[str, Any]
 
 
-@attrs.frozen
-class StateChange:
+class StateChange(NamedTuple):
     change: Any
 
 
-@attrs.frozen
-class UnknownVersion:
+class UnknownVersion(NamedTuple):
     method: str
     version: Any
     from_owner: bool
 
 
-@attrs.frozen
-class FollowStatusRequested:
+class FollowStatusRequested(NamedTuple):
     source: Any
 
 
-@attrs.frozen
-class ForeignState:
+class ForeignState(NamedTuple):
     """A state broadcast for our thread from a client that is not our owner (or before the
     owner is known: a generation without owner discovery learns it from who answers)."""
 
@@ -48,23 +42,20 @@ class ForeignState:
     change: Any = None
 
 
-@attrs.frozen
-class Reply:
+class Reply(NamedTuple):
     """Send ``message`` back (discovery probes and requests addressed to us)."""
 
     message: dict[str, Any]
     why: str
 
 
-@attrs.frozen
-class Ignored:
+class Ignored(NamedTuple):
     reason: str
 
 
 Inbound = Response | StateChange | UnknownVersion | FollowStatusRequested | ForeignState | Reply | Ignored
 
 
-@attrs.frozen
-class StartedTurn:
+class StartedTurn(NamedTuple):
     turn_id: str
     status: str

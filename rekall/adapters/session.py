@@ -36,12 +36,11 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any
 
-import attrs
-
 from rekall import events as ev
 from rekall.adapters import messages, registry
 from rekall.adapters.contract import Adapter
 from rekall.adapters.errors import (
+    RESPONSE_MARGIN_S,
     ConnectionLostError,
     HandshakeFailed,
     NoOwner,
@@ -49,7 +48,12 @@ from rekall.adapters.errors import (
     SessionClosed,
     SnapshotTimeout,
     VersionMismatch,
+    lost_while_sending,
+    lost_while_waiting,
+    not_answered,
 )
+from rekall.adapters.early import EarlyFollow
+from rekall.adapters.handshake import Handshaken, handshake
 from rekall.errors import InvalidInput, IpcError
 from rekall.ids import thread_id as validate_thread_id
 from rekall.thread.mirror import RevisionGap, ThreadMirror
@@ -67,8 +71,6 @@ from rekall.transports import (
 
 log = logging.getLogger("rekall.adapters")
 
-#: How much longer than the ``timeoutMs`` we send we wait for a response ourselves.
-RESPONSE_MARGIN_S = 2.0
 MAX_RESYNCS_PER_CONNECTION = 5
 StartedTurn = messages.StartedTurn
 Tap = Callable[[str, Any], None]
@@ -245,42 +247,50 @@ class ThreadSession:
 
     # -- connecting --------------------------------------------------------------------
 
-    async def _open(self, *, emit: bool) -> None:
-        transport = self._transport or transport_for(self.endpoint, peer_uid_lookup=self._peer_uid_lookup)
-        stream = await transport.connect()
-        self.endpoint = attrs.evolve(self.endpoint, peer_check=stream.peer_check)
+    async def _open(self, *, emit: bool, early: EarlyFollow | None = None) -> None:
+        """Connect, handshake, follow, and wait for the first snapshot; with ``early``, go on
+        from the connection, handshake and follow the worker made before its event loop."""
+        if early is None:
+            transport = self._transport or transport_for(self.endpoint, peer_uid_lookup=self._peer_uid_lookup)
+            stream = await transport.connect()
+            backlog: Sequence[tuple[Any, float]] = ()
+        else:
+            stream, backlog = await early.adopt(), early.backlog
+            self._handshaken(early.handshaken)
+        self.endpoint = self.endpoint._replace(peer_check=stream.peer_check)
         link = _Link(MessageChannel(stream))
         self._link = link
-        link.reader = asyncio.create_task(self._read_loop(link), name=f"rekall-ipc-reader-{self.thread_id}")
+        link.reader = asyncio.create_task(self._read_loop(link, backlog), name=f"rekall-ipc-reader-{self.thread_id}")
         try:
-            await self._handshake(link)
-            await self._follow_and_wait(link, emit=emit)
+            if early is None:
+                await self._handshake(link)
+            await self._follow_and_wait(link, emit=emit, followed=early is not None)
         except BaseException:
             await self._close_link(link)
             raise
 
     async def _handshake(self, link: _Link) -> None:
-        adapter = self._adapter
         self.client_id = None
         self.owner_id = None
+        steps = handshake(self.thread_id, self.client_type, None if self._candidates else self._adapter,
+                          self._candidates)
         try:
-            response = await self._exchange(link, adapter.INITIALIZE, adapter.initialize_params(self.client_type),
-                                            targeted=False)
-            if not response.ok and response.error == "request-version-mismatch":
-                raise VersionMismatch(f"{adapter.INITIALIZE} v{adapter.METHOD_VERSIONS[adapter.INITIALIZE]} was "
-                                      "refused: request-version-mismatch",
-                                      hint="the extension changed its protocol; update rekall")
-            self.client_id = adapter.client_id_from(response)
-            if self._candidates:
-                await self._decide_by_discovery(link)
-            elif adapter.owner_discovery:
-                response = await self._exchange(link, adapter.OWNER_DISCOVERY,
-                                                adapter.owner_discovery_params(self.thread_id), targeted=False)
-                self.owner_id = adapter.owner_from(response, self.thread_id)
-            # else: a generation without owner discovery; the owner answers our follow.
+            ask = next(steps)
+            while True:
+                response = await self._exchange(link, ask.method, ask.params, targeted=False, adapter=ask.adapter,
+                                                source=ask.source)
+                ask = steps.send(response)
+        except StopIteration as done:
+            self._handshaken(done.value)
         except RequestFailed as exc:  # a timeout or a dropped connection during the handshake
-            raise HandshakeFailed(f"handshake with the IPC router failed: {exc.message}", code=exc.code,
-                                  hint=exc.hint) from exc
+            raise HandshakeFailed.because(exc) from exc
+
+    def _handshaken(self, done: Handshaken) -> None:
+        if done.decided_because is not None:
+            self._decide(done.adapter, done.decided_because)
+        if done.owner_unanswered:
+            self._owner_unanswered = True
+        self.client_id, self.owner_id = done.client_id, done.owner_id
         self._checked_sources = {self.owner_id} if self.owner_id is not None else set()
 
     def _decide(self, adapter: Adapter, reason: str) -> None:
@@ -288,46 +298,15 @@ class ThreadSession:
             self.mirror = ThreadMirror(adapter.LAYOUT)
         self._adapter, self._candidates, self.generation_reason = adapter, (), reason
 
-    async def _decide_by_discovery(self, link: _Link) -> None:
-        """Evidence (b): the owner's answer to discovery. Answered: a generation with owner
-        discovery. ``no-client-found``: a generation without it, *if* a client then answers
-        our follow with the thread's state; otherwise nobody owns the thread."""
-        with_discovery = [a for a in self._candidates if a.owner_discovery]
-        without = [a for a in self._candidates if not a.owner_discovery]
-        if not with_discovery:
-            self._decide_without(without, "no candidate generation has owner discovery")
-            return
-        probe = with_discovery[0]
-        self._adapter = probe
-        response = await self._exchange(link, probe.OWNER_DISCOVERY, probe.owner_discovery_params(self.thread_id),
-                                        targeted=False)
-        if response.ok:
-            if len(with_discovery) > 1:
-                raise VersionMismatch(f"the owner answered {probe.OWNER_DISCOVERY}, which generations "
-                                      f"{' and '.join(a.NAME for a in with_discovery)} all have",
-                                      hint="set REKALL_GENERATION to the installed extension's generation")
-            self.owner_id = probe.owner_from(response, self.thread_id)
-            self._decide(probe, f"the owner answered {probe.OWNER_DISCOVERY}")
-        elif response.error == "no-client-found" and without:
-            self._decide_without(without, f"{probe.OWNER_DISCOVERY} answered no-client-found")
-        else:
-            probe.owner_from(response, self.thread_id)  # raises the precise error
-
-    def _decide_without(self, without: list[Adapter], why: str) -> None:
-        if len(without) != 1:
-            raise VersionMismatch(f"{why}; cannot tell generations {' and '.join(a.NAME for a in without)} apart",
-                                  hint="set REKALL_GENERATION to the installed extension's generation")
-        self._decide(without[0], f"{why}; generation {without[0].NAME} has no owner discovery")
-        self._owner_unanswered = True
-
-    async def _follow_and_wait(self, link: _Link, *, emit: bool) -> None:
+    async def _follow_and_wait(self, link: _Link, *, emit: bool, followed: bool = False) -> None:
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._snapshot_waiter = waiter
         self._emit_first_snapshot = emit
         self._awaiting_snapshot = True
         self._resync_reason = None
         try:
-            await self._send(link, self._follow_message())
+            if not followed:
+                await self._send(link, self._follow_message())
             async with asyncio.timeout(self.snapshot_timeout_s):
                 await waiter
         except TimeoutError:
@@ -370,32 +349,30 @@ class ThreadSession:
             self.tap("send", message)
         await link.channel.send(message)
 
-    async def _exchange(self, link: _Link, method: str, params: dict[str, Any], *, targeted: bool) -> Any:
-        """Send one request and wait for its response (success or not)."""
+    async def _exchange(self, link: _Link, method: str, params: dict[str, Any], *, targeted: bool,
+                        adapter: Adapter | None = None, source: str | None = None) -> Any:
+        """Send one request and wait for its response (success or not); in ``adapter``'s envelope
+        from ``source`` when given (the handshake), else in the session's."""
         if link.dead or link.closing:
             raise RequestFailed(f"{method}: not sent, the IPC connection is closed", code="connection_lost",
                                 delivery="not_delivered", method=method, hint="reconnect, then decide again")
         request_id = str(uuid.uuid4())
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         link.pending[request_id] = (method, future)
-        message = self._adapter.request(
-            method, params, request_id=request_id, source=self.client_id or self._adapter.INITIAL_CLIENT_ID,
+        adapter = adapter or self._adapter
+        message = adapter.request(
+            method, params, request_id=request_id, source=source or self.client_id or adapter.INITIAL_CLIENT_ID,
             timeout_ms=int(self.request_timeout_s * 1000), target=self.owner_id if targeted else None)
         try:
             try:
                 await self._send(link, message)
             except TransportError as exc:
-                raise RequestFailed(f"{method}: connection lost while sending ({exc.message}); outcome unknown",
-                                    code="connection_lost", delivery="unknown", method=method,
-                                    hint="check the thread before scheduling again; nothing was retried") from exc
+                raise lost_while_sending(method, exc.message) from exc
             try:
                 async with asyncio.timeout(self.request_timeout_s + RESPONSE_MARGIN_S):
                     return await future
             except TimeoutError:
-                raise RequestFailed(
-                    f"{method}: no response within {self.request_timeout_s + RESPONSE_MARGIN_S:g} s; outcome unknown",
-                    code="request_timeout", delivery="unknown", method=method,
-                    hint="check the thread before scheduling again; nothing was retried") from None
+                raise not_answered(method, self.request_timeout_s + RESPONSE_MARGIN_S) from None
         finally:
             link.pending.pop(request_id, None)
 
@@ -436,9 +413,15 @@ class ThreadSession:
 
     # -- receiving ---------------------------------------------------------------------
 
-    async def _read_loop(self, link: _Link) -> None:
+    async def _read_loop(self, link: _Link, backlog: Sequence[tuple[Any, float]] = ()) -> None:
+        """Handle each message as it arrives; first ``backlog``, what arrived before the link
+        existed (during the worker's first follow), with when each frame arrived."""
         detail = "the router closed the connection"
         try:
+            for message, received_at in backlog:
+                if self.tap is not None:
+                    self.tap("recv", message)
+                await self._handle(link, message, received_at)
             while True:
                 message = await link.channel.receive()
                 if message is None:
@@ -465,10 +448,7 @@ class ThreadSession:
         link.dead = True
         for method, future in link.pending.values():
             if not future.done():
-                future.set_exception(RequestFailed(
-                    f"{method}: connection lost while waiting for the response ({detail}); outcome unknown",
-                    code="connection_lost", delivery="unknown", method=method,
-                    hint="check the thread before scheduling again; nothing was retried"))
+                future.set_exception(lost_while_waiting(method, detail))
         waiter = self._snapshot_waiter
         if waiter is not None and not waiter.done():
             waiter.set_exception(ConnectionLostError(f"connection lost before the first snapshot: {detail}",
@@ -666,6 +646,7 @@ async def connect_thread(
     tap: Tap | None = None,
     adapter: str | Adapter | None = None,
     candidates: Sequence[Adapter] | None = None,
+    early: EarlyFollow | None = None,
 ) -> ThreadSession:
     """Connect to the owner of ``thread_id``, follow it and wait for its first snapshot.
 
@@ -675,6 +656,8 @@ async def connect_thread(
     message sent (``"send"``) and received (``"recv"``, then ``"handled"`` once processed);
     ``adapter`` is the generation to speak (an adapter or its name); without it the owner's
     answer to discovery chooses among ``candidates`` (default: every known generation).
+    ``early``: the worker's first follow of this thread (:mod:`rekall.adapters.early`), made with
+    the same ``adapter`` and ``candidates``: the session goes on from its connection.
     """
     thread_id = validate_thread_id(thread_id)
     module = registry.adapter_named(adapter) if isinstance(adapter, str) else adapter
@@ -682,11 +665,13 @@ async def connect_thread(
         raise InvalidInput(f"no protocol generation named {adapter!r}", field="adapter",
                            hint=f"known: {', '.join(a.NAME for a in registry.ADAPTERS)}")
     explicit = endpoint is not None or transport is not None
-    if endpoint is None:
+    if early is not None:
+        endpoint = early.endpoint
+    elif endpoint is None:
         endpoint = resolve_endpoint(env) if transport is None else Endpoint("test", "custom transport")
     session = ThreadSession(
         thread_id, endpoint=endpoint, transport=transport, env=env, explicit_endpoint=explicit,
         client_type=client_type, request_timeout_s=request_timeout_s, snapshot_timeout_s=snapshot_timeout_s,
         peer_uid_lookup=peer_uid_lookup, adapter=module, candidates=candidates, max_resyncs=max_resyncs, tap=tap)
-    await session._open(emit=False)
+    await session._open(emit=False, early=early)
     return session

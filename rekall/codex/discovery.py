@@ -21,9 +21,7 @@ import re
 import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Literal
-
-import attrs
+from typing import Any, Literal, NamedTuple
 
 from rekall.errors import CodexError
 
@@ -55,8 +53,7 @@ class ExtensionIdentityMismatch(CodexError):
     code = "codex_extension_identity"
 
 
-@attrs.frozen
-class ExtensionIdentity:
+class ExtensionIdentity(NamedTuple):
     """Who shipped the binary, from the extension's ``package.json``."""
 
     publisher: str
@@ -66,15 +63,14 @@ class ExtensionIdentity:
     root: str
 
 
-@attrs.frozen
-class CodexBinary:
+class CodexBinary(NamedTuple):
     path: str
     source: Literal["override", "path"]
     #: ``None`` for an override outside an extension folder (e.g. the npm ``@openai/codex``).
     extension: ExtensionIdentity | None
 
     def to_json(self) -> dict[str, Any]:
-        return attrs.asdict(self)
+        return {**self._asdict(), "extension": None if self.extension is None else self.extension._asdict()}
 
 
 def _pathmod(platform: str) -> Any:

@@ -41,7 +41,7 @@ from rekall.sim import protocol as p
 from rekall.sim.backend import Backend, RouterError, ScriptedBackend
 from rekall.transports import ByteStream, MessageChannel, encode_message
 from rekall.transports.framing import MAX_FRAME_BYTES
-from rekall.transports.unix import SocketStream, serve_unix
+from rekall.transports.socketstream import SocketStream, serve_unix
 
 #: Broken frames the simulator can send, by name.
 GARBAGE: dict[str, bytes] = {
@@ -307,6 +307,10 @@ class SimulatedOwner:
         request_id, method, params = message.get("requestId"), message.get("method"), message.get("params")
         self.routed.append(RecordedRequest(str(method), params, message, client.id))
         if method == p.INITIALIZE:
+            fault = self._next_fault(method)  # the router refusing us (scripted with fail_next)
+            if fault.error is not None:
+                self._send(client, p.failure(request_id, fault.error))
+                return
             client.id = f"client-{uuid.uuid4()}"
             self._send(client, p.success(request_id, method, {"clientId": client.id}, "router"))
             if self.snapshot_on_connect:
@@ -329,7 +333,11 @@ class SimulatedOwner:
             mine = isinstance(params, dict) and params.get("conversationId") == self.thread_id
             self.discovery_count += 1
             self._notify()
-            if fault.error is not None:
+            if fault.delay_s:
+                await asyncio.sleep(fault.delay_s)
+            if fault.drop_connection:
+                await self._close_client(client)
+            elif fault.error is not None:
                 self._send(client, p.failure(request_id, fault.error))
             elif mine and not self.no_owner:
                 self._send(client, p.success(request_id, method, {}, self.owner_id))

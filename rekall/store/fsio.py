@@ -21,8 +21,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-
-import attrs
+from typing import NamedTuple
 
 from rekall.store.fsread import O_BINARY, O_CLOEXEC, O_NOFOLLOW
 
@@ -31,9 +30,8 @@ _WINDOWS = sys.platform == "win32"
 _REPLACE_RETRY_DELAYS_S = (0.01, 0.02, 0.04, 0.08, 0.1)
 
 
-@attrs.frozen
-class FileOps:
-    """The primitive calls; tests replace one with ``attrs.evolve`` to inject a fault."""
+class FileOps(NamedTuple):
+    """The primitive calls; tests replace one with ``_replace`` to inject a fault."""
 
     write: Callable[[int, bytes], int] = os.write
     fsync: Callable[[int], None] = os.fsync

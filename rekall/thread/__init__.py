@@ -17,10 +17,28 @@ rules, stated once), :mod:`~rekall.thread.index` (the same facts kept incrementa
 
 from __future__ import annotations
 
-from rekall.thread.facts import ThreadFacts, derive_facts
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
 from rekall.thread.layout import V11, Layout
-from rekall.thread.mirror import RevisionGap, ThreadMirror
-from rekall.thread.patches import PatchError, apply_patches
+
+if TYPE_CHECKING:
+    from rekall.thread.facts import ThreadFacts, derive_facts
+    from rekall.thread.mirror import RevisionGap, ThreadMirror
+    from rekall.thread.patches import PatchError, apply_patches
+
+#: Loaded on first use: a generation's record needs only the layout, and the worker's first
+#: follow is made before the rest of the model is imported (:mod:`rekall.adapters.early`).
+_ON_USE = {"ThreadFacts": "facts", "derive_facts": "facts", "RevisionGap": "mirror", "ThreadMirror": "mirror",
+           "PatchError": "patches", "apply_patches": "patches"}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _ON_USE:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(f"{__name__}.{_ON_USE[name]}"), name)
+    globals()[name] = value
+    return value
 
 __all__ = [
     "V11",

@@ -3,21 +3,24 @@
 The rules in :mod:`rekall.thread.facts` (and their incremental twin in
 :mod:`rekall.thread.index`) never spell a field name: they read it from a :class:`Layout`.
 A protocol generation that renames a field (say ``turnHistory`` or ``requests``) gives its
-adapter a layout with the new name (``attrs.evolve(V11, requests="pendingRequests")``) and
+adapter a layout with the new name (``V11._replace(requests="pendingRequests")``) and
 leaves the rules alone. A generation that changes the *meaning* of the state, not its
 names, needs new rules, and the hypothesis test of index against rules.
 
 The shapes of user input elements (``text``, ``image`` ...) are the app-server's
 ``UserInput`` and live with the fingerprint rules in :mod:`rekall.thread.facts`.
+
+A ``NamedTuple``, as are the other records the worker builds before its first follow
+(:mod:`rekall.adapters.early`): importing attrs and building its classes was the largest
+part of that path.
 """
 
 from __future__ import annotations
 
-import attrs
+from typing import NamedTuple
 
 
-@attrs.frozen
-class Layout:
+class Layout(NamedTuple):
     """Where each fact lives in the conversation state. Defaults are the v11 names."""
 
     # Idle: the runtime status object and its type, pending requests, in-flight submissions.

@@ -13,6 +13,8 @@ not re-exported here, so that ``websockets`` stays off start-up paths):
 from __future__ import annotations
 
 import sys
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
 
 from rekall.transports.base import (
     ByteStream,
@@ -24,11 +26,26 @@ from rekall.transports.base import (
     Transport,
     TransportError,
 )
-from rekall.transports.channel import MessageChannel
 from rekall.transports.endpoint import Endpoint, resolve_endpoint
 from rekall.transports.framing import MAX_FRAME_BYTES, FrameDecoder, FrameError, decode_body, encode_frame, encode_message
-from rekall.transports.memory import MemoryStream, MemoryTransport, memory_stream_pair
 from rekall.transports.unix import PeerUidLookup, UnixTransport, peer_uid
+
+if TYPE_CHECKING:
+    from rekall.transports.channel import MessageChannel
+    from rekall.transports.memory import MemoryStream, MemoryTransport, memory_stream_pair
+
+#: Re-exported on first use: they need asyncio, which the worker's first follow is made without.
+_ON_USE = {"MessageChannel": "rekall.transports.channel", "MemoryStream": "rekall.transports.memory",
+           "MemoryTransport": "rekall.transports.memory", "memory_stream_pair": "rekall.transports.memory"}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _ON_USE:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(_ON_USE[name]), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "MAX_FRAME_BYTES",

@@ -31,7 +31,8 @@ import attrs
 from rekall.config import APP_SERVER_SOCKET_VAR, DEFAULT_APP_SERVER_SOCKET, app_server_socket
 from rekall.transports.base import EndpointInsecure, EndpointMissing
 from rekall.transports.endpoint import Wording, absolute_codex_home, check_private_dir, check_socket_file, exists
-from rekall.transports.unix import PeerUidLookup, SocketStream, UnixTransport, peer_uid
+from rekall.transports.socketstream import SocketStream
+from rekall.transports.unix import PeerUidLookup, UnixTransport, peer_uid
 
 WORDING = Wording("shared Codex app-server", "the app-server",
                   "restart it (`codex app-server daemon restart`)")

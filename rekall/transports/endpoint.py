@@ -22,9 +22,7 @@ import stat
 import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Literal
-
-import attrs
+from typing import Literal, NamedTuple
 
 from rekall.homes import codex_home, env_value
 from rekall.transports.base import EndpointInsecure, EndpointMissing, EndpointUnsupported
@@ -36,8 +34,7 @@ _UNIX_PLATFORMS = ("linux", "darwin")
 EndpointKind = Literal["primary", "legacy", "test", "pipe"]
 
 
-@attrs.frozen
-class Endpoint:
+class Endpoint(NamedTuple):
     """A resolved endpoint. ``peer_check`` is filled in once a connection was made."""
 
     kind: EndpointKind
@@ -137,8 +134,7 @@ def exists(lstat: Callable[[str], os.stat_result], path: Path) -> bool:
     return True
 
 
-@attrs.frozen
-class Wording:
+class Wording(NamedTuple):
     """How a refusal names the endpoint, its server and the way to recreate it."""
 
     subject: str

@@ -46,6 +46,13 @@ def _check_length(length: int) -> None:
         )
 
 
+def frame_length(header: bytes | bytearray) -> int:
+    """The body length a frame's header announces; a :class:`FrameError` if it cannot be valid."""
+    (length,) = _HEADER.unpack(header)
+    _check_length(length)
+    return length
+
+
 def encode_frame(body: bytes) -> bytes:
     """Header plus body, as one buffer so that it is written in a single call."""
     _check_length(len(body))

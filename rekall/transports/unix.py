@@ -5,23 +5,22 @@ connecting we also ask the kernel who is at the other end (``SO_PEERCRED`` on Li
 ``getpeereid`` on macOS and the BSDs) and refuse a peer running as another user. That
 closes the window between ``lstat`` and ``connect`` in which the path could be swapped.
 
-The stream is an ``asyncio.BufferedProtocol``: the event loop receives straight into the
-buffer the caller passes to :meth:`SocketStream.receive_into` (reading is paused while no
-one asks), so frames are reassembled without copying (see ``FrameDecoder``).
+Connecting works with or without an event loop: :meth:`UnixTransport.connect` gives a
+:class:`~rekall.transports.socketstream.SocketStream`, :meth:`UnixTransport.connect_blocking` a
+plain blocking socket (the worker's first follow is made before it loads asyncio; see
+:mod:`rekall.adapters.early`). Both run the same checks; this module does not import asyncio.
 """
 
 from __future__ import annotations
 
-import asyncio
 import os
 import socket
 import struct
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rekall.transports.base import (
-    ByteStream,
     ConnectTimeout,
     EndpointInsecure,
     EndpointMissing,
@@ -30,6 +29,9 @@ from rekall.transports.base import (
     Transport,
     TransportError,
 )
+
+if TYPE_CHECKING:
+    from rekall.transports.socketstream import SocketStream
 
 PeerUidLookup = Callable[[Any], int]
 
@@ -51,107 +53,6 @@ def peer_uid(sock: Any) -> int:
         return uid.value
     raise EndpointUnsupported(f"cannot check the IPC peer's user on {sys.platform}",
                               hint="use Linux or macOS")
-
-
-class SocketStream(asyncio.BufferedProtocol, ByteStream):
-    """A connected stream socket as a :class:`ByteStream` (client or server side)."""
-
-    def __init__(self) -> None:
-        self.peer_check = "not checked"
-        self._transport: asyncio.Transport | None = None
-        self._target: memoryview | None = None
-        self._waiter: asyncio.Future[int] | None = None
-        self._eof = False
-        self._lost: Exception | None = None
-        self._closed = False
-        self._writable: asyncio.Future[None] | None = None
-
-    # -- protocol callbacks (called by the event loop) --------------------------------------
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._transport = transport  # type: ignore[assignment]
-        self._transport.pause_reading()  # read only when someone asks, into their buffer
-
-    def get_buffer(self, sizehint: int) -> memoryview:
-        assert self._target is not None and len(self._target), "reading while nobody asked"
-        return self._target
-
-    def buffer_updated(self, nbytes: int) -> None:
-        assert self._transport is not None
-        self._transport.pause_reading()
-        self._target = None
-        self._resolve(nbytes)
-
-    def eof_received(self) -> bool:
-        self._eof = True
-        self._resolve(0)
-        return False
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._lost = exc
-        self._eof = True
-        self._resolve(0, exc)
-        if self._writable is not None and not self._writable.done():
-            self._writable.set_exception(TransportError("IPC connection lost while sending", hint="reconnect"))
-
-    def pause_writing(self) -> None:
-        self._writable = asyncio.get_running_loop().create_future()
-
-    def resume_writing(self) -> None:
-        if self._writable is not None and not self._writable.done():
-            self._writable.set_result(None)
-        self._writable = None
-
-    def _resolve(self, count: int, exc: Exception | None = None) -> None:
-        waiter, self._waiter = self._waiter, None
-        if waiter is not None and not waiter.done():
-            if exc is not None:
-                waiter.set_exception(TransportError(f"IPC connection lost while receiving: {exc}", hint="reconnect"))
-            else:
-                waiter.set_result(count)
-
-    # -- ByteStream ------------------------------------------------------------------------
-
-    async def send(self, data: bytes) -> None:
-        transport = self._transport
-        if self._closed or self._lost is not None or transport is None or transport.is_closing():
-            raise TransportError("IPC connection is closed", hint="reconnect")
-        transport.write(data)
-        if self._writable is not None:
-            await asyncio.shield(self._writable)
-
-    async def receive_into(self, buffer: memoryview) -> int:
-        if self._closed or self._eof or self._transport is None:
-            return 0
-        if not len(buffer):
-            return 0
-        waiter = asyncio.get_running_loop().create_future()
-        self._target, self._waiter = buffer, waiter
-        self._transport.resume_reading()
-        try:
-            return await waiter
-        except asyncio.CancelledError:
-            if self._waiter is waiter:
-                self._target = self._waiter = None
-                if not self._transport.is_closing():
-                    self._transport.pause_reading()
-            raise
-
-    async def receive(self, max_bytes: int = 65536) -> bytes:
-        buffer = bytearray(max_bytes)
-        count = await self.receive_into(memoryview(buffer))
-        return bytes(buffer[:count])
-
-    async def aclose(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        if self._transport is not None:
-            self._transport.close()
-        self._resolve(0)
-
-    def raw_socket(self) -> Any:
-        return self._transport.get_extra_info("socket") if self._transport is not None else None
 
 
 class UnixTransport(Transport):
@@ -177,55 +78,63 @@ class UnixTransport(Transport):
         self.connect_timeout_s = connect_timeout_s
 
     async def connect(self) -> SocketStream:
+        import asyncio
+
+        from rekall.transports.socketstream import SocketStream
+
         loop = asyncio.get_running_loop()
         try:
             async with asyncio.timeout(self.connect_timeout_s):
                 _, stream = await loop.create_unix_connection(SocketStream, self.path)
         except TimeoutError:
-            raise ConnectTimeout(f"IPC connection to {self.path} timed out after {self.connect_timeout_s:g} s",
-                                 hint=f"{self.server} may be busy or hung; {self.restart}") from None
-        except (FileNotFoundError, ConnectionRefusedError) as exc:
-            raise EndpointMissing(f"nothing is listening on {self.path} ({exc.strerror})",
-                                  hint=self.start_hint) from exc
-        except PermissionError:
-            raise EndpointInsecure(f"permission denied connecting to {self.path}",
-                                   hint="the socket belongs to another user; do not use it") from None
+            raise self._timed_out() from None
         except OSError as exc:
-            raise TransportError(f"cannot connect to {self.path}: {exc.strerror or exc}",
-                                 hint="check the socket path") from exc
+            raise self._refused(exc) from exc
         try:
-            uid = self.peer_uid_lookup(stream.raw_socket())
-        except OSError as exc:
+            stream.peer_check = self._checked_peer(stream.raw_socket())
+        except PeerMismatch:
             await stream.aclose()
+            raise
+        return stream
+
+    def connect_blocking(self) -> tuple[socket.socket, str]:
+        """The same connection and checks without an event loop: a blocking socket and the peer check."""
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.settimeout(self.connect_timeout_s)
+            try:
+                sock.connect(self.path)
+            except TimeoutError:
+                raise self._timed_out() from None
+            except OSError as exc:
+                raise self._refused(exc) from exc
+            return sock, self._checked_peer(sock)
+        except BaseException:
+            sock.close()
+            raise
+
+    def _timed_out(self) -> ConnectTimeout:
+        return ConnectTimeout(f"IPC connection to {self.path} timed out after {self.connect_timeout_s:g} s",
+                              hint=f"{self.server} may be busy or hung; {self.restart}")
+
+    def _refused(self, exc: OSError) -> TransportError:
+        if isinstance(exc, (FileNotFoundError, ConnectionRefusedError)):
+            return EndpointMissing(f"nothing is listening on {self.path} ({exc.strerror})", hint=self.start_hint)
+        if isinstance(exc, PermissionError):
+            return EndpointInsecure(f"permission denied connecting to {self.path}",
+                                    hint="the socket belongs to another user; do not use it")
+        return TransportError(f"cannot connect to {self.path}: {exc.strerror or exc}", hint="check the socket path")
+
+    def _checked_peer(self, raw_socket: Any) -> str:
+        """The peer check's text; :class:`PeerMismatch` unless the peer runs as ``expected_uid``."""
+        try:
+            uid = self.peer_uid_lookup(raw_socket)
+        except OSError as exc:
             raise PeerMismatch(f"cannot verify the user of the process behind {self.path}: {exc}",
                                hint=f"refusing an unverified peer; {self.restart}") from exc
         if uid != self.expected_uid:
-            await stream.aclose()
             raise PeerMismatch(
                 f"the process behind {self.path} runs as uid {uid}, not as you (uid {self.expected_uid})",
                 hint=f"another user may be impersonating {self.server}; do not connect",
             )
-        stream.peer_check = f"uid {uid} matches ours"
-        return stream
-
-
-async def serve_unix(path: str, handler: Callable[[SocketStream], Any]) -> asyncio.AbstractServer:
-    """Listen on ``path``; each connection runs ``handler(stream)`` as a task."""
-    loop = asyncio.get_running_loop()
-    tasks: set[asyncio.Task[Any]] = set()
-
-    def factory() -> SocketStream:
-        stream = SocketStream()
-        original = stream.connection_made
-
-        def connection_made(transport: asyncio.BaseTransport) -> None:
-            original(transport)
-            stream.peer_check = "server end"
-            task = loop.create_task(handler(stream))
-            tasks.add(task)
-            task.add_done_callback(tasks.discard)
-
-        stream.connection_made = connection_made  # type: ignore[method-assign]
-        return stream
-
-    return await loop.create_unix_server(factory, path)
+        return f"uid {uid} matches ours"

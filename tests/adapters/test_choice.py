@@ -9,7 +9,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import attrs
 import pytest
 
 from rekall.adapters import bundles, registry
@@ -254,7 +253,7 @@ def test_a_settled_generation_is_reused_only_on_the_same_router_socket_and_never
         assert settled.reusable(str(path), registry.ADAPTERS).NAME == "26.721"
         assert settled.reusable(str(tmp_path / "other.sock"), registry.ADAPTERS) is None
         # A generation with owner discovery is asked again: its answer costs nothing.
-        assert attrs.evolve(settled, generation="26.9xx").reusable(str(path), registry.ADAPTERS) is None
+        assert settled._replace(generation="26.9xx").reusable(str(path), registry.ADAPTERS) is None
         # A restarted router: a new socket at the same path (the old one still open, so a new inode).
         restarted.bind(str(tmp_path / "new.sock"))
         os.replace(tmp_path / "new.sock", path)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import attrs
 import pytest
 from mypy import api as mypy_api
 
@@ -61,8 +60,8 @@ def test_every_known_generation_gets_the_shared_adapter():
 
 
 def test_the_session_reads_the_thread_with_its_adapters_layout(tmp_path):
-    renamed = attrs.evolve(V11, requests="pendingRequests")
-    generation = IpcAdapter(attrs.evolve(G26_9XX, name="renamed", layout=renamed))
+    renamed = V11._replace(requests="pendingRequests")
+    generation = IpcAdapter(G26_9XX._replace(name="renamed", layout=renamed))
     endpoint = Endpoint(kind="test", path=str(tmp_path / "ipc.sock"))
     assert ThreadSession(THREAD, endpoint=endpoint).mirror.layout is V11
     session = ThreadSession(THREAD, endpoint=endpoint, adapter=generation)

@@ -12,7 +12,6 @@ import json
 import re
 from typing import Any
 
-import attrs
 import pytest
 
 from rekall.adapters import RequestFailed, connect_thread
@@ -69,7 +68,7 @@ async def test_the_wire_differs_where_the_builds_differ():
 ])
 async def test_a_wrong_record_fails_against_the_simulators_own_table(change, call, why):
     """What the cross-generation suite rests on: the simulator's table is not the record's."""
-    wrong = IpcAdapter(attrs.evolve(G26_721, **change))
+    wrong = IpcAdapter(G26_721._replace(**change))
     async with SimulatedOwner(generation=G26_721.name) as sim:
         session = await connect_thread(sim.thread_id, env=sim.env, adapter=wrong)
         try:

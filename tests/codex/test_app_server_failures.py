@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import attrs
 import pytest
 from websockets.asyncio.server import ServerConnection
 
@@ -227,7 +226,7 @@ async def test_a_compaction_request_lost_in_a_restart_is_never_sent_again_and_th
     before = Server(IDLE_THREAD, thread__compact__start=vanish)
     after = Server(IDLE_THREAD)
     env = env_of(sock, tmp_path)
-    settling = attrs.evolve(SETTINGS, settle_s=0.5)  # the quiet thread settles it (60 s by default)
+    settling = SETTINGS._replace(settle_s=0.5)  # the quiet thread settles it (60 s by default)
     async with first_server(sock, before) as stop:
         async with worker_running(env, await scheduled(env), settling) as read:
             await until_state(read, "requesting", "accepted", "failed")

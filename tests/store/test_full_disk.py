@@ -16,7 +16,6 @@ import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
-import attrs
 import pytest
 
 from rekall import service
@@ -110,7 +109,7 @@ def test_when_the_journal_refuses_writes_readers_report_the_lost_worker(tmp_path
     def no_space(fd: int, data: bytes) -> int:
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    full = JobStore(store.root, lock_root=store.lock_root, clock=clock, fs=attrs.evolve(FileOps(), write=no_space))
+    full = JobStore(store.root, lock_root=store.lock_root, clock=clock, fs=FileOps()._replace(write=no_space))
     full.reap_if_dead(thread)
     status = full.read_status(thread)
     _assert_reported_from_what_can_be_proven(status)

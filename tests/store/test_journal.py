@@ -5,7 +5,6 @@ import json
 import zlib
 from pathlib import Path
 
-import attrs
 import pytest
 
 from rekall.states import JobState
@@ -112,7 +111,7 @@ def test_a_failed_fsync_takes_back_the_record_and_refuses_further_writes(tmp_pat
     def failing_fsync(fd: int) -> None:
         raise OSError(errno.EIO, "I/O error")
 
-    writer = JournalWriter.open(path, scan_journal(path), attrs.evolve(FileOps(), fsync=failing_fsync))
+    writer = JournalWriter.open(path, scan_journal(path), FileOps()._replace(fsync=failing_fsync))
     with pytest.raises(JournalUnusable, match="I/O error"):
         writer.append(_note(2))
     assert path.read_bytes() == before  # the undurable bytes were cut back
@@ -145,7 +144,7 @@ def test_a_second_writer_forced_between_the_length_check_and_the_append_is_refus
             refused.append(exc)
         return FileOps().write(fd, data)
 
-    first = JournalWriter.open(path, scan_journal(path), attrs.evolve(FileOps(), write=write_after_the_other_writer))
+    first = JournalWriter.open(path, scan_journal(path), FileOps()._replace(write=write_after_the_other_writer))
     first.append(_note(1))
     assert refused and "another process" in refused[0].message
     assert [r.seq for r in scan_journal(path).records] == [0, 1]  # one record 1, whole: nothing interleaved

@@ -591,7 +591,7 @@ def test_work_per_patch_does_not_grow_with_a_paginated_history(monkeypatch):
 # turn's input or a message's content (user input elements, hashed into the fingerprint), the
 # keys of entitiesByKey (island entries name them), indices, "-" and the keys a patch may never use.
 _KINDS = ("compaction_type", "user_message_type")
-RENAMED = Layout(**{field.name: "z" + field.default for field in attrs.fields(Layout) if field.name not in _KINDS})
+RENAMED = Layout(**{name: "z" + default for name, default in Layout._field_defaults.items() if name not in _KINDS})
 _DATA_UNDER = frozenset({"input", "content"})
 _KEEP = frozenset({"-", "__proto__", "prototype", "constructor"})
 
@@ -664,7 +664,7 @@ def test_the_v11_layout_does_not_read_a_renamed_state():
 
 
 def test_renamed_item_kinds_are_read_from_the_layout():
-    kinds = attrs.evolve(V11, compaction_type="compaction", user_message_type="userInput")
+    kinds = V11._replace(compaction_type="compaction", user_message_type="userInput")
     turn = {"turnId": "t", "status": "inProgress", "params": {"input": []},
             "items": [{"type": "userInput", "id": "m", "content": [{"type": "text", "text": "hi"}]},
                       {"type": "compaction", "id": "c", "completed": True}]}

@@ -3,6 +3,7 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
+import socket
 import tempfile
 import time
 from pathlib import Path
@@ -135,3 +136,24 @@ async def test_a_message_says_when_its_frame_arrived_and_frames_read_together_ar
             assert channel.received_at == first_at
         finally:
             await channel.aclose()
+
+
+def test_a_blocking_connect_makes_the_same_checks_as_the_event_loops(sock_path):
+    def broken(sock):
+        raise OSError(95, "not supported")
+
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    with server:
+        server.bind(sock_path)
+        server.listen()
+        sock, check = UnixTransport(sock_path).connect_blocking()
+        sock.close()
+        assert check == f"uid {os.geteuid()} matches ours"
+        with pytest.raises(PeerMismatch) as caught:
+            UnixTransport(sock_path, peer_uid_lookup=lambda sock: os.geteuid() + 7).connect_blocking()
+        assert f"runs as uid {os.geteuid() + 7}, not as you" in caught.value.message
+        with pytest.raises(PeerMismatch, match="cannot verify"):
+            UnixTransport(sock_path, peer_uid_lookup=broken).connect_blocking()
+    os.unlink(sock_path)
+    with pytest.raises(EndpointMissing, match=sock_path):
+        UnixTransport(sock_path).connect_blocking()

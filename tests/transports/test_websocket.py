@@ -21,7 +21,7 @@ from websockets.asyncio.server import ServerConnection, unix_serve
 
 from rekall.transports import FrameError, PeerMismatch, TransportError, UnixTransport
 from rekall.transports.memory import memory_stream_pair
-from rekall.transports.unix import serve_unix
+from rekall.transports.socketstream import serve_unix
 from rekall.transports.websocket import open_websocket
 
 pytestmark = pytest.mark.anyio
