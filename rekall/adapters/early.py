@@ -21,7 +21,7 @@ import socket
 import time
 import uuid
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from rekall.adapters import choice
 from rekall.adapters import messages as m
@@ -43,19 +43,17 @@ if TYPE_CHECKING:
     from rekall.transports.socketstream import SocketStream
 
 
-class EarlyFollow:
+class EarlyFollow(NamedTuple):
     """A connection that has run the handshake and sent the follow; the session goes on from it."""
 
-    def __init__(self, thread_id: str, endpoint: Endpoint, decision: choice.Decision, handshaken: Handshaken,
-                 sock: socket.socket, backlog: list[tuple[Any, float]]) -> None:
-        self.thread_id = thread_id
-        #: With the peer check the connection passed.
-        self.endpoint = endpoint
-        self.decision = decision
-        self.handshaken = handshaken
-        self.sock = sock
-        #: Messages that arrived during the handshake and were not its answers, with when each arrived.
-        self.backlog = backlog
+    thread_id: str
+    #: With the peer check the connection passed.
+    endpoint: Endpoint
+    decision: choice.Decision
+    handshaken: Handshaken
+    sock: socket.socket
+    #: Messages that arrived during the handshake and were not its answers, with when each arrived.
+    backlog: list[tuple[Any, float]]
 
     async def adopt(self) -> SocketStream:
         """The connection, now on the running event loop."""
