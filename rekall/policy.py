@@ -123,10 +123,10 @@ class ReconnectDone:
 
 @attrs.frozen
 class HandoffChecked:
-    """The reactor verified the saved handoff (``problem`` is ``None`` when it passed)."""
+    """The saved handoff failed the reactor's check (a handoff that passes fires the
+    :class:`VerifyHandoff` step's ``passed`` at once: its outcome comes back as :class:`Fired`)."""
 
-    evidence: Mapping[str, Any]
-    problem: str | None = None
+    problem: str
 
 
 @attrs.frozen
@@ -185,9 +185,10 @@ class Reconnect:
 
 @attrs.frozen
 class VerifyHandoff:
-    """Check the saved handoff; the answer comes back as :class:`HandoffChecked`."""
+    """Check the saved handoff; if it passes, fire ``passed`` in the same round (no decision
+    between the check and the transition it allows); if not, :class:`HandoffChecked` says why."""
 
-    evidence: Mapping[str, Any]
+    passed: Fire
 
 
 Step = Fire | Send | Arm | Disarm | Note | Reconnect | VerifyHandoff
@@ -278,11 +279,8 @@ class _Rules:
                     return
             case TimerFired(timer="telemetry"):
                 self.remember(telemetry_wait_over=True)
-            case HandoffChecked(problem=problem) if problem is not None:
+            case HandoffChecked(problem=problem):
                 self.fail("handoff_changed", f"saved handoff failed verification: {problem}")
-                return
-            case HandoffChecked(evidence=evidence):
-                self.emit(Fire("idle_stable", {"handoffVerified": True, **evidence}, then="send_start_turn"))
                 return
             case Fired():
                 self.on_fired(event)
@@ -434,7 +432,7 @@ class _Rules:
             self.remember(baseline=facts.completed_compaction_ids)
             self.emit(Fire("idle_stable", common, then="send_compact"))
         elif self.state is JobState.WAITING_FOR_RESUME_IDLE:
-            self.emit(VerifyHandoff(common))
+            self.emit(VerifyHandoff(Fire("idle_stable", {"handoffVerified": True, **common}, then="send_start_turn")))
 
     # --- a runtime stuck in systemError ----------------------------------------------------
 

@@ -441,10 +441,9 @@ class Worker:
         self._validated = (verified, self._continuation(verified))
 
     def _sealed_sha256(self) -> str | None:
-        """The handoff's SHA-256 as the journal sealed it at schedule."""
-        from rekall.states.status import known, read
-
-        return known(read(self.lifecycle.fields).handoffSha256)
+        """The handoff's SHA-256 as the journal sealed it at schedule (looked up, not read with
+        the rest of the status: this runs just before the continuation is sent)."""
+        return self.lifecycle.fields.get("handoffSha256")
 
     def _continuation(self, verified: Verified) -> str:
         from rekall.continuation import continuation_text
@@ -498,14 +497,14 @@ class Worker:
                 self.lifecycle.note(kind, **detail)
             case policy.Reconnect():
                 self._spawn(self._reconnect())
-            case policy.VerifyHandoff(evidence=evidence):
+            case policy.VerifyHandoff(passed=passed):
                 try:
                     self._handoff = self.store.verify_sealed_handoff(
                         self.thread_id, self.job_id, self._sealed_sha256(),
                         None if self._validated is None else self._validated[0])
                 except RekallError as exc:
-                    return policy.HandoffChecked(evidence, problem=exc.message)
-                return policy.HandoffChecked(evidence)
+                    return policy.HandoffChecked(exc.message)
+                return self._execute(passed)
         return None
 
     def _disarm(self, timer: str) -> None:

@@ -8,8 +8,9 @@ echoing it.
 
 The saved record ``{version: 1, threadId, jobId, handoff}`` is pretty JSON (2-space indent,
 no trailing newline, as the Node version writes, and readable by the agent that is pointed
-at it). Its SHA-256 is kept in the status; verification re-reads the exact bytes, and validates
-them unless they are the very bytes an earlier verification validated (:func:`verify_sealed`).
+at it). Its SHA-256 is kept in the status; verification re-reads the exact bytes, and hashes and
+validates them unless they are the very bytes an earlier verification hashed and validated
+(:func:`verify_sealed`).
 """
 
 from __future__ import annotations
@@ -111,11 +112,13 @@ def sha256_hex(data: bytes) -> str:
 
 
 class Verified(NamedTuple):
-    """A saved handoff record that passed verification, and the SHA-256 of the exact bytes it
-    was read and validated from."""
+    """A saved handoff record that passed verification, the SHA-256 of the exact bytes it was
+    read and validated from, those bytes, and the file they were read from."""
 
     record: dict[str, Any]
     sha256: str
+    data: bytes
+    path: Path
 
 
 def verify_sealed(path: Path, thread_id: str, job_id: str, expected_sha256: str | None,
@@ -123,9 +126,11 @@ def verify_sealed(path: Path, thread_id: str, job_id: str, expected_sha256: str 
     """The record at ``path`` if its bytes still hash to ``expected_sha256`` and it binds this
     job, with the hash of the bytes it checked.
 
-    The file is read every time (it may have changed). When its bytes hash to ``validated``'s
-    as well as to ``expected_sha256``, they are the bytes ``validated`` was checked from, and
-    its record is returned without validating them again; any other bytes get the full check."""
+    The file is read every time (it may have changed). When it holds, byte for byte, the bytes
+    ``validated`` was read from at this path, and those hashed to ``expected_sha256``, its
+    record is returned without hashing or validating them again (equal bytes have the equal
+    hash: comparing them is the same check, and cheaper just before the continuation is sent);
+    any other bytes get the full check."""
     if not expected_sha256:
         raise HandoffChanged(f"job {job_id} has no saved handoff to verify",
                              hint="a continuation needs a handoff; schedule again with one")
@@ -134,12 +139,14 @@ def verify_sealed(path: Path, thread_id: str, job_id: str, expected_sha256: str 
     except OSError as exc:
         raise HandoffChanged(f"the saved handoff {path} cannot be read: {exc.strerror or exc}",
                              hint="the continuation is cancelled; schedule again") from exc
+    expected = expected_sha256.lower()
+    if (validated is not None and data == validated.data and path == validated.path
+            and hmac.compare_digest(validated.sha256, expected)):
+        return validated
     digest = sha256_hex(data)
-    if not hmac.compare_digest(digest, expected_sha256.lower()):
+    if not hmac.compare_digest(digest, expected):
         raise HandoffChanged(f"the saved handoff {path} changed after it was saved (SHA-256 differs)",
                              hint="the continuation is cancelled; schedule again with a fresh handoff")
-    if validated is not None and hmac.compare_digest(digest, validated.sha256):
-        return validated
     try:
         record = json.loads(data.decode("utf-8"))
         ok = (isinstance(record, dict) and record.get("version") == RECORD_VERSION
@@ -151,7 +158,7 @@ def verify_sealed(path: Path, thread_id: str, job_id: str, expected_sha256: str 
     if not ok:
         raise HandoffChanged(f"the saved handoff {path} does not authorise this job (version, thread or job "
                              "differs, or its content is invalid)", hint="the continuation is cancelled")
-    return Verified(record, digest)
+    return Verified(record, digest, data, path)
 
 
 def read_handoff_file(path: str | Path) -> dict[str, Any]:

@@ -102,8 +102,9 @@ def test_a_validated_handoff_from_other_bytes_is_ignored_and_the_file_is_validat
 
     created = schedule(store, thread)
     expected = created.status["handoffSha256"]
+    path = store.handoff_path(thread, created.job_id)
     other = Verified({"version": 1, "threadId": thread, "jobId": created.job_id,
-                      "handoff": {**handoff(), "nextStep": "something never validated"}}, "0" * 64)
+                      "handoff": {**handoff(), "nextStep": "something never validated"}}, "0" * 64, b"{}", path)
     validations = _count_validations(monkeypatch)
     verified = store.verify_sealed_handoff(thread, created.job_id, expected, other)
     assert verified is not other and verified.record["handoff"] == handoff() and len(validations) == 1
