@@ -749,6 +749,50 @@ async def test_the_handoff_is_validated_once_while_the_compaction_runs_not_at_th
         assert at_resume == (JobState.WAITING_FOR_RESUME_IDLE, 1)
 
 
+async def test_at_the_resume_the_handoff_is_read_again_and_compared_with_the_validated_bytes_not_hashed_again(
+        tmp_path, monkeypatch):
+    from rekall.store import handoff as handoff_module
+
+    async with SimulatedOwner() as sim:
+        store, job = await schedule(sim, tmp_path / "jobs")
+        path = store.handoff_path(sim.thread_id, job)
+        reads, hashed = [], []
+        real_read, real_hash = handoff_module.read_private, handoff_module.sha256_hex
+        monkeypatch.setattr(handoff_module, "read_private",
+                            lambda where, **kw: (reads.append(where), real_read(where, **kw))[1])
+        monkeypatch.setattr(handoff_module, "sha256_hex", lambda data: (hashed.append(data), real_hash(data))[1])
+        assert await run(store, sim, job) is JobState.RESUMED
+        # Read twice (while the compaction ran, and at the resume), hashed once: the second read's
+        # bytes were compared with the first's.
+        assert reads == [path, path] and hashed == [path.read_bytes()]
+
+
+async def test_a_handoff_rewritten_in_place_with_its_size_and_times_kept_fails_the_job_before_the_continuation(
+        tmp_path, monkeypatch):
+    async with SimulatedOwner() as sim:
+        store, job = await schedule(sim, tmp_path / "jobs")
+        path = store.handoff_path(sim.thread_id, job)
+        real = store.verify_sealed_handoff
+
+        def then_rewritten(thread_id, job_id, expected, validated=None):
+            verified = real(thread_id, job_id, expected, validated)
+            if validated is None:  # the validation while the compaction runs: the file is rewritten after it
+                before, data = os.stat(path), path.read_bytes()
+                at = data.index(b'"summary": "') + len(b'"summary": "')
+                with open(path, "r+b") as handle:
+                    handle.seek(at)
+                    handle.write(b"X" if data[at:at + 1] != b"X" else b"Y")
+                os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+                assert os.stat(path).st_size == before.st_size and path.read_bytes() != data
+            return verified
+
+        monkeypatch.setattr(store, "verify_sealed_handoff", then_rewritten)
+        assert await run(store, sim, job) is JobState.FAILED
+        status = store.read_status(sim.thread_id)
+        assert status["errorCode"] == "handoff_changed" and "SHA-256 differs" in status["error"]
+        assert len(sim.compact_requests) == 1 and sim.start_turn_requests == []
+
+
 async def test_the_start_turn_text_is_the_continuation_of_the_saved_handoff(tmp_path):
     from rekall.continuation import continuation_text
 

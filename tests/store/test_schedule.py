@@ -74,16 +74,44 @@ def _count_validations(monkeypatch) -> list[object]:
     return seen
 
 
-def test_bytes_already_validated_are_read_and_hashed_again_but_not_validated_again(store: JobStore, thread: str,
-                                                                                    monkeypatch):
+def test_bytes_already_validated_are_read_again_and_compared_but_neither_hashed_nor_validated_again(
+        store: JobStore, thread: str, monkeypatch):
+    from rekall.store import handoff as handoff_module
+
     created = schedule(store, thread)
     expected = created.status["handoffSha256"]
     validations = _count_validations(monkeypatch)
     verified = store.verify_sealed_handoff(thread, created.job_id, expected)
     assert verified.sha256 == expected and verified.record == store.verify_handoff(thread, created.job_id, expected)
+    assert verified.data == store.handoff_path(thread, created.job_id).read_bytes()
     validations.clear()
+    reads, hashes = [], []
+    real_read, real_hash = handoff_module.read_private, handoff_module.sha256_hex
+    monkeypatch.setattr(handoff_module, "read_private", lambda path, **kw: (reads.append(path), real_read(path, **kw))[1])
+    monkeypatch.setattr(handoff_module, "sha256_hex", lambda data: (hashes.append(data), real_hash(data))[1])
     assert store.verify_sealed_handoff(thread, created.job_id, expected, verified) is verified
-    assert validations == []
+    # Read again from the file, compared with the bytes that were hashed and validated: equal bytes hash alike.
+    assert reads == [store.handoff_path(thread, created.job_id)] and hashes == [] and validations == []
+
+
+def test_a_validated_handoff_does_not_vouch_for_a_same_size_rewrite_with_its_timestamps_put_back(
+        store: JobStore, thread: str):
+    created = schedule(store, thread)
+    expected = created.status["handoffSha256"]
+    verified = store.verify_sealed_handoff(thread, created.job_id, expected)
+    path = store.handoff_path(thread, created.job_id)
+    before = os.stat(path)
+    data = path.read_bytes()
+    at = data.index(b'"summary": "') + len(b'"summary": "')
+    rewritten = data[:at] + (b"X" if data[at:at + 1] != b"X" else b"Y") + data[at + 1:]  # still a valid record
+    assert len(rewritten) == len(data) and rewritten != data and json.loads(rewritten)["jobId"] == created.job_id
+    with open(path, "r+b") as handle:  # in place: the same file, the same size
+        handle.write(rewritten)
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    after = os.stat(path)
+    assert (after.st_ino, after.st_size, after.st_mtime_ns) == (before.st_ino, before.st_size, before.st_mtime_ns)
+    with pytest.raises(HandoffChanged, match="changed after it was saved"):
+        store.verify_sealed_handoff(thread, created.job_id, expected, verified)
 
 
 def test_a_validated_handoff_does_not_vouch_for_bytes_written_after_it(store: JobStore, thread: str):
