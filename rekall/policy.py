@@ -24,7 +24,6 @@ from rekall import events as ev
 from rekall.config import WorkerSettings
 from rekall.platform import Acted, ThreadSnapshot
 from rekall.states import REQUEST_SENT_UNOBSERVED, TERMINAL_STATES, JobState
-from rekall.states.status import known, read
 
 Timer = Literal["idle", "system_error", "telemetry"]
 Then = Literal["send_compact", "send_start_turn", "completion", "consider"]
@@ -48,8 +47,10 @@ class Job:
 
     @classmethod
     def of(cls, state: JobState, status: Mapping[str, Any], settings: WorkerSettings) -> Job:
-        f = read(status)
-        return cls(state, settings, known(f.userFingerprint), bool(known(f.resume)), known(f.contextTokensBefore))
+        # Looked up, not read with the rest of the status (``read``): the worker asks again after
+        # every transition, between the one that precedes a request and the request.
+        return cls(state, settings, status.get("userFingerprint"), bool(status.get("resume")),
+                   status.get("contextTokensBefore"))
 
 
 @attrs.frozen

@@ -266,3 +266,12 @@ def test_a_fire_is_only_ever_the_last_step_and_a_decision_is_repeatable(behaviou
 def test_a_job_that_ended_takes_no_step_whatever_happens(state, event):
     assert decide(job(state), seen(IN_PROGRESS), event, idle_timer(S.WAITING_FOR_IDLE)) == \
         Decision((), idle_timer(S.WAITING_FOR_IDLE))
+
+
+def test_the_job_the_rules_read_holds_the_status_fields_schedule_and_the_request_wrote():
+    from rekall.states.status import JobStatus, wire
+
+    fields = wire(JobStatus(userFingerprint="fp", resume=True, contextTokensBefore=90_000, jobId="j"))
+    assert Job.of(JobState.ACCEPTED, fields, SETTINGS) == Job(JobState.ACCEPTED, SETTINGS, "fp", True, 90_000)
+    assert Job.of(JobState.SCHEDULED, wire(JobStatus(jobId="j")), SETTINGS) == \
+        Job(JobState.SCHEDULED, SETTINGS, None, False, None)
