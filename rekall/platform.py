@@ -17,7 +17,7 @@ Nothing here does I/O; an implementation does.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Mapping
 from typing import Any, Literal, Protocol
 
 import attrs
@@ -120,9 +120,12 @@ class FollowedThread(Protocol):
         :class:`rekall.errors.IpcError` on failure; the caller decides on backoff."""
         ...
 
-    async def compact(self) -> Acted: ...
+    # A request is sent once; a platform that can writes it before the call returns (the
+    # extension's IPC), so that the worker's step puts it on the wire; the answer is awaited.
 
-    async def start_turn(self, text: str, job_id: str) -> Acted: ...
+    def compact(self) -> Awaitable[Acted]: ...
+
+    def start_turn(self, text: str, job_id: str) -> Awaitable[Acted]: ...
 
     async def aclose(self) -> None: ...
 

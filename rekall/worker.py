@@ -512,16 +512,27 @@ class Worker:
             handle.cancel()
 
     def _send(self, request: Callable[[], Awaitable[Acted]], kind: Literal["compact", "start_turn"]) -> None:
+        """Send a request in this step (a platform that can writes it before ``request()`` returns,
+        with no task switch before its bytes leave); its answer comes back as ``RequestDone``."""
+        def unexpected(exc: Exception) -> Acted:  # a bug below us; the request may have gone out
+            log.exception("%s request failed unexpectedly", kind)
+            return Acted(Failure("worker_error", f"{type(exc).__name__}: {exc}", "unknown"))
+
+        self._requested = True
+        try:
+            answer = request()
+        except Exception as exc:
+            self.queue.put_nowait(policy.RequestDone(kind, unexpected(exc)))
+            return
+
         async def run() -> None:
             try:
-                acted = await request()
-            except Exception as exc:  # a bug below us; the request may have gone out
-                log.exception("%s request failed unexpectedly", kind)
-                acted = Acted(Failure("worker_error", f"{type(exc).__name__}: {exc}", "unknown"))
+                acted = await answer
+            except Exception as exc:
+                acted = unexpected(exc)
             self.queue.put_nowait(policy.RequestDone(kind, acted))
 
         self._spawn(run())
-        self._requested = True
 
     # --- connection loss ---------------------------------------------------------------
 

@@ -11,7 +11,7 @@ import asyncio
 import os
 import stat
 import uuid
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +37,18 @@ OWNER_TIMEOUT_S = 8.0
 
 def _failure(exc: RekallError) -> Failure:
     return Failure(exc.code, exc.message, getattr(exc, "delivery", "unknown"))
+
+
+async def _acted(answer: Awaitable[Any], acted: Callable[[Any], Acted]) -> Acted:
+    try:
+        result = await answer
+    except RekallError as exc:
+        return Acted(_failure(exc))
+    return acted(result)
+
+
+async def _at_once(acted: Acted) -> Acted:
+    return acted
 
 
 def _snapshot(session: ThreadSession, details: Mapping[str, Any] | None = None) -> ThreadSnapshot:
@@ -70,19 +82,22 @@ class IpcThread:
     async def reconnect(self) -> None:
         await self.session.reconnect()
 
-    async def compact(self) -> Acted:
-        try:
-            await self.session.compact()
-        except RekallError as exc:
-            return Acted(_failure(exc))
-        return Acted()
+    # The request is written before these return (the session's ``_request``): the worker's step
+    # puts it on the wire; the answer is awaited.
 
-    async def start_turn(self, text: str, job_id: str) -> Acted:
+    def compact(self) -> Awaitable[Acted]:
         try:
-            turn = await self.session.start_turn(text, client_user_message_id=job_id)
+            answer = self.session.compact()
         except RekallError as exc:
-            return Acted(_failure(exc))
-        return Acted(turn_id=turn.turn_id, turn_status=turn.status)
+            return _at_once(Acted(_failure(exc)))
+        return _acted(answer, lambda _: Acted())
+
+    def start_turn(self, text: str, job_id: str) -> Awaitable[Acted]:
+        try:
+            answer = self.session.start_turn(text, client_user_message_id=job_id)
+        except RekallError as exc:
+            return _at_once(Acted(_failure(exc)))
+        return _acted(answer, lambda turn: Acted(turn_id=turn.turn_id, turn_status=turn.status))
 
     async def aclose(self) -> None:
         await self.session.aclose()

@@ -33,8 +33,8 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from typing import Any, TypeVar
 
 from rekall import events as ev
 from rekall.adapters import messages, registry
@@ -74,6 +74,7 @@ log = logging.getLogger("rekall.adapters")
 MAX_RESYNCS_PER_CONNECTION = 5
 StartedTurn = messages.StartedTurn
 Tap = Callable[[str, Any], None]
+T = TypeVar("T")
 
 _CLOSED = object()
 
@@ -195,23 +196,24 @@ class ThreadSession:
             except SessionClosed:
                 return
 
-    async def compact(self) -> None:
-        """Ask the owner to compact the thread. Success means ``result.ok is True``."""
+    def compact(self) -> Awaitable[None]:
+        """Ask the owner to compact the thread (sent as :meth:`_request` says); await the answer.
+        Success means ``result.ok is True``."""
         adapter = self._adapter
-        response = await self._request(adapter.COMPACT, adapter.compact_params(self.thread_id))
-        adapter.check_compact_ack(response)
+        return _read(self._request(adapter.COMPACT, adapter.compact_params(self.thread_id)), adapter.check_compact_ack)
 
-    async def start_turn(self, text: str, client_user_message_id: str) -> Any:
-        """Start one turn with ``text`` as its only input. Returns ``StartedTurn(turn_id, status)``."""
+    def start_turn(self, text: str, client_user_message_id: str) -> Awaitable[Any]:
+        """Start one turn with ``text`` as its only input (sent as :meth:`_request` says); await
+        ``StartedTurn(turn_id, status)``."""
         if not isinstance(text, str) or not text.strip():
             raise InvalidInput("continuation text must be a non-empty string", field="text")
         if not isinstance(client_user_message_id, str) or not client_user_message_id:
             raise InvalidInput("client_user_message_id must be a non-empty string (the job id)",
                                field="client_user_message_id")
         adapter = self._adapter
-        response = await self._request(
-            adapter.START_TURN, adapter.start_turn_params(self.thread_id, text, client_user_message_id))
-        return adapter.started_turn_from(response)
+        return _read(self._request(adapter.START_TURN,
+                                   adapter.start_turn_params(self.thread_id, text, client_user_message_id)),
+                     adapter.started_turn_from)
 
     async def reconnect(self) -> None:
         """New connection, handshake, owner rediscovery and a fresh snapshot.
@@ -353,6 +355,13 @@ class ThreadSession:
                         adapter: Adapter | None = None, source: str | None = None) -> Any:
         """Send one request and wait for its response (success or not); in ``adapter``'s envelope
         from ``source`` when given (the handshake), else in the session's."""
+        return await self._exchange_now(link, method, params, targeted=targeted, adapter=adapter, source=source)
+
+    def _exchange_now(self, link: _Link, method: str, params: dict[str, Any], *, targeted: bool,
+                      adapter: Adapter | None = None, source: str | None = None) -> Awaitable[Any]:
+        """:meth:`_exchange`, with the request written before this returns when the link takes it
+        at once (a caller's synchronous step puts it on the wire, with no task switch before its
+        bytes leave); otherwise it is written when the wait for the response is awaited."""
         if link.dead or link.closing:
             raise RequestFailed(f"{method}: not sent, the IPC connection is closed", code="connection_lost",
                                 delivery="not_delivered", method=method, hint="reconnect, then decide again")
@@ -363,11 +372,23 @@ class ThreadSession:
         message = adapter.request(
             method, params, request_id=request_id, source=source or self.client_id or adapter.INITIAL_CLIENT_ID,
             timeout_ms=int(self.request_timeout_s * 1000), target=self.owner_id if targeted else None)
+        if self.tap is not None:
+            self.tap("send", message)
         try:
-            try:
-                await self._send(link, message)
-            except TransportError as exc:
-                raise lost_while_sending(method, exc.message) from exc
+            sent = link.channel.send_now(message)
+        except TransportError as exc:
+            link.pending.pop(request_id, None)
+            raise lost_while_sending(method, exc.message) from exc
+        return self._response(link, method, request_id, future, None if sent else message)
+
+    async def _response(self, link: _Link, method: str, request_id: str, future: asyncio.Future[Any],
+                        unsent: dict[str, Any] | None) -> Any:
+        try:
+            if unsent is not None:
+                try:
+                    await link.channel.send(unsent)
+                except TransportError as exc:
+                    raise lost_while_sending(method, exc.message) from exc
             try:
                 async with asyncio.timeout(self.request_timeout_s + RESPONSE_MARGIN_S):
                     return await future
@@ -376,12 +397,18 @@ class ThreadSession:
         finally:
             link.pending.pop(request_id, None)
 
-    async def _request(self, method: str, params: dict[str, Any]) -> Any:
+    def _request(self, method: str, params: dict[str, Any]) -> Awaitable[Any]:
+        """Send a request to the thread's owner, written before this returns when the link takes it
+        at once (:meth:`_exchange_now`), and return the wait for its successful response. A request
+        that provably was not sent raises here."""
         link = self._link
         if link is None or self._closed:
             raise RequestFailed(f"{method}: not sent, no IPC connection", code="connection_lost",
                                 delivery="not_delivered", method=method, hint="reconnect, then decide again")
-        response = await self._exchange(link, method, params, targeted=True)
+        return self._succeeded(method, self._exchange_now(link, method, params, targeted=True))
+
+    async def _succeeded(self, method: str, exchange: Awaitable[Any]) -> Any:
+        response = await exchange
         if not response.ok:
             delivery = self._adapter.delivery_of(response.error)
             version_doubt = self._version_doubt(method, response.error)
@@ -675,3 +702,8 @@ async def connect_thread(
         peer_uid_lookup=peer_uid_lookup, adapter=module, candidates=candidates, max_resyncs=max_resyncs, tap=tap)
     await session._open(emit=False, early=early)
     return session
+
+
+async def _read(response: Awaitable[Any], read: Callable[[Any], T]) -> T:
+    """What ``read`` makes of a response, once it has come."""
+    return read(await response)

@@ -49,6 +49,12 @@ class ByteStream:
         """Write all of ``data``. Raises :class:`TransportError` if the stream broke."""
         raise NotImplementedError  # pragma: no cover
 
+    def send_now(self, data: bytes) -> bool:
+        """Write all of ``data`` before returning, if the stream can without waiting; ``False``:
+        nothing was written (use :meth:`send`). Raises :class:`TransportError` if the stream broke.
+        A stream that cannot write synchronously keeps this default."""
+        return False
+
     async def receive(self, max_bytes: int = 65536) -> bytes:
         """Return the next bytes available (at most ``max_bytes``), or ``b""`` once the
         peer has closed its side. Raises :class:`TransportError` if the stream broke."""

@@ -29,6 +29,14 @@ class MessageChannel:
         async with self._send_lock:
             await self.stream.send(frame)
 
+    def send_now(self, message: Any) -> bool:
+        """Write ``message`` before returning if no send is under way and the stream takes it
+        without waiting (:meth:`ByteStream.send_now`); ``False``: nothing was written, use
+        :meth:`send`. Raises :class:`TransportError` if the stream broke."""
+        if self._send_lock.locked():  # another send waits for the peer: frames keep their order
+            return False
+        return self.stream.send_now(encode_message(message))
+
     async def send_raw(self, data: bytes) -> None:
         """Write bytes as they are (used by the simulator to send broken frames)."""
         async with self._send_lock:

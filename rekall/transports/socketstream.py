@@ -75,12 +75,22 @@ class SocketStream(asyncio.BufferedProtocol, ByteStream):
     # -- ByteStream ------------------------------------------------------------------------
 
     async def send(self, data: bytes) -> None:
+        self._open_transport().write(data)
+        if self._writable is not None:
+            await asyncio.shield(self._writable)
+
+    def send_now(self, data: bytes) -> bool:
+        transport = self._open_transport()
+        if self._writable is not None:  # the peer is behind: ``send`` writes and waits
+            return False
+        transport.write(data)  # into the socket now, or the transport's buffer if the socket is full
+        return True
+
+    def _open_transport(self) -> asyncio.Transport:
         transport = self._transport
         if self._closed or self._lost is not None or transport is None or transport.is_closing():
             raise TransportError("IPC connection is closed", hint="reconnect")
-        transport.write(data)
-        if self._writable is not None:
-            await asyncio.shield(self._writable)
+        return transport
 
     async def receive_into(self, buffer: memoryview) -> int:
         if self._closed or self._eof or self._transport is None:
