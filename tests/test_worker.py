@@ -586,6 +586,38 @@ async def test_the_transition_that_sends_a_request_is_logged_after_the_request_h
     assert logged.index(requesting) < logged.index(resuming)
 
 
+async def test_each_request_is_written_in_the_step_that_decided_it_not_in_a_task_of_its_own(tmp_path, monkeypatch):
+    from rekall.transports import channel as channel_module
+
+    written: list[tuple[str, bool, object]] = []  # method, inside the worker's step, by which task
+    stepping: list[object] = []  # the task applying the worker's step, while it does
+    encode = channel_module.encode_message
+
+    def noted(message):  # a channel encodes a message's frame just before it writes it
+        if message.get("type") == "request" and message.get("method", "").startswith("thread-follower-"):
+            written.append((message["method"], bool(stepping), asyncio.current_task()))
+        return encode(message)
+
+    monkeypatch.setattr(channel_module, "encode_message", noted)
+    async with SimulatedOwner() as sim:
+        store, job = await schedule(sim, tmp_path / "jobs")
+        worker = Worker(store, sim.thread_id, job, settings=FAST, env=sim.env)
+        real_apply = worker._apply
+
+        def applying(event):
+            stepping.append(asyncio.current_task())
+            try:
+                real_apply(event)
+            finally:
+                stepping.pop()
+
+        monkeypatch.setattr(worker, "_apply", applying)
+        with anyio.fail_after(30):
+            assert await worker.run() is JobState.RESUMED
+    main = asyncio.current_task()  # the worker's reactor runs in the caller's task
+    assert written == [("thread-follower-compact-thread", True, main), ("thread-follower-start-turn", True, main)]
+
+
 class _SlowToAnswer:
     """A followed thread whose compact request is answered ``delay_s`` late, with nothing else
     arriving meanwhile (the owner's update that the compaction started is dropped); it notes the

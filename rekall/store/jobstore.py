@@ -226,7 +226,8 @@ class JobStore:
         A ``validated`` whose record binds these ids was made by this check for them (it bound
         the record to ids it had checked): the file it was read from is this job's handoff, read
         again there without checking the ids and building the path again."""
-        if validated is not None and validated.record["threadId"] == thread_id and validated.record["jobId"] == job_id:
+        bound = None if validated is None else (validated.record.get("threadId"), validated.record.get("jobId"))
+        if validated is not None and bound == (thread_id, job_id):
             return verify_sealed(validated.path, thread_id, job_id, expected_sha256, validated)
         thread, job = valid_thread(thread_id), valid_job(job_id)
         return verify_sealed(self.layout.handoff(thread, job), thread, job, expected_sha256, validated)

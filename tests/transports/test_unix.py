@@ -157,3 +157,27 @@ def test_a_blocking_connect_makes_the_same_checks_as_the_event_loops(sock_path):
     os.unlink(sock_path)
     with pytest.raises(EndpointMissing, match=sock_path):
         UnixTransport(sock_path).connect_blocking()
+
+
+@pytest.mark.anyio
+async def test_a_message_sent_now_is_in_the_peers_socket_when_the_call_returns_unless_the_peer_is_behind(sock_path):
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(sock_path)
+    listener.listen(1)
+    stream = await UnixTransport(sock_path).connect()
+    channel = MessageChannel(stream)
+    peer, _ = listener.accept()  # queued by the connect: no event loop turn is needed
+    with listener, peer:
+        peer.settimeout(5)
+        # Nothing is awaited between the call and the read: the frame left in the call.
+        assert channel.send_now({"type": "request", "n": 1}) is True
+        assert peer.recv(65536) == encode_message({"type": "request", "n": 1})
+        stream.pause_writing()  # what the event loop says when the peer stops reading
+        assert channel.send_now({"n": 2}) is False  # nothing written: ``send`` writes and waits
+        peer.setblocking(False)
+        with pytest.raises(BlockingIOError):
+            peer.recv(65536)
+        stream.resume_writing()
+        await channel.aclose()
+        with pytest.raises(TransportError):
+            channel.send_now({"n": 3})
