@@ -425,9 +425,10 @@ class Worker:
     def _validate_handoff_ahead(self) -> None:
         """Validate the saved handoff once, after the compact request has left, while the
         compaction runs (the check loads the secret detector, whose import compiles a few dozen
-        patterns). The check at the resume then reads the file again and only compares its
-        SHA-256 with the validated bytes' and the one journaled at schedule; other bytes get the
-        full check there, so a handoff that changed or failed here fails as it always did."""
+        patterns). The check at the resume then reads the file again and only compares it, byte
+        for byte, with the bytes validated here (which hashed to the SHA-256 journaled at
+        schedule); other bytes get the full check there, so a handoff that changed or failed here
+        fails as it always did."""
         if self._validated_tried:
             return
         self._validated_tried = True
