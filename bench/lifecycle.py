@@ -15,7 +15,10 @@ would see them (a request counts once the owner has read its frame):
   disk the way the worker makes it: from a timer on the worker's event loop, after waiting the
   debounce (an append right after another, warm, is ``journal_append_fsync_warm_ms_p50``;
   after a wait the CPU and the disk path are cold, and the worker's append is made after one);
-* ``schedule_to_following_ms``: ``service.schedule`` called → the new worker follows the thread.
+* ``schedule_to_following_ms``: ``service.schedule`` called → the new worker follows the thread
+  (the owner has read its follow; the worker follows before it loads the rest of itself);
+  ``schedule_to_connected_ms`` (no target): → the worker has claimed the job and read the
+  thread's first snapshot (its ``connected`` note is in the journal; seen within 1 ms).
 
 Start-up figures are the median of ``--startup-runs`` (at least 7) cold processes each, run
 interleaved with a bare ``python -c 0`` (``python_startup_ms``, the baseline of every start-up
@@ -129,7 +132,7 @@ def _wait_journaled(journal: Path, marker: bytes, timeout: float = 30.0) -> None
 
 
 def run_jobs(count: int, debounce_ms: int) -> dict[str, Any]:
-    dispatch, resume, worker_resume_delay, following = [], [], [], []
+    dispatch, resume, worker_resume_delay, following, connected = [], [], [], [], []
     with tempfile.TemporaryDirectory(prefix="rekall-bench-") as tmp, \
             OwnerProcess(runtime="active", turn_duration_s=None, compaction_delay_s=0.05) as owner:
         thread = owner.thread_id
@@ -151,6 +154,7 @@ def run_jobs(count: int, debounce_ms: int) -> dict[str, Any]:
             # The thread goes idle once the worker waits for it (its `connected` note is journaled
             # after it has read the thread): otherwise its start-up would count as dispatch overhead.
             _wait_journaled(JobStore.open_reader(env).journal_path(thread, job), b'"kind":"connected"')
+            connected.append((time.monotonic() - scheduled_at[-1]) * 1000)
             idle_at.append(owner.call("complete_turn")["idleAt"])
             owner.call("wait_start_turns", count=n)  # the bench does nothing while the requests are in flight
             _wait_unlocked(resolve_lock_dir(env) / f"{thread}.lock")
@@ -172,6 +176,7 @@ def run_jobs(count: int, debounce_ms: int) -> dict[str, Any]:
         "jobs": count,
         "debounce_ms": debounce_ms,
         "schedule_to_following_ms_p50": round(percentile(following, 0.5), 1),
+        "schedule_to_connected_ms_p50": round(percentile(connected, 0.5), 1),
         "resume_delay_ms_p50": round(percentile(resume, 0.5), 2),
         "resume_overhead_ms_p50": round(percentile(resume_overhead, 0.5), 2),
         "resume_delay_ms_p95": round(percentile(resume, 0.95), 2),
