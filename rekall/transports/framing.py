@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import mmap
 import struct
+import sys
 from typing import Any
 
 from rekall.errors import IpcError
@@ -82,6 +83,9 @@ def decode_body(body: bytes | bytearray | memoryview) -> Any:
     except json.JSONDecodeError as exc:
         raise FrameError(f"IPC frame is not valid JSON: {decode_reason(exc)} at offset {exc.pos}",
                          hint="the peer sent a corrupt frame; reconnect") from exc
+    except ValueError:  # past json's own errors: an integer longer than Python converts from text
+        raise FrameError(f"IPC frame holds an integer of more than {sys.get_int_max_str_digits()} digits",
+                         hint="the peer sent a corrupt frame; reconnect") from None
     except RecursionError:  # thread states are deep but bounded; no depth scan on every snapshot
         raise FrameError("IPC frame nests too deeply to decode", hint="the peer sent a corrupt frame; reconnect") from None
 
