@@ -140,13 +140,13 @@ def _skipped_at_completion(job: JobView, ev: Evidence, now: Instant) -> dict[str
     return {**_completion(job, ev, now), **_skip(_headroom(job, ev)), **_known_outcome(now)}
 
 
-def _resume_check(job: JobView, ev: Evidence) -> dict[str, Any]:
+def _resume_check(job: JobView, ev: Evidence, **more: Any) -> dict[str, Any]:
     return wire(JobStatus(resumeCheckContextTokens=ev["tokens"], resumeCheckModelContextWindow=ev["window"],
-                          resumeCheckWindowUsedFraction=_headroom(job, ev).used_fraction))
+                          resumeCheckWindowUsedFraction=_headroom(job, ev).used_fraction, **more))
 
 
 def _resume_requested(job: JobView, ev: Evidence, now: Instant) -> dict[str, Any]:
-    return {**_resume_check(job, ev), **wire(JobStatus(resumeRequestedAt=now.iso))}
+    return _resume_check(job, ev, resumeRequestedAt=now.iso)  # one record: this runs just before the request
 
 
 def _skipped_at_resume(job: JobView, ev: Evidence, now: Instant) -> dict[str, Any]:
