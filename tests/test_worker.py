@@ -799,26 +799,35 @@ async def test_at_the_resume_the_handoff_is_read_again_and_compared_with_the_val
         assert reads == [path, path] and hashed == [path.read_bytes()]
 
 
+def _after_the_validation_ahead(store, monkeypatch, change) -> None:
+    """Run ``change`` right after the handoff is validated while the compaction runs."""
+    real = store.verify_sealed_handoff
+
+    def then_changed(thread_id, job_id, expected, validated=None):
+        verified = real(thread_id, job_id, expected, validated)
+        if validated is None:  # the validation ahead (the resume's check passes what it validated)
+            change()
+        return verified
+
+    monkeypatch.setattr(store, "verify_sealed_handoff", then_changed)
+
+
 async def test_a_handoff_rewritten_in_place_with_its_size_and_times_kept_fails_the_job_before_the_continuation(
         tmp_path, monkeypatch):
     async with SimulatedOwner() as sim:
         store, job = await schedule(sim, tmp_path / "jobs")
         path = store.handoff_path(sim.thread_id, job)
-        real = store.verify_sealed_handoff
 
-        def then_rewritten(thread_id, job_id, expected, validated=None):
-            verified = real(thread_id, job_id, expected, validated)
-            if validated is None:  # the validation while the compaction runs: the file is rewritten after it
-                before, data = os.stat(path), path.read_bytes()
-                at = data.index(b'"summary": "') + len(b'"summary": "')
-                with open(path, "r+b") as handle:
-                    handle.seek(at)
-                    handle.write(b"X" if data[at:at + 1] != b"X" else b"Y")
-                os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
-                assert os.stat(path).st_size == before.st_size and path.read_bytes() != data
-            return verified
+        def rewrite_in_place() -> None:
+            before, data = os.stat(path), path.read_bytes()
+            at = data.index(b'"summary": "') + len(b'"summary": "')
+            with open(path, "r+b") as handle:
+                handle.seek(at)
+                handle.write(b"X" if data[at:at + 1] != b"X" else b"Y")
+            os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+            assert os.stat(path).st_size == before.st_size and path.read_bytes() != data
 
-        monkeypatch.setattr(store, "verify_sealed_handoff", then_rewritten)
+        _after_the_validation_ahead(store, monkeypatch, rewrite_in_place)
         assert await run(store, sim, job) is JobState.FAILED
         status = store.read_status(sim.thread_id)
         assert status["errorCode"] == "handoff_changed" and "SHA-256 differs" in status["error"]
@@ -841,16 +850,12 @@ async def test_a_handoff_changed_after_it_was_validated_fails_the_job_before_the
     async with SimulatedOwner() as sim:
         store, job = await schedule(sim, tmp_path / "jobs")
         path = store.handoff_path(sim.thread_id, job)
-        real = store.verify_sealed_handoff
 
-        def then_changed(thread_id, job_id, expected, validated=None):
-            verified = real(thread_id, job_id, expected, validated)
-            if validated is None:  # the validation while the compaction runs: the file changes after it
-                with open(path, "ab") as handle:
-                    handle.write(b" ")
-            return verified
+        def append_a_space() -> None:
+            with open(path, "ab") as handle:
+                handle.write(b" ")
 
-        monkeypatch.setattr(store, "verify_sealed_handoff", then_changed)
+        _after_the_validation_ahead(store, monkeypatch, append_a_space)
         assert await run(store, sim, job) is JobState.FAILED
         status = store.read_status(sim.thread_id)
         assert status["errorCode"] == "handoff_changed" and status["outcomeMayBeUnknown"] is False
