@@ -149,9 +149,9 @@ class _BlockingLink:
             self.sock.settimeout(left)
             try:
                 n = self.sock.recv_into(view[got:])
+            except TimeoutError:
+                raise
             except OSError as exc:
-                if isinstance(exc, TimeoutError):
-                    raise
                 raise ConnectionError(exc.strerror or str(exc)) from exc
             if not n:
                 raise ConnectionError("the router closed the connection")

@@ -445,17 +445,10 @@ class ThreadSession:
         existed (during the worker's first follow), with when each frame arrived."""
         detail = "the router closed the connection"
         try:
-            for message, received_at in backlog:
+            async for message, received_at in _arriving(link.channel, backlog):
                 if self.tap is not None:
                     self.tap("recv", message)
                 await self._handle(link, message, received_at)
-            while True:
-                message = await link.channel.receive()
-                if message is None:
-                    break
-                if self.tap is not None:
-                    self.tap("recv", message)
-                await self._handle(link, message, link.channel.received_at)
                 if self.tap is not None:
                     self.tap("handled", message)
         except IpcError as exc:  # a transport failure or a malformed frame
@@ -702,6 +695,16 @@ async def connect_thread(
         peer_uid_lookup=peer_uid_lookup, adapter=module, candidates=candidates, max_resyncs=max_resyncs, tap=tap)
     await session._open(emit=False, early=early)
     return session
+
+
+async def _arriving(channel: MessageChannel,
+                    backlog: Sequence[tuple[Any, float]]) -> AsyncIterator[tuple[Any, float | None]]:
+    """``backlog``, then each message ``channel`` receives until the peer closes, each with when
+    its frame arrived."""
+    for item in backlog:
+        yield item
+    while (message := await channel.receive()) is not None:
+        yield message, channel.received_at
 
 
 async def _read(response: Awaitable[Any], read: Callable[[Any], T]) -> T:
