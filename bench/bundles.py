@@ -1,4 +1,4 @@
-"""Benchmark of reading an installed extension's method table (rekall.adapters.bundles).
+"""Benchmark of reading an installed extension's method table (rekall.adapters.extension.bundles).
 
     python bench/bundles.py [--json] [--mb 40]
 
@@ -21,7 +21,7 @@ import time
 import tracemalloc
 from pathlib import Path
 
-from rekall.adapters import bundles
+from rekall.adapters.extension import bundles
 from rekall.sim import protocol as p
 from tests.support.bundles import install_extension, minified
 

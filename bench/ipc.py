@@ -48,7 +48,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from rekall.adapters import connect_thread  # noqa: E402
+from rekall.adapters.extension import connect_thread  # noqa: E402
 from rekall.thread import ThreadMirror  # noqa: E402
 from rekall.transports import FrameDecoder, encode_message  # noqa: E402
 

@@ -57,7 +57,7 @@ import anyio
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from rekall import events as ev, service  # noqa: E402
-from rekall.adapters import connect_thread  # noqa: E402
+from rekall.adapters.extension import connect_thread  # noqa: E402
 from rekall.thread.facts import derive_facts  # noqa: E402
 from rekall.codex.schema import binary_identity  # noqa: E402
 from rekall.config import DEFAULT_IDLE_STABLE_MS  # noqa: E402

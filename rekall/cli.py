@@ -230,7 +230,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 
 def cmd_protocol(args: argparse.Namespace) -> int:
-    from rekall.adapters.report import run_protocol
+    from rekall.adapters.extension.report import run_protocol
 
     return run_protocol(as_json=args.json)
 

@@ -9,7 +9,7 @@ Rows, in the order a problem in one makes the next meaningless:
                    named as such, with its filesystem checks skipped
 ``router``         connect (with the peer-uid check) and ``initialize``
 ``owner``          only when ``CODEX_THREAD_ID`` is set: owner discovery, follow, first snapshot
-``codex_binary``   the extension-bundled ``codex`` (:func:`rekall.codex.discovery.discover_codex_binary`)
+``codex_binary``   the extension-bundled ``codex`` (:func:`rekall.adapters.extension.discovery.discover_codex_binary`)
 ``public_schema``  the app-server schema checks, through the same cache as ``schedule``
 ``jobs_dir``       the jobs directory: a directory, owned by you, writable (probed the way
                    ``schedule`` writes), no group or other access, no symlinks in it
@@ -41,7 +41,7 @@ from typing import Any
 
 import attrs
 
-from rekall.codex.discovery import CodexBinary, discover_codex_binary
+from rekall.adapters.extension.discovery import CodexBinary, discover_codex_binary
 from rekall.codex.schema import check_compatibility, default_cache_dir
 from rekall.config import SETTINGS, check_settings
 from rekall.homes import codex_home, env_value

@@ -36,15 +36,15 @@ def platform_named(name: str | None, env: Mapping[str, str] | None = None, *, se
     """The platform a job recorded. Jobs scheduled before platforms were recorded are the extension's:
     it was the only one. ``settled``: the job's record of the protocol generation schedule settled
     (the extension reuses it for the same owner on the same router; see ``choice.Settled``).
-    ``early``: the worker's first follow on the extension (``rekall.adapters.early``), or its error."""
+    ``early``: the worker's first follow on the extension (``rekall.adapters.extension.early``), or its error."""
     env = os.environ if env is None else env
     if name in (None, EXTENSION):
-        from rekall.adapters.choice import Settled
-        from rekall.adapters.extension import ExtensionIpc
+        from rekall.adapters.extension.choice import Settled
+        from rekall.adapters.extension.platform import ExtensionIpc
 
         return ExtensionIpc(env, settled=Settled.from_json(settled), early=early)
     if name == APP_SERVER:
-        from rekall.codex.platform import SharedAppServerPlatform
+        from rekall.adapters.app_server.platform import SharedAppServerPlatform
 
         return SharedAppServerPlatform(env)
     raise OwnerUnknown(f"the job names platform {name!r}, which this rekall does not know",
@@ -104,7 +104,7 @@ async def find_owner(thread_id: str, env: Mapping[str, str] | None = None, *,
     """The one platform that has ``thread_id``, with its read-only snapshot of the thread."""
     import asyncio
 
-    from rekall.codex.platform import SERVABLE_SESSION
+    from rekall.adapters.app_server.platform import SERVABLE_SESSION
     from rekall.platform import ThreadSnapshot
     from rekall.transports.base import EndpointMissing
 

@@ -1,7 +1,7 @@
 """The platform contract: what every place a Codex thread lives in must offer rekall.
 
 A platform is how rekall reaches a thread's owner: the VS Code extension's IPC router
-(:mod:`rekall.adapters.extension`) or the shared Codex app-server (:mod:`rekall.codex.platform`);
+(:mod:`rekall.adapters.extension.platform`) or the shared Codex app-server (:mod:`rekall.adapters.app_server.platform`);
 :mod:`rekall.owners` finds which one has a thread. The worker, the service and ``doctor`` talk only to this contract:
 
 * **follow** a thread and deliver domain events (:mod:`rekall.events`) until closed;

@@ -290,7 +290,7 @@ class _Rules:
                 self.on_connection_lost(detail)
                 return
             case Observed(event=ev.ProtocolChanged(method=method, version=version, detail=detail)):
-                # The detail says which side is behind (rekall.adapters.ipc.behind_text).
+                # The detail says which side is behind (rekall.adapters.extension.ipc.behind_text).
                 self.fail("protocol_version_unsupported", detail)
                 return
             case Observed(event=ev.LayoutIncompatible(detail=detail)):

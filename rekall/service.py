@@ -62,18 +62,18 @@ def uses_test_transport(env: Mapping[str, str]) -> bool:
 
 def public_schema_report(env: Mapping[str, str], platform: str = "extension-ipc") -> dict[str, Any]:
     """The public app-server schema check of the binary behind ``platform``: the extension's
-    bundled Codex, or the shared app-server's (:func:`rekall.codex.served.schema_report`).
+    bundled Codex, or the shared app-server's (:func:`rekall.adapters.app_server.served.schema_report`).
 
     Cached by binary identity, so scheduling does not regenerate the schema each time. A
     custom test transport (``REKALL_PIPE``) has no extension behind it: not checked.
     """
     if platform == "app-server":
-        from rekall.codex.served import schema_report
+        from rekall.adapters.app_server.served import schema_report
 
         return schema_report(env)
     if uses_test_transport(env):
         return {"status": "not_checked", "reason": "custom_test_transport"}
-    from rekall.codex.discovery import discover_codex_binary
+    from rekall.adapters.extension.discovery import discover_codex_binary
     from rekall.codex.schema import check_compatibility, default_cache_dir
 
     found = discover_codex_binary(env)

@@ -119,7 +119,7 @@ class Worker:
         #: the claim checks it against the journal.
         self.scheduled = scheduled
         #: The first follow, made before the event loop on what the command line said
-        #: (``rekall.adapters.early``), or its error: the platform goes on from it.
+        #: (``rekall.adapters.extension.early``), or its error: the platform goes on from it.
         self._early = early
         #: The journal contradicted the command line: what was followed on its word is closed once claimed.
         self._journal_disagreed = False

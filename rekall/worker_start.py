@@ -2,7 +2,7 @@
 
 ``rekall worker THREAD JOB [SCHEDULED]`` runs here. Told where schedule found the thread
 (SCHEDULED), the worker follows it on the extension first, on a blocking socket, before it
-imports the event loop and the reactor (:mod:`rekall.adapters.early`): the owner sends the
+imports the event loop and the reactor (:mod:`rekall.adapters.extension.early`): the owner sends the
 thread's state while the rest of the worker loads. Everything this module imports before that
 follow stays light; ``tests/test_startup_imports.py`` keeps it so.
 """
@@ -86,7 +86,7 @@ def _follow_early(thread_id: str, env: Mapping[str, str], scheduled: ScheduledOn
     error instead, to fail the job with once the worker has claimed it (never tried again)."""
     if scheduled is None or not scheduled.on_extension:
         return None
-    from rekall.adapters.early import follow_early
+    from rekall.adapters.extension.early import follow_early
 
     try:
         return follow_early(thread_id, env, at_schedule=scheduled.settled, request_timeout_s=request_timeout_s)

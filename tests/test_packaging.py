@@ -143,7 +143,8 @@ def test_the_sdist_holds_only_sources_tests_docs_fixtures_and_the_plugin(dists):
 
 
 #: Test and benchmark tooling: in tests/support/ (a checkout and the sdist), never in the wheel.
-DEVELOPMENT_MODULES = ("mock_model", "codex_home", "pinned", "codex_backend", "record", "conformance")
+DEVELOPMENT_MODULES = ("mock_model", "codex_home", "pinned", "codex_backend", "record", "conformance", "appserver",
+                       "conversation")
 
 
 def test_the_wheel_carries_no_development_tooling_and_the_sdist_does(dists):

@@ -25,7 +25,7 @@ from tests.jobkit import new_thread, scheduled_run
 
 #: Top-level packages (or modules) that the fast paths must not load.
 HEAVY = ("mcp", "mcp_types", "transitions", "rich", "cattrs", "psutil", "websockets", "asyncio", "ssl",
-         "rekall.secrets", "rekall.adapters.bundles", "msgspec", "rekall.transports.fastdecode")
+         "rekall.secrets", "rekall.adapters.extension.bundles", "msgspec", "rekall.transports.fastdecode")
 
 #: The quick answers (rekall.quick) load less still: not even the CLI's argparse and logging,
 #: nor attrs, typing or the store's records.
@@ -139,7 +139,7 @@ NOT_BEFORE_FOLLOWING = ("rekall.policy", "transitions", "psutil", "cattrs", "ric
 #: LazyLoader) and not used yet is not counted.
 WORKER_PROBE = """
 import json, runpy, sys
-from rekall.adapters import ipc
+from rekall.adapters.extension import ipc
 
 def executed():
     return sorted(name for name, module in list(sys.modules.items()) if type(module).__name__ != "_LazyModule")
@@ -193,12 +193,12 @@ def test_a_worker_follows_the_thread_before_it_loads_the_policy_the_machine_or_p
 
 #: What a worker told what schedule journaled has not loaded either when its follow goes out:
 #: the store (journal replay, the lifecycle, the job's records) and the lifecycle's states; nor the
-#: event loop, the session or the reactor: it follows on a blocking socket (rekall.adapters.early).
+#: event loop, the session or the reactor: it follows on a blocking socket (rekall.adapters.extension.early).
 NOT_BEFORE_FOLLOWING_TOLD = (*NOT_BEFORE_FOLLOWING, "rekall.states", "rekall.store.jobstore", "rekall.store.catalog",
                              "rekall.store.replay", "rekall.store.journal", "rekall.store.wire",
                              "rekall.store.lifecycle", "rekall.store.handoff", "rekall.continuation",
                              "asyncio", "ssl", "concurrent", "rekall.worker", "rekall.punctual",
-                             "rekall.adapters.session", "rekall.adapters.extension", "rekall.transports.channel",
+                             "rekall.adapters.extension.session", "rekall.adapters.extension.platform", "rekall.transports.channel",
                              "rekall.transports.socketstream", "rekall.thread.mirror", "rekall.events",
                              "rekall.platform")
 
@@ -208,4 +208,4 @@ def test_a_worker_told_what_schedule_journaled_follows_before_it_loads_the_store
     assert loaded(report["following"], NOT_BEFORE_FOLLOWING_TOLD) == []
     finished = set(loaded(report["finished"], NOT_BEFORE_FOLLOWING_TOLD))
     assert {"rekall.states.machine", "rekall.store.replay", "rekall.store.jobstore", "transitions",
-            "cattrs", "asyncio", "rekall.worker", "rekall.adapters.session"} <= finished
+            "cattrs", "asyncio", "rekall.worker", "rekall.adapters.extension.session"} <= finished

@@ -17,7 +17,7 @@ import pytest
 
 from rekall import policy, punctual, service
 from rekall.config import WorkerSettings
-from rekall.adapters.extension import ExtensionIpc
+from rekall.adapters.extension.platform import ExtensionIpc
 from rekall.errors import RekallError
 from rekall.explain import build_explanation
 from rekall.owners import ScheduledOn
@@ -279,7 +279,7 @@ async def test_an_owner_gone_for_the_whole_reconnect_window_fails_the_job(tmp_pa
 
 async def _start_a_compaction_elsewhere(sim: SimulatedOwner) -> None:
     """What a lost worker leaves behind: the owner compacting on a request rekall no longer follows."""
-    from rekall.adapters import connect_thread
+    from rekall.adapters.extension import connect_thread
 
     session = await connect_thread(sim.thread_id, env=sim.env)
     try:

@@ -1,62 +1,10 @@
-"""Protocol adapters: from frames to protocol messages, and commands back; the session
-feeds the thread model (:mod:`rekall.thread`) and hands on its domain events.
+"""The platforms rekall reaches a Codex thread through, one package each.
 
-Public surface::
+- :mod:`rekall.adapters.extension`: the VS Code extension's private IPC router (its protocol
+  generations, the session, the bundle and binary discovery, its doctor rows);
+- :mod:`rekall.adapters.app_server`: the shared Codex app-server (its JSON-RPC client, the thread
+  model, its doctor rows).
 
-    session = await connect_thread(thread_id)        # handshake, follow, first snapshot
-    session.mirror.idle, .completed_compaction_ids, .boundary_fingerprint, .tokens, ...
-    async for event in session.events(): ...         # rekall.events domain events
-    await session.compact()                          # thread-follower-compact-thread
-    turn = await session.start_turn(text, job_id)    # thread-follower-start-turn
-    await session.reconnect(); await session.aclose()
-
-Failures are :class:`~rekall.errors.IpcError` subclasses; failed commands raise
-:class:`RequestFailed` with ``delivery`` ``"not_delivered"`` or ``"unknown"``.
+Byte transports are in :mod:`rekall.transports`; the contract every platform implements is
+:mod:`rekall.platform`. Nothing is imported here, so the worker's first follow stays light.
 """
-
-from __future__ import annotations
-
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
-
-from rekall.adapters.errors import (
-    ConnectionLostError,
-    HandshakeFailed,
-    NoOwner,
-    RequestFailed,
-    SessionClosed,
-    SnapshotTimeout,
-    VersionMismatch,
-)
-from rekall.adapters.registry import ADAPTERS, adapter_named
-
-if TYPE_CHECKING:
-    from rekall.adapters.session import RESPONSE_MARGIN_S, StartedTurn, ThreadSession, connect_thread
-
-#: Re-exported on first use: the session needs asyncio, which the worker's first follow is made
-#: without (:mod:`rekall.adapters.early`).
-_ON_USE = frozenset({"RESPONSE_MARGIN_S", "StartedTurn", "ThreadSession", "connect_thread"})
-
-
-def __getattr__(name: str) -> Any:
-    if name not in _ON_USE:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(import_module("rekall.adapters.session"), name)
-    globals()[name] = value
-    return value
-
-__all__ = [
-    "ADAPTERS",
-    "RESPONSE_MARGIN_S",
-    "ConnectionLostError",
-    "HandshakeFailed",
-    "NoOwner",
-    "RequestFailed",
-    "SessionClosed",
-    "SnapshotTimeout",
-    "StartedTurn",
-    "ThreadSession",
-    "VersionMismatch",
-    "adapter_named",
-    "connect_thread",
-]

@@ -280,7 +280,7 @@ CHECKS: tuple[tuple[str, CheckFn], ...] = (
 
 
 
-# --- what the shared app-server platform also sends and reads (rekall/codex/platform.py) --------
+# --- what the shared app-server platform also sends and reads (rekall/adapters/app_server/platform.py) --------
 
 
 def _requires_only_thread_id(method: str, *options: tuple[str, str]) -> CheckFn:

@@ -1,6 +1,6 @@
 """The extension's side of the wire protocol, as the simulator speaks it.
 
-Deliberately separate tables from :mod:`rekall.adapters.generations`: the simulator plays
+Deliberately separate tables from :mod:`rekall.adapters.extension.generations`: the simulator plays
 the other party, so a wrong constant in rekall's records must show up as a failing test, not
 be mirrored here. Each table is the build's own method table (base versions, as its bundle
 states them), written from ``extension-generations.md`` §1, with the builds' other

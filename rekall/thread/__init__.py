@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from rekall.thread.patches import PatchError, apply_patches
 
 #: Loaded on first use: a generation's record needs only the layout, and the worker's first
-#: follow is made before the rest of the model is imported (:mod:`rekall.adapters.early`).
+#: follow is made before the rest of the model is imported (:mod:`rekall.adapters.extension.early`).
 _ON_USE = {"ThreadFacts": "facts", "derive_facts": "facts", "RevisionGap": "mirror", "ThreadMirror": "mirror",
            "PatchError": "patches", "apply_patches": "patches"}
 

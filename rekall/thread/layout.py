@@ -11,7 +11,7 @@ The shapes of user input elements (``text``, ``image`` ...) are the app-server's
 ``UserInput`` and live with the fingerprint rules in :mod:`rekall.thread.facts`.
 
 A ``NamedTuple``, as are the other records the worker builds before its first follow
-(:mod:`rekall.adapters.early`): importing attrs and building its classes was the largest
+(:mod:`rekall.adapters.extension.early`): importing attrs and building its classes was the largest
 part of that path.
 """
 

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from rekall.adapters import bundles, registry
-from rekall.adapters import choice as evidence
-from rekall.adapters.extension import ExtensionIpc, check_extension
-from rekall.adapters.generations import GENERATIONS
+from rekall.adapters.extension import bundles, registry
+from rekall.adapters.extension import choice as evidence
+from rekall.adapters.extension.platform import ExtensionIpc, check_extension
+from rekall.adapters.extension.generations import GENERATIONS
 from rekall.errors import InvalidInput
 from rekall.sim import SimulatedOwner, start_sim_in_thread
 from rekall.sim import protocol as p
@@ -216,7 +216,7 @@ def test_the_protocol_verb_lists_the_generations_and_the_installed_tables_differ
 
 
 def test_the_behind_messages_in_the_docs_are_what_rekall_prints():
-    from rekall.adapters.ipc import behind_text
+    from rekall.adapters.extension.ipc import behind_text
     from tests.pluginkit import REPO_ROOT
 
     doc = (REPO_ROOT / "docs" / "adapters.md").read_text(encoding="utf-8")

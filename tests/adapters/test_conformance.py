@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from rekall.adapters import registry
+from rekall.adapters.extension import registry
 from tests.support.conformance import ConformanceError, load, replay_transcript, transcript_paths
 from tests.support.record import SCENARIOS, record
 

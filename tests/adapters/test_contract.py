@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 from mypy import api as mypy_api
 
-from rekall.adapters import registry
-from rekall.adapters.generations import G26_9XX
-from rekall.adapters.ipc import IpcAdapter
-from rekall.adapters.session import ThreadSession
+from rekall.adapters.extension import registry
+from rekall.adapters.extension.generations import G26_9XX
+from rekall.adapters.extension.ipc import IpcAdapter
+from rekall.adapters.extension.session import ThreadSession
 from rekall.thread import V11
 from rekall.transports import Endpoint
 
@@ -23,8 +23,8 @@ def _check(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, adapter_source: str)
     """mypy's verdict on assigning ``IpcAdapter(...)`` from the module ``adapter_source`` to an ``Adapter``."""
     (tmp_path / "none.ini").write_text("[mypy]\n")
     (tmp_path / "candidate.py").write_text(adapter_source)
-    (tmp_path / "check.py").write_text("import candidate\nfrom rekall.adapters.contract import Adapter\n"
-                                       "from rekall.adapters.generations import G26_9XX\n\n"
+    (tmp_path / "check.py").write_text("import candidate\nfrom rekall.adapters.extension.contract import Adapter\n"
+                                       "from rekall.adapters.extension.generations import G26_9XX\n\n"
                                        "ADAPTER: Adapter = candidate.IpcAdapter(G26_9XX)\n")
     monkeypatch.setenv("MYPYPATH", f"{REPO_ROOT}:{tmp_path}")
     out, err, status = mypy_api.run(["--config-file", str(tmp_path / "none.ini"), "--follow-imports=silent",
@@ -35,7 +35,7 @@ def _check(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, adapter_source: str)
 
 @pytest.fixture
 def ipc_source() -> str:
-    return (REPO_ROOT / "rekall" / "adapters" / "ipc.py").read_text(encoding="utf-8")
+    return (REPO_ROOT / "rekall" / "adapters" / "extension" / "ipc.py").read_text(encoding="utf-8")
 
 
 def test_the_shared_adapter_satisfies_the_adapter_contract(tmp_path, monkeypatch, ipc_source):

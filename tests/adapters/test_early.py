@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from rekall.adapters import connect_thread
-from rekall.adapters.early import EarlyFollow, follow_early
-from rekall.adapters.extension import ExtensionIpc
+from rekall.adapters.extension import connect_thread
+from rekall.adapters.extension.early import EarlyFollow, follow_early
+from rekall.adapters.extension.platform import ExtensionIpc
 from rekall.errors import IpcError
 from rekall.sim import start_sim_in_thread
 from rekall.sim.threaded import SimHandle

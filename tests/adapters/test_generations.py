@@ -2,7 +2,7 @@
 
 Each scenario of :mod:`tests.support.record` runs twice or more: the simulator plays each
 build from its own tables (:mod:`rekall.sim.protocol`) and rekall speaks the generation of
-the same name from its records (:mod:`rekall.adapters.generations`). What the thread did
+the same name from its records (:mod:`rekall.adapters.extension.generations`). What the thread did
 must not depend on the build; only the wire may differ.
 """
 
@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from rekall.adapters import RequestFailed, connect_thread
-from rekall.adapters.generations import G26_721, G26_9XX, GENERATIONS
-from rekall.adapters.ipc import IpcAdapter
+from rekall.adapters.extension import RequestFailed, connect_thread
+from rekall.adapters.extension.generations import G26_721, G26_9XX, GENERATIONS
+from rekall.adapters.extension.ipc import IpcAdapter
 from rekall.sim import SimulatedOwner
 from rekall.sim import protocol as p
 from tests.support.record import SCENARIOS, record

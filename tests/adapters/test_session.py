@@ -8,7 +8,7 @@ import anyio
 import pytest
 
 from rekall import events as ev
-from rekall.adapters import (
+from rekall.adapters.extension import (
     ADAPTERS,
     RESPONSE_MARGIN_S,
     HandshakeFailed,
@@ -20,7 +20,7 @@ from rekall.adapters import (
     VersionMismatch,
     connect_thread,
 )
-from rekall.adapters.ipc import behind_text
+from rekall.adapters.extension.ipc import behind_text
 from rekall.errors import InvalidInput, IpcError
 from rekall.sim import GARBAGE, SimulatedOwner
 

@@ -11,7 +11,7 @@ import anyio
 import pytest
 
 from rekall import events as ev
-from rekall.adapters import connect_thread
+from rekall.adapters.extension import connect_thread
 from rekall.thread import facts as f
 from rekall.sim import SimulatedOwner
 from tests.adapters.test_session import collect_until

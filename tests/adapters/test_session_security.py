@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from rekall.adapters import connect_thread
+from rekall.adapters.extension import connect_thread
 from rekall.sim import SimulatedOwner
 from rekall.transports import EndpointInsecure, PeerMismatch, resolve_endpoint
 

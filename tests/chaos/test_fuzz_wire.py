@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rekall import events as ev
-from rekall.adapters import connect_thread, registry
+from rekall.adapters.extension import connect_thread, registry
 from rekall.thread import PatchError, RevisionGap, ThreadMirror, derive_facts
 from rekall.thread.patches import MISSING
 from rekall.sim import SimulatedOwner

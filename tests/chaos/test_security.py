@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 
 from rekall import service
-from rekall.adapters import connect_thread
+from rekall.adapters.extension import connect_thread
 from rekall.cli import main
 from rekall.errors import InvalidInput, RekallError
 from rekall.explain import build_explanation

@@ -31,7 +31,7 @@ from typing import Any
 import anyio
 import attrs
 
-from rekall.codex.appserver import app_server_env
+from tests.support.appserver import app_server_env
 
 START_TIMEOUT_S = 180.0
 STOP_TIMEOUT_S = 60.0

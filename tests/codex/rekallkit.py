@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from rekall.codex.appserver import AppServer, Message, app_server_env
+from tests.support.appserver import AppServer, Message, app_server_env
 
 SERVER = "rekall"
 READY_TIMEOUT_S = 30.0

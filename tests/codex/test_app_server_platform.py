@@ -14,7 +14,7 @@ import anyio
 import pytest
 
 from rekall import service
-from rekall.codex.platform import SharedAppServerPlatform, ThreadNotServed
+from rekall.adapters.app_server.platform import SharedAppServerPlatform, ThreadNotServed
 from rekall.doctor import diagnose
 from rekall.owners import OwnerUnknown, find_owner
 from tests.codex.daemonkit import Daemon, PeerClient, peer_client
@@ -116,7 +116,7 @@ async def test_a_listener_started_by_hand_is_served_and_named_as_not_daemon_mana
     import os
     import subprocess
 
-    from rekall.codex.appserver import app_server_env
+    from tests.support.appserver import app_server_env
 
     sock = private_dir / "listener" / "app.sock"
     sock.parent.mkdir(mode=0o700)

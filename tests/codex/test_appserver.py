@@ -7,7 +7,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from rekall.codex.appserver import AppServerError, Message, Notification, ServerRequest, open_app_server
+from tests.support.appserver import AppServerError, Message, Notification, ServerRequest, open_app_server
 from rekall.errors import CodexError
 from tests.support.mock_model import MockModel, escalated_command
 

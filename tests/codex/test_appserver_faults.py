@@ -8,7 +8,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from rekall.codex.appserver import AppServerClosed, AppServerTimeout, ServerRequest, open_app_server
+from tests.support.appserver import AppServerClosed, AppServerTimeout, ServerRequest, open_app_server
 from rekall.errors import CodexError
 
 pytestmark = pytest.mark.anyio
@@ -79,7 +79,7 @@ async def test_replies_notifications_and_server_requests_are_routed(tmp_path: Pa
 
 
 async def test_an_error_reply_carries_code_message_and_data(tmp_path: Path, home: Path) -> None:
-    from rekall.codex.appserver import AppServerError
+    from tests.support.appserver import AppServerError
 
     async with open_app_server(stand_in(tmp_path), home) as server:
         with pytest.raises(AppServerError) as caught:

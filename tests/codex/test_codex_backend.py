@@ -9,9 +9,9 @@ import anyio
 import pytest
 
 from rekall import events as ev
-from rekall.adapters import RequestFailed, connect_thread
+from rekall.adapters.extension import RequestFailed, connect_thread
 from rekall.thread.facts import derive_facts
-from rekall.codex.appserver import AppServerError
+from tests.support.appserver import AppServerError
 from rekall.errors import CodexError
 from rekall.sim import SimulatedOwner
 from rekall.sim.backend import RouterError

@@ -11,8 +11,8 @@ import pytest
 
 from rekall.thread.facts import derive_facts
 from rekall.thread.patches import apply_patches
-from rekall.codex.appserver import Message, Notification, ServerRequest, open_app_server
-from rekall.codex.conversation import ConversationProjection
+from tests.support.appserver import Message, Notification, ServerRequest, open_app_server
+from tests.support.conversation import ConversationProjection
 from tests.support.mock_model import MockModel, escalated_command
 
 THREAD = {"id": "thr-1", "status": {"type": "idle"}, "cwd": "/w", "name": None}

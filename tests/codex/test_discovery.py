@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rekall.codex.discovery import (
+from rekall.adapters.extension.discovery import (
     CodexBinaryAmbiguous,
     CodexBinaryNotFound,
     CodexBinaryOverrideInvalid,

@@ -19,7 +19,7 @@ import anyio
 import pytest
 
 from rekall import __version__
-from rekall.codex.appserver import Message, open_app_server
+from tests.support.appserver import Message, open_app_server
 from tests.codex.rekallkit import SERVER, ready_server_status, rekall_server_toml
 from tests.pluginkit import listed_tools
 from tests.support.codex_home import MOCK_MODEL, make_isolated_home

@@ -18,7 +18,7 @@ import pytest
 from websockets.asyncio.server import ServerConnection
 
 from rekall import events as ev
-from rekall.codex.platform import NotAConversation, SharedAppServerPlatform, ThreadNotServed
+from rekall.adapters.app_server.platform import NotAConversation, SharedAppServerPlatform, ThreadNotServed
 from rekall.errors import IpcError
 from tests.codex.fakeserver import env_for, fake_app_server, folder  # noqa: F401 (a fixture)
 
@@ -156,10 +156,10 @@ async def test_a_refused_request_is_not_delivered_and_a_silent_one_is_unknown(fo
                                              (json.dumps({"method": "x", "params": {"pad": "x" * 5000}}), "bytes")])
 async def test_a_frame_that_is_not_json_rpc_or_too_large_ends_the_follow_with_the_reason(
         folder: Path, frame: str, said: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    from rekall.codex import shared
+    from rekall.adapters.app_server import shared
 
     bounded = functools.partial(shared.open_shared_app_server, max_message_bytes=4096)
-    monkeypatch.setattr("rekall.codex.platform.open_shared_app_server", bounded)
+    monkeypatch.setattr("rekall.adapters.app_server.platform.open_shared_app_server", bounded)
     script = Script(thread__loaded__list=loaded(T), thread__read=ok({"thread": IDLE_THREAD}),
                     thread__resume=then(ok({"thread": IDLE_THREAD}), frame))
     async with fake_app_server(folder / "app.sock", script):

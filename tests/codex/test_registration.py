@@ -19,7 +19,7 @@ import anyio
 import pytest
 
 from rekall import __version__
-from rekall.codex.appserver import open_app_server
+from tests.support.appserver import open_app_server
 from tests.codex.rekallkit import SERVER, codex_cli, ready_server_status
 from tests.jobkit import new_thread, open_store, schedule
 from tests.pluginkit import REPO_ROOT, front_matter, listed_tools, manifest, marketplace, plugin_root, skill_file

@@ -10,7 +10,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from rekall.codex.served import diagnose, served_by
+from rekall.adapters.app_server.served import diagnose, served_by
 from tests.codex.fakeserver import env_for, folder  # noqa: F401 (a fixture)
 
 pytestmark = pytest.mark.anyio

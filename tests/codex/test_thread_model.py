@@ -9,8 +9,8 @@ from __future__ import annotations
 from typing import Any
 
 from rekall import events as ev
-from rekall.codex.rpc import Notification, ServerRequest
-from rekall.codex.thread_model import ThreadModel, fingerprint_of
+from rekall.adapters.app_server.rpc import Notification, ServerRequest
+from rekall.adapters.app_server.thread_model import ThreadModel, fingerprint_of
 from rekall.thread.facts import NO_USER_INPUT
 
 T = "thread-1"

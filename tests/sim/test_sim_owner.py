@@ -14,7 +14,7 @@ import anyio
 import pytest
 
 from rekall import events as ev
-from rekall.adapters import connect_thread
+from rekall.adapters.extension import connect_thread
 from rekall.thread.patches import apply_patches
 from rekall.sim import protocol as p
 from rekall.sim import ScriptedBackend, SimError, SimulatedOwner, start_sim_in_thread

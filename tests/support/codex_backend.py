@@ -10,7 +10,7 @@ extension does for the thread it owns:
   ``{result: {turn}}`` with the engine's turn);
 - follower approval decisions → the answer to the engine's pending server request;
 - every app-server notification and server request → ``conversationState`` patches, through
-  :class:`rekall.codex.conversation.ConversationProjection` (runtime status, turns and items,
+  :class:`tests.support.conversation.ConversationProjection` (runtime status, turns and items,
   the private ``contextCompaction.completed``, ``latestTokenUsageInfo``, pending ``requests``).
 
 The engine runs with an isolated ``CODEX_HOME`` whose model is the loopback mock
@@ -32,7 +32,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from rekall.codex.appserver import (
+from tests.support.appserver import (
     AppServer,
     AppServerClosed,
     AppServerError,
@@ -40,7 +40,7 @@ from rekall.codex.appserver import (
     ServerRequest,
     open_app_server,
 )
-from rekall.codex.conversation import ConversationProjection
+from tests.support.conversation import ConversationProjection
 from rekall.errors import CodexError
 from rekall.sim.backend import COMPACT, START_TURN, OwnerPort, RouterError
 from rekall.sim.owner import SimulatedOwner

@@ -33,9 +33,9 @@ from typing import Any
 
 import attrs
 
-from rekall.adapters.errors import RequestFailed
+from rekall.adapters.extension.errors import RequestFailed
 from rekall.thread.facts import ThreadFacts
-from rekall.adapters.session import ThreadSession, connect_thread
+from rekall.adapters.extension.session import ThreadSession, connect_thread
 from rekall.errors import RekallError
 from rekall.transports import ByteStream, MemoryTransport, MessageChannel, encode_message
 

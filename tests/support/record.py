@@ -1,6 +1,6 @@
 """Record protocol transcripts from the simulator (``fixtures/ipc/<adapter>/*.jsonl``).
 
-Each scenario drives a real :class:`~rekall.adapters.session.ThreadSession` against a
+Each scenario drives a real :class:`~rekall.adapters.extension.session.ThreadSession` against a
 :class:`~rekall.sim.owner.SimulatedOwner` over a real socket and writes down what was
 sent and received, the calls and how they ended, the events and the final facts, in the
 format :mod:`tests.support.conformance` replays. Regenerate with::
@@ -21,8 +21,8 @@ from typing import Any
 import attrs
 
 from rekall import events as ev
-from rekall.adapters import connect_thread
-from rekall.adapters.session import ThreadSession
+from rekall.adapters.extension import connect_thread
+from rekall.adapters.extension.session import ThreadSession
 from rekall.errors import RekallError
 from rekall.sim import protocol as p
 from rekall.sim.owner import GARBAGE, SimulatedOwner

@@ -1,8 +1,8 @@
-"""The extension IPC, spoken for any known generation (:mod:`rekall.adapters.generations`).
+"""The extension IPC, spoken for any known generation (:mod:`rekall.adapters.extension.generations`).
 
 Sans-I/O, like h11: an :class:`IpcAdapter` builds outgoing messages and classifies incoming
-ones; the session (:mod:`rekall.adapters.session`) does the I/O. Everything that differs
-between builds is read from the adapter's :class:`~rekall.adapters.generations.Generation`
+ones; the session (:mod:`rekall.adapters.extension.session`) does the I/O. Everything that differs
+between builds is read from the adapter's :class:`~rekall.adapters.extension.generations.Generation`
 record; nothing here is written per generation.
 """
 
@@ -11,9 +11,9 @@ from __future__ import annotations
 from typing import Any
 
 from rekall import __version__
-from rekall.adapters import generations as gen
-from rekall.adapters.errors import Delivery, HandshakeFailed, NoOwner, RequestFailed, VersionMismatch
-from rekall.adapters import messages as m
+from rekall.adapters.extension import generations as gen
+from rekall.adapters.extension.errors import Delivery, HandshakeFailed, NoOwner, RequestFailed, VersionMismatch
+from rekall.adapters.extension import messages as m
 from rekall.thread.layout import Layout
 
 HOST_ID = "local"
@@ -54,7 +54,7 @@ def behind_text(subject: str, method: str, seen: Any) -> str:
 
 
 class IpcAdapter:
-    """One generation of the extension IPC (satisfies :class:`~rekall.adapters.contract.Adapter`)."""
+    """One generation of the extension IPC (satisfies :class:`~rekall.adapters.extension.contract.Adapter`)."""
 
     INITIAL_CLIENT_ID = INITIAL_CLIENT_ID
     INITIALIZE = gen.INITIALIZE

@@ -1,7 +1,7 @@
 """An async client for a ``codex app-server`` that rekall starts itself, over stdio.
 
 One JSON-RPC message per line; requests, replies and the message stream are
-:class:`rekall.codex.rpc.RpcClient`'s. rekall is this server's only client, so a server request
+:class:`rekall.adapters.app_server.rpc.RpcClient`'s. rekall is this server's only client, so a server request
 stays pending until the caller answers it with :meth:`AppServer.respond`.
 
 The client owns the process: :func:`open_app_server` starts it with the given ``CODEX_HOME``,
@@ -28,7 +28,7 @@ from anyio.abc import Process
 from anyio.streams.buffered import BufferedByteReceiveStream
 
 from rekall import __version__
-from rekall.codex.rpc import (
+from rekall.adapters.app_server.rpc import (
     MAX_MESSAGE_BYTES,
     AppServerClosed,
     AppServerError,

@@ -1,13 +1,13 @@
 """The handshake with the router, sans I/O: ``initialize``, then owner discovery.
 
 :func:`handshake` is a generator that yields each request it needs answered (:class:`Ask`),
-is sent the router's :class:`~rekall.adapters.messages.Response`, and returns what it learned
+is sent the router's :class:`~rekall.adapters.extension.messages.Response`, and returns what it learned
 (:class:`Handshaken`). It raises the precise error when an answer refuses us. The session
 drives it on the event loop; the worker's first follow drives it on a blocking socket before
-the event loop exists (:mod:`rekall.adapters.early`). The rules live here once.
+the event loop exists (:mod:`rekall.adapters.extension.early`). The rules live here once.
 
 When the evidence left several candidate generations, the owner's answer to discovery decides
-(:mod:`rekall.adapters.choice`, evidence (b)): answered, a generation with owner discovery;
+(:mod:`rekall.adapters.extension.choice`, evidence (b)): answered, a generation with owner discovery;
 ``no-client-found``, the one generation without it, whose owner then answers our follow.
 """
 
@@ -16,9 +16,9 @@ from __future__ import annotations
 from collections.abc import Generator, Sequence
 from typing import Any, NamedTuple
 
-from rekall.adapters import messages as m
-from rekall.adapters.contract import Adapter
-from rekall.adapters.errors import VersionMismatch
+from rekall.adapters.extension import messages as m
+from rekall.adapters.extension.contract import Adapter
+from rekall.adapters.extension.errors import VersionMismatch
 
 
 class Ask(NamedTuple):

@@ -1,6 +1,6 @@
 """The VS Code extension's IPC router as a platform (:mod:`rekall.platform`).
 
-:class:`ExtensionIpc` follows a thread with a :class:`~rekall.adapters.session.ThreadSession`,
+:class:`ExtensionIpc` follows a thread with a :class:`~rekall.adapters.extension.session.ThreadSession`,
 observes it with one short-lived session, and contributes the ``ipc_endpoint``, ``router`` and
 ``owner`` rows to ``doctor``.
 """
@@ -16,12 +16,12 @@ from pathlib import Path
 from typing import Any
 
 from rekall import events as ev
-from rekall.adapters import choice as evidence
-from rekall.adapters import registry
-from rekall.adapters.early import EarlyFollow
-from rekall.adapters.errors import ConnectionLostError
-from rekall.adapters.generations import COMPARED_METHODS
-from rekall.adapters.session import ThreadSession, connect_thread
+from rekall.adapters.extension import choice as evidence
+from rekall.adapters.extension import registry
+from rekall.adapters.extension.early import EarlyFollow
+from rekall.adapters.extension.errors import ConnectionLostError
+from rekall.adapters.extension.generations import COMPARED_METHODS
+from rekall.adapters.extension.session import ThreadSession, connect_thread
 from rekall.homes import env_value
 from rekall.errors import RekallError
 from rekall.platform import Acted, Failure, Row, ThreadSnapshot
@@ -116,14 +116,14 @@ class ExtensionIpc:
         self.last_choice: evidence.Choice = evidence.Choice(None, (), "not connected yet")
         #: What ``schedule`` settled, from the job (the worker reuses it for the same owner).
         self.settled_at_schedule = settled
-        #: The worker's first follow (:mod:`rekall.adapters.early`), or why it failed: the next
+        #: The worker's first follow (:mod:`rekall.adapters.extension.early`), or why it failed: the next
         #: connect to its thread goes on from it.
         self.early = early
 
     async def connect(self, thread_id: str, *, request_timeout_s: float, write_cache: bool,
                       snapshot_timeout_s: float = 12.0, endpoint: Endpoint | None = None,
                       reuse: bool = True) -> ThreadSession:
-        """Connect speaking the generation the evidence supports (:mod:`rekall.adapters.choice`);
+        """Connect speaking the generation the evidence supports (:mod:`rekall.adapters.extension.choice`);
         on the connection the worker's first follow made, if it was made for this thread."""
         early, self.early = self.early, None  # used once: a reconnect connects anew
         if isinstance(early, BaseException):

@@ -3,7 +3,7 @@
 Several clients share this server (the user's terminal UI attached with ``codex --remote``,
 Desktop over SSH, remote control). rekall is one of them, and not the user's: a server request
 (an approval, a question) is meant for the user's client. :class:`SharedAppServer` surfaces it as
-a :class:`~rekall.codex.rpc.ServerRequest` on the message stream and has no method to answer it.
+a :class:`~rekall.adapters.app_server.rpc.ServerRequest` on the message stream and has no method to answer it.
 
 The connection is made only after the control socket passed its checks
 (:mod:`rekall.transports.control_socket`); the checks and the peer uid travel with the client as
@@ -20,7 +20,7 @@ from typing import Any
 import anyio
 
 from rekall import __version__
-from rekall.codex.rpc import DEFAULT_TIMEOUT_S, MAX_MESSAGE_BYTES, AppServerClosed, AppServerError, RpcClient
+from rekall.adapters.app_server.rpc import DEFAULT_TIMEOUT_S, MAX_MESSAGE_BYTES, AppServerClosed, AppServerError, RpcClient
 from rekall.transports.base import TransportError
 from rekall.transports.framing import FrameError
 from rekall.transports.control_socket import ControlSocket, connect_control_socket, resolve_control_socket

@@ -12,7 +12,7 @@ shared by several clients; the user's terminal is one, rekall another. What reka
   loaded is resumed: resuming an unloaded one would load it.
 * **act**: ``thread/compact/start`` and ``turn/start`` (with ``clientUserMessageId`` = the
   job id, as on the extension), each sent at most once. Server requests (approvals,
-  questions) are the user's: :class:`~rekall.codex.shared.SharedAppServer` cannot answer them.
+  questions) are the user's: :class:`~rekall.adapters.app_server.shared.SharedAppServer` cannot answer them.
 """
 
 from __future__ import annotations
@@ -25,10 +25,10 @@ from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 from rekall import events as ev
-from rekall.adapters.errors import ConnectionLostError
-from rekall.codex.rpc import AppServerClosed, AppServerError, AppServerTimeout
-from rekall.codex.shared import SharedAppServer, open_shared_app_server
-from rekall.codex.thread_model import TITLE_SOURCE, ThreadModel
+from rekall.adapters.extension.errors import ConnectionLostError
+from rekall.adapters.app_server.rpc import AppServerClosed, AppServerError, AppServerTimeout
+from rekall.adapters.app_server.shared import SharedAppServer, open_shared_app_server
+from rekall.adapters.app_server.thread_model import TITLE_SOURCE, ThreadModel
 from rekall.errors import IpcError, RekallError
 from rekall.platform import Acted, Failure, Row, ThreadSnapshot
 from rekall.transports.control_socket import START_HINT
@@ -303,7 +303,7 @@ class SharedAppServerPlatform:
             raise _reached_error(exc) from None
 
     async def diagnose(self) -> list[Row]:
-        from rekall.codex.served import diagnose
+        from rekall.adapters.app_server.served import diagnose
 
         return await diagnose(self.env)
 

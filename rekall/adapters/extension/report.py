@@ -8,8 +8,8 @@ import os
 import sys
 from typing import Any
 
-from rekall.adapters import generations as gen
-from rekall.adapters.choice import choose
+from rekall.adapters.extension import generations as gen
+from rekall.adapters.extension.choice import choose
 
 
 def protocol_report(env: Any = None) -> dict[str, Any]:

@@ -40,7 +40,7 @@ from typing import Any, Literal
 import attrs
 
 from rekall import events as ev
-from rekall.codex.rpc import Message, ServerRequest
+from rekall.adapters.app_server.rpc import Message, ServerRequest
 from rekall.thread.facts import NO_USER_INPUT, RUNNING_STATUS, RUNTIME_NULL, STOPPED_STATUSES, ThreadFacts, as_int
 from rekall.thread.mirror import diff_events
 

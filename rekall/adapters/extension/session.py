@@ -1,6 +1,6 @@
 """ThreadSession: one follower connection to the owner of one thread.
 
-The session does the I/O for a protocol adapter (:mod:`rekall.adapters.ipc`, one per
+The session does the I/O for a protocol adapter (:mod:`rekall.adapters.extension.ipc`, one per
 generation; when the caller has not chosen one, the owner's answer to discovery does): it
 connects, runs the handshake (``initialize``, owner discovery, follow), keeps the
 :class:`~rekall.thread.mirror.ThreadMirror` up to date from the owner's broadcasts,
@@ -37,9 +37,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequenc
 from typing import Any, TypeVar
 
 from rekall import events as ev
-from rekall.adapters import messages, registry
-from rekall.adapters.contract import Adapter
-from rekall.adapters.errors import (
+from rekall.adapters.extension import messages, registry
+from rekall.adapters.extension.contract import Adapter
+from rekall.adapters.extension.errors import (
     RESPONSE_MARGIN_S,
     ConnectionLostError,
     HandshakeFailed,
@@ -52,8 +52,8 @@ from rekall.adapters.errors import (
     lost_while_waiting,
     not_answered,
 )
-from rekall.adapters.early import EarlyFollow
-from rekall.adapters.handshake import Handshaken, handshake
+from rekall.adapters.extension.early import EarlyFollow
+from rekall.adapters.extension.handshake import Handshaken, handshake
 from rekall.errors import InvalidInput, IpcError
 from rekall.ids import thread_id as validate_thread_id
 from rekall.thread.mirror import RevisionGap, ThreadMirror
@@ -676,7 +676,7 @@ async def connect_thread(
     message sent (``"send"``) and received (``"recv"``, then ``"handled"`` once processed);
     ``adapter`` is the generation to speak (an adapter or its name); without it the owner's
     answer to discovery chooses among ``candidates`` (default: every known generation).
-    ``early``: the worker's first follow of this thread (:mod:`rekall.adapters.early`), made with
+    ``early``: the worker's first follow of this thread (:mod:`rekall.adapters.extension.early`), made with
     the same ``adapter`` and ``candidates``: the session goes on from its connection.
     """
     thread_id = validate_thread_id(thread_id)

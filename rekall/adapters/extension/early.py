@@ -4,8 +4,8 @@ A new worker spends most of its start importing (asyncio, the session, the polic
 the thread only reads it, so the worker follows first: it connects with the same checks
 (:meth:`~rekall.transports.unix.UnixTransport.connect_blocking`: owner, mode and symlink
 checks of the endpoint, then the peer's uid), runs the same handshake
-(:mod:`rekall.adapters.handshake`) under the same generation decision
-(:func:`~rekall.adapters.choice.decide`), and sends the follow. The owner then sends the
+(:mod:`rekall.adapters.extension.handshake`) under the same generation decision
+(:func:`~rekall.adapters.extension.choice.decide`), and sends the follow. The owner then sends the
 thread's snapshot while the rest of the worker loads; the session goes on from this
 connection (:meth:`EarlyFollow.adopt`), handling first what arrived meanwhile that was not an
 answer to the handshake (:attr:`EarlyFollow.backlog`).
@@ -23,9 +23,9 @@ import uuid
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from rekall.adapters import choice
-from rekall.adapters import messages as m
-from rekall.adapters.errors import (
+from rekall.adapters.extension import choice
+from rekall.adapters.extension import messages as m
+from rekall.adapters.extension.errors import (
     RESPONSE_MARGIN_S,
     ConnectionLostError,
     HandshakeFailed,
@@ -33,7 +33,7 @@ from rekall.adapters.errors import (
     lost_while_waiting,
     not_answered,
 )
-from rekall.adapters.handshake import Ask, Handshaken, handshake
+from rekall.adapters.extension.handshake import Ask, Handshaken, handshake
 from rekall.errors import IpcError
 from rekall.transports.endpoint import Endpoint, resolve_endpoint
 from rekall.transports.framing import HEADER_BYTES, decode_body, encode_message, frame_length

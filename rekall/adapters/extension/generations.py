@@ -3,7 +3,7 @@
 Builds of the Codex extension differ in a few facts only (``extension-generations.md`` §1,
 §2, §4): the base version of each method in the build's table, whether owner discovery
 exists, how follower requests are routed, and the shape of the start-turn request. A
-:class:`Generation` holds exactly those; :mod:`rekall.adapters.ipc` is the one piece of code
+:class:`Generation` holds exactly those; :mod:`rekall.adapters.extension.ipc` is the one piece of code
 that speaks any of them. Adding a generation is a record here plus its fixtures.
 
 **The envelope rule** (shared, not per generation): a ``thread-follower-*`` request whose
@@ -106,7 +106,7 @@ G26_721 = Generation(
 )
 
 #: Every known generation, newest first. Which one is spoken is chosen from evidence
-#: (:mod:`rekall.adapters.choice`), never from this order.
+#: (:mod:`rekall.adapters.extension.choice`), never from this order.
 GENERATIONS: tuple[Generation, ...] = (G26_9XX, G26_721)
 
 

@@ -34,7 +34,7 @@ import copy
 from typing import Any
 
 from rekall.thread.patches import apply_patches
-from rekall.codex.appserver import Message, ServerRequest
+from tests.support.appserver import Message, ServerRequest
 
 Patch = dict[str, Any]
 

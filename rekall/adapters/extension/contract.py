@@ -1,12 +1,12 @@
 """What a protocol adapter provides: the contract the session is written against.
 
-An adapter is sans-I/O. :class:`rekall.adapters.ipc.IpcAdapter` is the one implementation:
-it speaks any generation from its record (:mod:`rekall.adapters.generations`). mypy checks
+An adapter is sans-I/O. :class:`rekall.adapters.extension.ipc.IpcAdapter` is the one implementation:
+it speaks any generation from its record (:mod:`rekall.adapters.extension.generations`). mypy checks
 ``registry.ADAPTERS`` against this protocol, so an adapter that forgets a name, or gives a
 function another signature, fails ``scripts/test``.
 
 The inbound message records (``Response``, ``StateChange`` ...) are shared by all
-adapters (:mod:`rekall.adapters.messages`); an adapter re-exports them so the session
+adapters (:mod:`rekall.adapters.extension.messages`); an adapter re-exports them so the session
 can classify through the adapter alone.
 """
 
@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from rekall.adapters import messages as m
-from rekall.adapters.errors import Delivery
-from rekall.adapters.generations import Generation
+from rekall.adapters.extension import messages as m
+from rekall.adapters.extension.errors import Delivery
+from rekall.adapters.extension.generations import Generation
 from rekall.thread.layout import Layout
 
 
@@ -52,7 +52,7 @@ class Adapter(Protocol):
     @property
     def generation(self) -> Generation: ...
 
-    # The inbound records, re-exported from rekall.adapters.messages.
+    # The inbound records, re-exported from rekall.adapters.extension.messages.
     @property
     def Response(self) -> type[m.Response]: ...  # noqa: N802
     @property

@@ -87,8 +87,8 @@ def schema_report(env: Mapping[str, str]) -> dict[str, Any]:
 async def diagnose(env: Mapping[str, str]) -> list[Row]:
     """``app_server_socket``, ``app_server`` and ``app_server_schema`` (and ``app_server_thread``
     when CODEX_THREAD_ID is set)."""
-    from rekall.codex.platform import SERVABLE_SESSION, observe_on
-    from rekall.codex.shared import open_shared_app_server
+    from rekall.adapters.app_server.platform import SERVABLE_SESSION, observe_on
+    from rekall.adapters.app_server.shared import open_shared_app_server
 
     thread = env_value(env, "CODEX_THREAD_ID")
     later = ["app_server", *(["app_server_thread"] if thread is not None else []), "app_server_schema"]
@@ -126,7 +126,7 @@ async def diagnose(env: Mapping[str, str]) -> list[Row]:
         rows.append(Row("app_server", "RED", f"no answer on {socket.target} within {DOCTOR_TIMEOUT_S:g} s",
                         "the app-server may be hung; restart it (`codex app-server daemon restart`)"))
     except BaseException as exc:
-        from rekall.codex.platform import _unwrap
+        from rekall.adapters.app_server.platform import _unwrap
 
         inner = _unwrap(exc)
         if not isinstance(inner, RekallError):

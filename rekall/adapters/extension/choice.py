@@ -1,10 +1,10 @@
 """Which generation to speak, from evidence, never guessed. In this order:
 
-(a) the installed extension's own table (:mod:`rekall.adapters.bundles`): one known
+(a) the installed extension's own table (:mod:`rekall.adapters.extension.bundles`): one known
     generation matches every table read → that one. A table that matches none is refused,
     with the differences named. Installs whose tables match different generations: those
     are the candidates, and (b) must settle it.
-(b) how the owner answers owner discovery (:class:`~rekall.adapters.session.ThreadSession`
+(b) how the owner answers owner discovery (:class:`~rekall.adapters.extension.session.ThreadSession`
     decides among the candidates on connect). The answer is remembered per router and
     thread in this process, and ``schedule`` keeps it in the job for the worker
     (:class:`Settled`), so the delay of a ``no-client-found`` is paid once per owner.
@@ -19,12 +19,12 @@ import stat
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
-from rekall.adapters import generations as gen
-from rekall.adapters import registry
-from rekall.adapters.bundles import Install, find_installs
-from rekall.adapters.contract import Adapter
-from rekall.adapters.ipc import behind_text
-from rekall.adapters.errors import VersionMismatch
+from rekall.adapters.extension import generations as gen
+from rekall.adapters.extension import registry
+from rekall.adapters.extension.bundles import Install, find_installs
+from rekall.adapters.extension.contract import Adapter
+from rekall.adapters.extension.ipc import behind_text
+from rekall.adapters.extension.errors import VersionMismatch
 from rekall.errors import InvalidInput
 from rekall.homes import env_value
 

@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from rekall.adapters.generations import STATE_CHANGED
+from rekall.adapters.extension.generations import STATE_CHANGED
 
 #: Folders holding VS Code extensions, relative to HOME: (what, folder).
 EXTENSION_FOLDERS: tuple[tuple[str, str], ...] = (
@@ -202,7 +202,7 @@ def _extension_folders(env: Mapping[str, str]) -> list[tuple[str, Path]]:
 
 
 def _codex_binary_extension(env: Mapping[str, str]) -> Path | None:
-    from rekall.codex.discovery import discover_codex_binary
+    from rekall.adapters.extension.discovery import discover_codex_binary
     from rekall.errors import RekallError
 
     try:

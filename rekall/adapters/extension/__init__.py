@@ -1,0 +1,63 @@
+"""The VS Code extension's IPC router as a platform. Protocol adapters: from frames to protocol
+messages, and commands back; the session feeds the thread model (:mod:`rekall.thread`) and hands on
+its domain events.
+
+Public surface::
+
+    session = await connect_thread(thread_id)        # handshake, follow, first snapshot
+    session.mirror.idle, .completed_compaction_ids, .boundary_fingerprint, .tokens, ...
+    async for event in session.events(): ...         # rekall.events domain events
+    await session.compact()                          # thread-follower-compact-thread
+    turn = await session.start_turn(text, job_id)    # thread-follower-start-turn
+    await session.reconnect(); await session.aclose()
+
+Failures are :class:`~rekall.errors.IpcError` subclasses; failed commands raise
+:class:`RequestFailed` with ``delivery`` ``"not_delivered"`` or ``"unknown"``.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+from rekall.adapters.extension.errors import (
+    ConnectionLostError,
+    HandshakeFailed,
+    NoOwner,
+    RequestFailed,
+    SessionClosed,
+    SnapshotTimeout,
+    VersionMismatch,
+)
+from rekall.adapters.extension.registry import ADAPTERS, adapter_named
+
+if TYPE_CHECKING:
+    from rekall.adapters.extension.session import RESPONSE_MARGIN_S, StartedTurn, ThreadSession, connect_thread
+
+#: Re-exported on first use: the session needs asyncio, which the worker's first follow is made
+#: without (:mod:`rekall.adapters.extension.early`).
+_ON_USE = frozenset({"RESPONSE_MARGIN_S", "StartedTurn", "ThreadSession", "connect_thread"})
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _ON_USE:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module("rekall.adapters.extension.session"), name)
+    globals()[name] = value
+    return value
+
+__all__ = [
+    "ADAPTERS",
+    "RESPONSE_MARGIN_S",
+    "ConnectionLostError",
+    "HandshakeFailed",
+    "NoOwner",
+    "RequestFailed",
+    "SessionClosed",
+    "SnapshotTimeout",
+    "StartedTurn",
+    "ThreadSession",
+    "VersionMismatch",
+    "adapter_named",
+    "connect_thread",
+]
