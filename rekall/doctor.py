@@ -4,6 +4,9 @@ Rows, in the order a problem in one makes the next meaningless:
 
 =================  =========================================================================
 ``codex_home``     ``CODEX_HOME`` (default ``~/.codex``): absolute, and a directory
+(platforms)        each platform's own rows, in the registry's order (:mod:`rekall.adapters.registry`);
+                   the extension's are these five, then the shared app-server's
+                   (:mod:`rekall.adapters.app_server.served`):
 ``ipc_endpoint``   the router's socket and its directory: owner, mode, no symlink (the checks
                    of :mod:`rekall.transports.endpoint`); a ``REKALL_PIPE`` test endpoint is
                    named as such, with its filesystem checks skipped
@@ -30,7 +33,6 @@ stale locks (``rekall status`` does that); the only files it writes are the sche
 
 from __future__ import annotations
 
-import asyncio
 import os
 import stat
 import sys
@@ -41,8 +43,6 @@ from typing import Any
 
 import attrs
 
-from rekall.adapters.extension.discovery import CodexBinary, discover_codex_binary
-from rekall.codex.schema import check_compatibility, default_cache_dir
 from rekall.config import SETTINGS, check_settings
 from rekall.homes import codex_home, env_value
 from rekall.errors import RekallError
@@ -52,7 +52,6 @@ from rekall.store.fsread import O_NOFOLLOW
 from rekall.store.owner import worker_processes
 from rekall.store.paths import inspect_jobs_dir, resolve_lock_dir
 from rekall.platform import Level, Row
-from rekall.transports.endpoint import override_endpoint
 
 _RANK: dict[str, int] = {"GREEN": 0, "AMBER": 1, "RED": 2}
 
@@ -97,48 +96,6 @@ def check_codex_home(env: Mapping[str, str]) -> Row:
     if not home.is_dir():
         return Row("codex_home", "RED", f"{shown} is not a directory", "point CODEX_HOME at Codex's directory")
     return Row.green("codex_home", f"{shown} (a directory)")
-
-
-# --- the codex binary and its schema -----------------------------------------------------
-
-
-def check_codex_binary(env: Mapping[str, str]) -> tuple[Row, CodexBinary | None]:
-    """The binary row, and the binary when one was found."""
-    try:
-        found = discover_codex_binary(env)
-    except RekallError as exc:
-        # With a test endpoint there is no extension, and probe and schedule skip the schema check.
-        test = override_endpoint(env)
-        if test is not None and exc.code == "codex_binary_not_found":
-            return Row("codex_binary", "AMBER", f"{exc.message} (not needed with the test endpoint {test.path})",
-                       exc.hint or "set REKALL_CODEX_BINARY"), None
-        return Row.failed("codex_binary", exc), None
-    origin = "REKALL_CODEX_BINARY" if found.source == "override" else "PATH"
-    if found.extension is None:
-        # The schema check then covers this CLI, which may not be the engine the extension runs.
-        return Row("codex_binary", "AMBER", f"{found.path} (from {origin}) is not inside an extension folder, "
-                   "so the extension's version is unknown",
-                   "point REKALL_CODEX_BINARY at the extension's own …/openai.chatgpt-<version>/bin/<platform>/codex"
-                   ), found
-    ext = found.extension
-    return Row.green("codex_binary", f"{found.path} (from {origin}; extension {ext.publisher}.{ext.name} "
-                                     f"{ext.version})"), found
-
-
-def check_schema(env: Mapping[str, str], binary: CodexBinary | None) -> Row:
-    if binary is None:
-        return Row.not_checked("public_schema", "no codex binary", "fix the codex_binary row first")
-    try:
-        report = check_compatibility(Path(binary.path), cache_dir=default_cache_dir(env))
-    except RekallError as exc:
-        return Row.failed("public_schema", exc)
-    source = "from the cache" if report.from_cache else "generated now"
-    if report.status != "compatible":
-        failed = "; ".join(f"{c.name}: {c.detail} ({c.file}#{c.pointer})" for c in report.failed)
-        return Row("public_schema", "RED", f"Codex {report.binary.version} ({source}) fails {failed}",
-                   "use a Codex version rekall supports, or update rekall; schedule refuses until then")
-    return Row.green("public_schema", f"Codex {report.binary.version}: all {len(report.checks)} checks pass "
-                                      f"({', '.join(c.name for c in report.checks)}; {source})")
 
 
 # --- the jobs directory, its locks and workers -------------------------------------------
@@ -307,13 +264,13 @@ def check_workers(root: Path | None, lock_root: Path) -> Row:
 async def diagnose(env: Mapping[str, str] | None = None) -> Report:
     env = os.environ if env is None else env
     rows = [check_settings_row(env), check_codex_home(env)]
-    from rekall.owners import APP_SERVER, EXTENSION, platform_named
+    from rekall.owners import all_platforms
 
-    rows += await platform_named(EXTENSION, env).diagnose()  # the extension's rows: endpoint, router, owner
-    binary_row, binary = check_codex_binary(env)
-    rows += [binary_row, await asyncio.to_thread(check_schema, env, binary)]
-    rows += [_not_needed_when_owned(row, rows) for row in await platform_named(APP_SERVER, env).diagnose()]
-    rows = _extension_optional_when_served(rows)
+    # Each platform's rows, in the registry's order (the extension's: endpoint, protocol, router,
+    # owner, binary, schema; the shared app-server's), each as it reads beside the others'.
+    by_platform = [await platform.diagnose() for platform in all_platforms(env)]
+    for index, own in enumerate(by_platform):
+        rows += beside_the_others(own, [row for i, other in enumerate(by_platform) if i != index for row in other])
     jobs_row, root = check_jobs_dir(env)
     if jobs_row.level == "RED":
         rows += [jobs_row, *(Row.not_checked(name, "the jobs directory is unusable", "fix the jobs_dir row first")
@@ -324,22 +281,8 @@ async def diagnose(env: Mapping[str, str] | None = None) -> Report:
     return Report(tuple(rows))
 
 
-def _not_needed_when_owned(row: Row, rows: list[Row]) -> Row:
-    """The app-server's thread row says nothing new when a VS Code window owns the thread."""
-    owner = next((r for r in rows if r.name == "owner"), None)
-    if row.name == "app_server_thread" and row.level != "GREEN" and owner is not None and owner.level == "GREEN":
-        return Row.green(row.name, "not needed: a VS Code window owns the thread (see the owner row)")
-    return row
-
-
-#: Extension rows that only say the extension is absent (their details start so), not that it is unsafe.
-_ABSENT_EXTENSION = {"ipc_endpoint": "no Codex IPC socket", "codex_binary": "no extension-bundled Codex binary"}
-
-
-def _extension_optional_when_served(rows: list[Row]) -> list[Row]:
-    """With a shared app-server answering, a missing VS Code extension is not fatal: AMBER, not RED."""
-    if not any(r.name == "app_server" and r.level == "GREEN" and r.detail.startswith("initialize") for r in rows):
-        return rows
-    return [Row(r.name, "AMBER", f"{r.detail} (only VS Code chats need it: the shared app-server serves "
-                                 "terminal sessions)", r.hint)
-            if r.level == "RED" and r.detail.startswith(_ABSENT_EXTENSION.get(r.name, "\0")) else r for r in rows]
+def beside_the_others(own: list[Row], others: list[Row]) -> list[Row]:
+    """A platform's rows, each replaced by what it says it becomes (``Row.unless``) when another
+    platform's GREEN rows show that fact (it serves the thread, or it answers)."""
+    shown = {fact for row in others if row.level == "GREEN" for fact in row.shows}
+    return [next((instead for fact, instead in row.unless.items() if fact in shown), row) for row in own]

@@ -1,28 +1,23 @@
 """Which platform serves a thread: asked of each, never guessed.
 
-Two platforms can hold a Codex thread: a VS Code extension window (its owner discovery) and the
-shared app-server (its ``thread/loaded/list`` and ``thread/read``). Both are asked, read-only and
-at once. Exactly one claiming the thread decides; both claiming it, or neither, is reported as
-such, with what each said. ``schedule`` records the platform it found in the job, and the worker
-follows the thread on that platform only.
+Every platform in the registry (:mod:`rekall.adapters.registry`) is asked, read-only and at once:
+a VS Code extension window (its owner discovery), the shared app-server (its ``thread/loaded/list``
+and ``thread/read``). Exactly one claiming the thread decides; more than one claiming it, or none,
+is reported as such, with what each said, in each platform's own words. ``schedule`` records the
+platform it found in the job, and the worker follows the thread on that platform only.
 """
 
 from __future__ import annotations
 
-import copy
-import json
 import os
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING
 
-from rekall.errors import RekallError, UsageError
+from rekall.errors import RekallError
 
 if TYPE_CHECKING:
     from rekall.platform import Platform, ThreadSnapshot
-    from rekall.states.status import JobStatus
-
-EXTENSION = "extension-ipc"
-APP_SERVER = "app-server"
+    from rekall.resume import ResumeToken
 
 
 class OwnerUnknown(RekallError):
@@ -31,72 +26,26 @@ class OwnerUnknown(RekallError):
     code = "owner_unknown"
 
 
-def platform_named(name: str | None, env: Mapping[str, str] | None = None, *, settled: Any = None,
-                   early: Any = None) -> Platform:
-    """The platform a job recorded. Jobs scheduled before platforms were recorded are the extension's:
-    it was the only one. ``settled``: the job's record of the protocol generation schedule settled
-    (the extension reuses it for the same owner on the same router; see ``choice.Settled``).
-    ``early``: the worker's first follow on the extension (``rekall.adapters.extension.early``), or its error."""
+def platform_named(name: str | None, env: Mapping[str, str] | None = None, *,
+                   resume: ResumeToken | None = None) -> Platform:
+    """The platform a job recorded (a job that names none is the extension's: see
+    :data:`rekall.adapters.registry.UNNAMED`), resuming from ``resume`` when given."""
+    from rekall.adapters.registry import package_named
+
     env = os.environ if env is None else env
-    if name in (None, EXTENSION):
-        from rekall.adapters.extension.choice import Settled
-        from rekall.adapters.extension.platform import ExtensionIpc
-
-        return ExtensionIpc(env, settled=Settled.from_json(settled), early=early)
-    if name == APP_SERVER:
-        from rekall.adapters.app_server.platform import SharedAppServerPlatform
-
-        return SharedAppServerPlatform(env)
-    raise OwnerUnknown(f"the job names platform {name!r}, which this rekall does not know",
-                       hint="update rekall, or inspect the job with `rekall explain`")
-
-
-class ScheduledOn(NamedTuple):
-    """Where ``schedule`` found the thread, as the job's journal records it: the platform's name
-    (``platform``) and the protocol generation it settled (``generationAtSchedule``, a
-    ``choice.Settled`` record: a generation name, the owner's client id, the router's path and
-    socket identity, the reason; nothing secret). ``schedule`` passes it on the worker's command
-    line so that the worker can follow the thread before it loads the store; the worker's claim
-    checks it against the journal, which decides."""
-
-    platform: str | None
-    settled: Mapping[str, Any] | None
-
-    @classmethod
-    def recorded(cls, status: JobStatus) -> ScheduledOn:
-        """What the job's status (derived from its journal) says."""
-        from rekall.states.status import known
-
-        return cls(known(status.platform), known(status.generationAtSchedule))
-
-    def to_argument(self) -> str:
-        return json.dumps({"platform": self.platform, "generationAtSchedule": self.settled}, separators=(",", ":"))
-
-    @classmethod
-    def from_argument(cls, text: str) -> ScheduledOn:
-        """The worker's third argument, as :meth:`to_argument` wrote it; a clear usage error otherwise."""
-        try:
-            data = json.loads(text)
-        except ValueError:
-            data = None
-        if not (isinstance(data, dict) and data.keys() == {"platform", "generationAtSchedule"}
-                and (data["platform"] is None or isinstance(data["platform"], str))
-                and (data["generationAtSchedule"] is None or isinstance(data["generationAtSchedule"], dict))):
-            raise UsageError(f"SCHEDULED must be the JSON object schedule writes, with platform and "
-                             f"generationAtSchedule; got {text[:80]!r}",
-                             hint="the worker is started by `rekall schedule`, not by hand")
-        return cls(data["platform"], data["generationAtSchedule"])
-
-    @property
-    def on_extension(self) -> bool:
-        return self.platform in (None, EXTENSION)
-
-    def platform_for(self, env: Mapping[str, str] | None = None, *, early: Any = None) -> Platform:
-        return platform_named(self.platform, env, settled=self.settled, early=early)
+    package = package_named(name)
+    if package is None:
+        raise OwnerUnknown(f"the job names platform {name!r}, which this rekall does not know",
+                           hint="update rekall, or inspect the job with `rekall explain`")
+    platform: Platform = package.open_platform(env, resume)
+    return platform
 
 
 def all_platforms(env: Mapping[str, str] | None = None) -> list[Platform]:
-    return [platform_named(EXTENSION, env), platform_named(APP_SERVER, env)]
+    from rekall.adapters.registry import packages
+
+    env = os.environ if env is None else env
+    return [package.open_platform(env, None) for package in packages()]
 
 
 async def find_owner(thread_id: str, env: Mapping[str, str] | None = None, *,
@@ -104,9 +53,7 @@ async def find_owner(thread_id: str, env: Mapping[str, str] | None = None, *,
     """The one platform that has ``thread_id``, with its read-only snapshot of the thread."""
     import asyncio
 
-    from rekall.adapters.app_server.platform import SERVABLE_SESSION
     from rekall.platform import ThreadSnapshot
-    from rekall.transports.base import EndpointMissing
 
     platforms = all_platforms(env)
     answers = await asyncio.gather(*(p.observe(thread_id, request_timeout_s=request_timeout_s) for p in platforms),
@@ -118,21 +65,21 @@ async def find_owner(thread_id: str, env: Mapping[str, str] | None = None, *,
     if len(claims) == 1:
         return claims[0]
     if claims:
-        raise OwnerUnknown(f"both the VS Code extension and the shared app-server claim thread {thread_id}; "
-                           "rekall will not guess which one to act through",
+        titles = [p.title for p, _ in claims]
+        who = f"both {titles[0]} and {titles[1]}" if len(titles) == 2 else f"{', '.join(titles[:-1])} and {titles[-1]} all"
+        raise OwnerUnknown(f"{who} claim thread {thread_id}; rekall will not guess which one to act through",
                            hint="close the thread in one of them, then try again")
-    ext_error, app_error = answers
-    assert isinstance(ext_error, RekallError) and isinstance(app_error, RekallError)
-    if isinstance(app_error, EndpointMissing):
-        # No shared app-server at all: the extension's own answer, plus where else a thread can live.
-        said = copy.copy(ext_error)  # same type and code: callers handle it as before
-        said.message = f"{ext_error.message}; no shared app-server is running either"
-        said.hint = f"{ext_error.hint or 'see the message'}; for a terminal session: {SERVABLE_SESSION}"
-        said.args = (said.message,)
-        raise said from None
-    raise OwnerUnknown(f"no platform serves thread {thread_id}: the VS Code extension: {ext_error.message}; "
-                       f"the shared app-server: {app_error.message}",
-                       hint=app_error.hint or SERVABLE_SESSION)
+    said = [(p, a) for p, a in zip(platforms, answers, strict=True) if isinstance(a, RekallError)]
+    absent = [note for p, error in said if (note := p.absent(error)) is not None]
+    present = [(p, error) for p, error in said if p.absent(error) is None]
+    if absent and len(present) == 1:
+        # The others are not there at all: the one platform's own answer, with where else a thread can live.
+        platform, error = present[0]
+        raise platform.with_notes(error, absent) from None
+    last, last_error = said[-1]
+    raise OwnerUnknown(f"no platform serves thread {thread_id}: "
+                       + "; ".join(f"{p.title}: {error.message}" for p, error in said),
+                       hint=last_error.hint or last.serving_hint)
 
 
-__all__ = ["APP_SERVER", "EXTENSION", "OwnerUnknown", "ScheduledOn", "all_platforms", "find_owner", "platform_named"]
+__all__ = ["OwnerUnknown", "all_platforms", "find_owner", "platform_named"]

@@ -9,49 +9,33 @@ A platform is how rekall reaches a thread's owner: the VS Code extension's IPC r
   or other clients (``probe``, ``schedule``'s preflight, ``doctor``);
 * **act**: ``compact()`` and ``start_turn(text, job_id)``, each sent at most once, answering
   with a typed :class:`Acted` whose failure says whether the request was delivered;
-* **diagnose**: the platform's own ``doctor`` rows (endpoint, versions, schema);
+* **diagnose**: the platform's own ``doctor`` rows (endpoint, versions, schema), each saying what
+  it becomes when another platform serves the thread or answers (:class:`Row`);
+* **check compatibility**: the public-schema report of the Codex binary behind it;
+* **resume**: the opaque record ``schedule`` journals with the job (:class:`ThreadSnapshot`'s
+  ``settled``) is handed back to it as a :class:`rekall.resume.ResumeToken` when the worker opens it;
+* **say** who it is in owner finding's messages (``title``), and when it is not there at all;
 * **close** the followed thread.
+
+The platforms are listed in :mod:`rekall.adapters.registry`; the records they share (facts,
+``Acted``, ``Failure``) are in :mod:`rekall.records`.
 
 Nothing here does I/O; an implementation does.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Mapping
+import copy
+from collections.abc import AsyncIterator, Awaitable, Mapping, Sequence
 from typing import Any, Literal, Protocol
 
 import attrs
 
 from rekall import events as ev
-from rekall.thread.facts import ThreadFacts
+from rekall.errors import RekallError
+from rekall.records import Acted, Delivery, Failure, ThreadFacts
 
-#: What is known about a failed request: provably never sent, or it may have reached the owner.
-Delivery = Literal["not_delivered", "unknown"]
 Level = Literal["GREEN", "AMBER", "RED"]
-
-
-@attrs.frozen
-class Failure:
-    """Why a request did not succeed. ``code`` is a stable error code (``connection_lost``, …)."""
-
-    code: str
-    message: str
-    delivery: Delivery
-
-
-@attrs.frozen
-class Acted:
-    """The answer to ``compact()`` or ``start_turn()``: exactly one of ``failure`` and success.
-
-    ``turn_id``/``turn_status`` are set for a started turn (the status may be ``None``)."""
-
-    failure: Failure | None = None
-    turn_id: str | None = None
-    turn_status: str | None = None
-
-    @property
-    def ok(self) -> bool:
-        return self.failure is None
 
 
 @attrs.frozen
@@ -65,17 +49,31 @@ class ThreadSnapshot:
     owner_id: str | None
     #: What the platform adds to ``probe`` (endpoint, adapter, versions), in display order.
     details: Mapping[str, Any] = attrs.field(factory=dict)
+    #: The platform's own record of where it found the thread, which ``schedule`` journals and the
+    #: worker resumes from (a JSON object only the platform reads; ``None``: nothing to keep).
+    settled: Mapping[str, Any] | None = None
+
+
+#: What a GREEN row can show about its platform, for the rows of the others: it serves the thread
+#: (``CODEX_THREAD_ID``), or it answers (so terminal sessions can be served through it).
+Shown = Literal["serves_thread", "answers"]
 
 
 @attrs.frozen
 class Row:
-    """One ``doctor`` row. GREEN, AMBER (works, but look) or RED, with a hint unless GREEN."""
+    """One ``doctor`` row. GREEN, AMBER (works, but look) or RED, with a hint unless GREEN.
+
+    ``shows`` and ``unless`` tie a platform's rows to the others' without naming them: a GREEN row
+    ``shows`` facts about its platform; a row says in ``unless`` what it becomes when another
+    platform shows a fact (it does not matter then). Neither is part of the row's JSON."""
 
     name: str
     level: Level
     detail: str
     #: What to do next; ``None`` exactly when the row is GREEN.
     hint: str | None = None
+    shows: frozenset[Shown] = frozenset()
+    unless: Mapping[Shown, Row] = attrs.field(factory=dict)
 
     def __attrs_post_init__(self) -> None:
         if (self.level == "GREEN") != (self.hint is None):
@@ -94,7 +92,27 @@ class Row:
         return cls(name, "AMBER", f"not checked: {because}", hint)
 
     def to_json(self) -> dict[str, Any]:
-        return attrs.asdict(self)
+        return {"name": self.name, "level": self.level, "detail": self.detail, "hint": self.hint}
+
+
+@attrs.frozen
+class Absence:
+    """What a platform that is not there at all adds to another platform's answer."""
+
+    #: Appended to the answer's message (``no shared app-server is running either``).
+    note: str
+    #: Appended to its hint: where such a thread could live instead.
+    hint: str
+
+
+def noted(error: RekallError, notes: Sequence[Absence]) -> RekallError:
+    """A platform's own ``error`` with the notes of the absent platforms: a copy of the same type
+    and code, so that callers handle it as they handle the error."""
+    said = copy.copy(error)
+    said.message = "; ".join([error.message, *(n.note for n in notes)])
+    said.hint = "; ".join([error.hint or "see the message", *(n.hint for n in notes)])
+    said.args = (said.message,)
+    return said
 
 
 class FollowedThread(Protocol):
@@ -108,6 +126,12 @@ class FollowedThread(Protocol):
 
     def snapshot(self) -> ThreadSnapshot:
         """The facts as of the last event delivered (no I/O)."""
+        ...
+
+    @property
+    def seen_at(self) -> float | None:
+        """When the fact of the event ``events()`` delivered last was known (``time.monotonic()``),
+        where the platform can say (the extension: when the frame that showed it arrived); else ``None``."""
         ...
 
     def evidence(self) -> dict[str, Any]:
@@ -134,6 +158,10 @@ class Platform(Protocol):
     """A place threads live in. ``name`` is what the journal records (``extension-ipc``)."""
 
     name: str
+    #: How messages name it (``the VS Code extension``).
+    title: str
+    #: How a thread comes to be served by it, for a hint when no platform serves one.
+    serving_hint: str
     #: Following only reads the thread (nobody else is told), so a worker may follow before it has
     #: claimed its job. Otherwise (the app-server's ``thread/resume`` notifies every client) it
     #: follows only once the journal says it owns the job.
@@ -144,3 +172,21 @@ class Platform(Protocol):
     async def observe(self, thread_id: str, *, request_timeout_s: float) -> ThreadSnapshot: ...
 
     async def diagnose(self) -> list[Row]: ...
+
+    def compatibility(self) -> dict[str, Any]:
+        """The public-schema report of the Codex binary behind the platform (``status`` is
+        ``compatible``, ``not_checked``, …). Blocking (it may run the binary): call it off the loop."""
+        ...
+
+    def absent(self, error: RekallError) -> Absence | None:
+        """What to add to another platform's answer when ``error`` (from :meth:`observe`) means
+        that this platform is not there at all; ``None`` otherwise."""
+        ...
+
+    def with_notes(self, error: RekallError, notes: Sequence[Absence]) -> RekallError:
+        """This platform's own answer ``error``, with what the absent platforms add."""
+        ...
+
+
+__all__ = ["Absence", "Acted", "Delivery", "Failure", "FollowedThread", "Level", "Platform", "Row", "Shown",
+           "ThreadSnapshot", "noted"]

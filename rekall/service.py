@@ -12,17 +12,18 @@ import os
 import signal
 import sys
 from collections.abc import Callable, Mapping
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
 from rekall.config import REQUEST_TIMEOUT_S, check_settings
-from rekall.homes import env_value
 from rekall.errors import RekallError
 from rekall.ids import job_id as valid_job_id, thread_id as valid_thread_id
 from rekall.states.status import ABSENT, JobStatus, read, wire
 from rekall.store import JobStore
+
+if TYPE_CHECKING:
+    from rekall.platform import Platform
 
 SCHEDULED_MESSAGE = (
     "Queued once. Finish your turn now: rekall waits for the thread to be idle, asks the thread's owner "
@@ -53,34 +54,12 @@ def _env(env: Mapping[str, str] | None) -> Mapping[str, str]:
     return os.environ if env is None else env
 
 
-def uses_test_transport(env: Mapping[str, str]) -> bool:
-    return env_value(env, "REKALL_PIPE", "CONTEXT_COMPACT_PIPE") is not None
-
-
 # --- probe -----------------------------------------------------------------------------
 
 
-def public_schema_report(env: Mapping[str, str], platform: str = "extension-ipc") -> dict[str, Any]:
-    """The public app-server schema check of the binary behind ``platform``: the extension's
-    bundled Codex, or the shared app-server's (:func:`rekall.adapters.app_server.served.schema_report`).
-
-    Cached by binary identity, so scheduling does not regenerate the schema each time. A
-    custom test transport (``REKALL_PIPE``) has no extension behind it: not checked.
-    """
-    if platform == "app-server":
-        from rekall.adapters.app_server.served import schema_report
-
-        return schema_report(env)
-    if uses_test_transport(env):
-        return {"status": "not_checked", "reason": "custom_test_transport"}
-    from rekall.adapters.extension.discovery import discover_codex_binary
-    from rekall.codex.schema import check_compatibility, default_cache_dir
-
-    found = discover_codex_binary(env)
-    report = check_compatibility(Path(found.path), cache_dir=default_cache_dir(env)).to_json()
-    report["binaryPath"] = found.path
-    report["extensionVersion"] = found.extension.version if found.extension else None
-    return report
+def public_schema_report(platform: Platform) -> dict[str, Any]:
+    """The public app-server schema check of the binary behind ``platform`` (its own report)."""
+    return platform.compatibility()
 
 
 def headroom_now(tokens: int | None, window: int | None) -> dict[str, Any]:
@@ -94,7 +73,7 @@ async def probe(thread_id: str, *, env: Mapping[str, str] | None = None) -> dict
     import asyncio  # here, not at the top: `status` and `cancel` start without the event loop's imports
 
     from rekall.owners import find_owner
-    from rekall.thread.facts import RUNTIME_NULL
+    from rekall.records import RUNTIME_NULL
     from rekall.states.rules import SYSTEM_ERROR_WAY_OUT
 
     env = _env(env)
@@ -130,7 +109,7 @@ async def probe(thread_id: str, *, env: Mapping[str, str] | None = None) -> dict
     else:  # layout_compatible: the layout is there, but no item has shown its completion flag yet
         runtime["status"] = "compatible" if mirror.completed_compaction_ids else "layout_compatible"
     try:
-        schema = await asyncio.to_thread(public_schema_report, env, platform.name)  # a subprocess: off the loop
+        schema = await asyncio.to_thread(public_schema_report, platform)  # a subprocess: off the loop
     except RekallError as exc:
         schema = {"status": "error", **exc.to_dict()}
     result["compatibility"] = {"runtime": runtime, "publicSchema": schema}
@@ -176,7 +155,8 @@ async def schedule(
     """Queue one compaction (and, with ``handoff.resume``, one continuation) for ``thread_id``."""
     import asyncio
 
-    from rekall.owners import ScheduledOn, find_owner
+    from rekall.owners import find_owner
+    from rekall.resume import ResumeToken
     from rekall.store import process_start_time, validate_handoff
 
     env = _env(env)
@@ -201,10 +181,10 @@ async def schedule(
     fingerprint = mirror.boundary_fingerprint
     anchor = wire(JobStatus(contextTokensAtSchedule=mirror.tokens, modelContextWindowAtSchedule=mirror.window,
                             ownerIdAtSchedule=seen.owner_id, platform=platform.name,
-                            generationAtSchedule=seen.details.get("generationEvidence", ABSENT)))
+                            generationAtSchedule=ABSENT if seen.settled is None else seen.settled))
     # The schema check runs a subprocess and the store's guard may wait for another process:
     # both run on worker threads, so that an MCP server answers other calls meanwhile.
-    schema = await asyncio.to_thread(public_schema_report, env, platform.name)
+    schema = await asyncio.to_thread(public_schema_report, platform)
     if schema.get("status") not in ("compatible", "not_checked"):
         raise Refused("the installed Codex app-server schema is not compatible with rekall",
                       hint="run `rekall doctor` for the failing checks")
@@ -222,7 +202,7 @@ async def schedule(
         # before it loads the store, and its claim checks this against the journal.
         pid = (spawn or _spawn_default)(thread_id, created.job_id,
                                         log_path=store.log_path(thread_id, created.job_id), env=env,
-                                        scheduled=ScheduledOn.recorded(read(created.status)))
+                                        scheduled=ResumeToken.recorded(read(created.status)))
     except OSError as exc:  # e.g. no interpreter, a symlink at the log's name, no resources
         cause = f"the worker could not be started: {exc.strerror or exc}"
         store.fail_unstarted(thread_id, created.job_id, cause)

@@ -33,8 +33,9 @@ from typing import TYPE_CHECKING, Any, Literal
 from rekall import punctual
 from rekall.config import WorkerSettings
 from rekall.errors import IpcError, RekallError
-from rekall.owners import ScheduledOn
-from rekall.platform import Acted, Failure, FollowedThread, Platform
+from rekall.platform import FollowedThread, Platform
+from rekall.records import Acted, Failure
+from rekall.resume import ResumeToken
 
 log = logging.getLogger("rekall.worker")
 
@@ -103,8 +104,7 @@ class Worker:
         settings: WorkerSettings,
         env: Mapping[str, str] | None = None,
         platform: Platform | None = None,
-        scheduled: ScheduledOn | None = None,
-        early: Any = None,
+        scheduled: ResumeToken | None = None,
     ) -> None:
         self._store = store  # ``None``: opened on first use (see ``store``)
         self.thread_id = thread_id
@@ -115,12 +115,10 @@ class Worker:
         #: The platform the job was scheduled on (read from the job when it is claimed).
         self.platform: Platform | None = platform
         self._given_platform = platform
-        #: Where schedule found the thread, as its command line said (``None``: it did not say);
-        #: the claim checks it against the journal.
+        #: Where schedule found the thread, as its command line said (``None``: it did not say),
+        #: with the first follow made before the event loop, if any: the platform goes on from it.
+        #: The claim checks it against the journal.
         self.scheduled = scheduled
-        #: The first follow, made before the event loop on what the command line said
-        #: (``rekall.adapters.extension.early``), or its error: the platform goes on from it.
-        self._early = early
         #: The journal contradicted the command line: what was followed on its word is closed once claimed.
         self._journal_disagreed = False
         self.thread: FollowedThread | None = None  # followed once connected
@@ -215,14 +213,14 @@ class Worker:
             if job.state is not JobState.SCHEDULED:
                 raise RekallError(f"job {self.job_id} is {job.state.value}, not scheduled; only its own worker "
                                   "runs it, once", code="job_already_started", hint="inspect it with `rekall explain`")
-            recorded = ScheduledOn.recorded(job.view.status)
-            if self.scheduled is not None and self.scheduled != recorded:  # never guessed: the journal decides
+            recorded = ResumeToken.recorded(job.view.status)
+            if self.scheduled is not None and not self.scheduled.says_same_as(recorded):  # the journal decides
                 log.warning("the command line said the job was scheduled on %s, its journal says %s: "
                             "following the thread again, on what the journal says", self.scheduled.to_argument(),
                             recorded.to_argument())
                 self.platform, self._journal_disagreed = self._given_platform, True
             if self.platform is None:  # the one schedule found; never guessed again here
-                self.platform = recorded.platform_for(self.env)
+                self.platform = recorded.open(self.env)
             self.lifecycle = self.store.open_lifecycle(self.thread_id, self.job_id)
             if self.store.cancel_path(self.thread_id, self.job_id).exists():
                 self._fire("cancel", reason="explicit_cancellation")  # cancelled before we started
@@ -303,9 +301,9 @@ class Worker:
                 if (job.view.status.jobId != self.job_id or job.state is not JobState.SCHEDULED
                         or self.store.cancel_path(self.thread_id, self.job_id).exists()):
                     return None
-                said = ScheduledOn.recorded(job.view.status)
+                said = ResumeToken.recorded(job.view.status)
             if self.platform is None:  # the one schedule found; never guessed
-                self.platform = said.platform_for(self.env, early=self._early)
+                self.platform = said.open(self.env)
         except RekallError:
             return None  # the claim reads the job again and says why
         if not self.platform.follow_only_reads:
@@ -323,8 +321,8 @@ class Worker:
     async def _pump(self) -> None:
         """Forward the platform's domain events onto the queue, with when the platform saw them."""
         async for event in self.thread.events():
-            # The extension's IPC says when the frame that showed the fact arrived (``seen_at``); others do not.
-            self.queue.put_nowait(_Seen(event, getattr(self.thread, "seen_at", None)))
+            # When the platform knew the fact (the extension: when the frame that showed it arrived), if it says.
+            self.queue.put_nowait(_Seen(event, self.thread.seen_at))
 
     async def _shutdown(self) -> None:
         self._release_held()

@@ -12,9 +12,9 @@ import attrs
 import pytest
 
 from rekall import events as ev
-from rekall.thread.facts import ThreadFacts
 from rekall.config import WorkerSettings
-from rekall.platform import Acted, Failure, ThreadSnapshot
+from rekall.platform import ThreadSnapshot
+from rekall.records import Acted, Failure, ThreadFacts
 from rekall.policy import (
     Arm,
     Began,

@@ -15,7 +15,7 @@ import pytest
 
 from rekall import service
 from rekall.errors import RekallError
-from rekall.owners import ScheduledOn
+from rekall.resume import ResumeToken
 from rekall.sim import SimulatedOwner
 from rekall.spawn import spawn_worker
 from rekall.store import JobStore
@@ -97,7 +97,7 @@ async def test_a_spawned_worker_carries_what_schedule_journaled_and_the_worker_s
             await wait_for_worker_exit(pid, timeout=30)
     assert argv[-4:-1] == ["worker", sim.thread_id, job]
     status = JobStore.open_reader(env).read_status(sim.thread_id)
-    assert ScheduledOn.from_argument(argv[-1]) == ScheduledOn(status["platform"], status["generationAtSchedule"])
+    assert ResumeToken.from_argument(argv[-1]) == ResumeToken(status["platform"], status["generationAtSchedule"])
     assert found == [WorkerProcess(pid, sim.thread_id, job, jobs_dir)]
     assert status["state"] == "resumed"
     connected = next(n for n in JobStore.open_reader(env).load(sim.thread_id, job).notes if n.kind == "connected")

@@ -20,7 +20,7 @@ from rekall.config import WorkerSettings
 from rekall.adapters.extension.platform import ExtensionIpc
 from rekall.errors import RekallError
 from rekall.explain import build_explanation
-from rekall.owners import ScheduledOn
+from rekall.resume import ResumeToken
 from rekall.sim import SimulatedOwner
 from rekall.states import JobState
 from rekall.store import JobStore
@@ -43,11 +43,11 @@ async def schedule(sim: SimulatedOwner, jobs: Path, handoff=HANDOFF) -> tuple[Jo
     return JobStore.open(env), scheduled["jobId"]
 
 
-async def schedule_telling(sim: SimulatedOwner, jobs: Path, handoff=HANDOFF) -> tuple[JobStore, str, ScheduledOn]:
+async def schedule_telling(sim: SimulatedOwner, jobs: Path, handoff=HANDOFF) -> tuple[JobStore, str, ResumeToken]:
     """Schedule, keeping what schedule tells the worker it starts (its SCHEDULED argument)."""
-    told: list[ScheduledOn] = []
+    told: list[ResumeToken] = []
 
-    def spawn(thread_id: str, job_id: str, *, scheduled: ScheduledOn, **_: object) -> int:
+    def spawn(thread_id: str, job_id: str, *, scheduled: ResumeToken, **_: object) -> int:
         told.append(scheduled)
         return os.getpid()
 
@@ -388,7 +388,7 @@ async def test_a_worker_told_what_schedule_journaled_follows_the_thread_before_i
     async with SimulatedOwner(runtime="active") as sim:
         store, job, told = await schedule_telling(sim, tmp_path / "jobs")
         status = store.read_status(sim.thread_id)
-        assert told == ScheduledOn(status["platform"], status["generationAtSchedule"])
+        assert told == ResumeToken(status["platform"], status["generationAtSchedule"])
         assert told.settled is not None and told.settled["ownerId"] == sim.owner_id
         follows, reads = sim.follow_count, _journal_reads(store, sim, monkeypatch)
         worker = Worker(store, sim.thread_id, job, settings=FAST, env=sim.env, scheduled=told)
@@ -444,7 +444,7 @@ async def test_a_worker_told_another_platform_than_the_journal_follows_only_on_t
         store, job, told = await schedule_telling(sim, tmp_path / "jobs")
         follows = sim.follow_count
         worker = Worker(store, sim.thread_id, job, settings=FAST, env=sim.env,
-                        scheduled=ScheduledOn("app-server", None))
+                        scheduled=ResumeToken("app-server", None))
         async with anyio.create_task_group() as group:
             group.start_soon(_finish_the_turn_once_connected, worker, sim)
             with anyio.fail_after(30):
@@ -496,10 +496,10 @@ def test_the_worker_refuses_a_malformed_or_extra_argument_as_a_usage_error(extra
 
 
 def test_what_schedule_tells_the_worker_reads_back_as_it_was_written():
-    said = ScheduledOn("extension-ipc", {"generation": "26.9xx", "ownerId": "o", "router": "/r", "socket": None,
+    said = ResumeToken("extension-ipc", {"generation": "26.9xx", "ownerId": "o", "router": "/r", "socket": None,
                                          "how": "the owner's answer \"quoted\", ünïcode"})
-    assert ScheduledOn.from_argument(said.to_argument()) == said
-    assert ScheduledOn.from_argument(ScheduledOn(None, None).to_argument()) == ScheduledOn(None, None)
+    assert ResumeToken.from_argument(said.to_argument()) == said
+    assert ResumeToken.from_argument(ResumeToken(None, None).to_argument()) == ResumeToken(None, None)
 
 
 async def test_a_follow_that_fails_before_the_claim_fails_the_job_once_the_worker_has_claimed_it(tmp_path):

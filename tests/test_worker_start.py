@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from rekall import service, worker_start
-from rekall.owners import ScheduledOn
+from rekall.resume import ResumeToken
 from rekall.sim import start_sim_in_thread
 from rekall.sim.threaded import SimHandle
 from rekall.store import JobStore
@@ -25,11 +25,11 @@ def sim() -> Iterator[SimHandle]:
         yield handle
 
 
-def schedule_telling(sim: SimHandle, jobs_dir: Path) -> tuple[dict[str, str], str, ScheduledOn]:
+def schedule_telling(sim: SimHandle, jobs_dir: Path) -> tuple[dict[str, str], str, ResumeToken]:
     """Schedule a compaction (no resume), keeping the SCHEDULED argument schedule gives the worker."""
-    told: list[ScheduledOn] = []
+    told: list[ResumeToken] = []
 
-    def spawn(thread_id: str, job_id: str, *, scheduled: ScheduledOn, **_: Any) -> int:
+    def spawn(thread_id: str, job_id: str, *, scheduled: ResumeToken, **_: Any) -> int:
         told.append(scheduled)
         return os.getpid()
 
@@ -42,7 +42,7 @@ def test_a_first_follow_that_fails_fails_the_job_with_its_error_once_claimed_and
     env, job, told = schedule_telling(sim, jobs_dir)
     asked = len(sim.call(lambda owner: owner.routed_for("initialize")))
     sim.call(lambda owner: owner.fail_next("initialize", "request-version-mismatch"))
-    assert worker_start.run_worker(sim.thread_id, job, env, scheduled=ScheduledOn.from_argument(told.to_argument())) == 1
+    assert worker_start.run_worker(sim.thread_id, job, env, scheduled=ResumeToken.from_argument(told.to_argument())) == 1
     assert len(sim.call(lambda owner: owner.routed_for("initialize"))) == asked + 1  # one attempt, no other
     replay = JobStore.open_reader(env).load(sim.thread_id, job)
     assert [t.trigger for t in replay.transitions][:2] == ["schedule", "worker_started"]  # claimed first

@@ -63,16 +63,17 @@ from typing import Any
 
 import attrs
 
+# The facts and their constants are shared records (rekall.records); the rules here derive them.
+from rekall.records import EMPTY as EMPTY
+from rekall.records import NO_STATE as NO_STATE
+from rekall.records import NO_USER_INPUT as NO_USER_INPUT
+from rekall.records import RUNNING_STATUS as RUNNING_STATUS
+from rekall.records import RUNTIME_NULL as RUNTIME_NULL
+from rekall.records import STOPPED_STATUSES as STOPPED_STATUSES
+from rekall.records import ThreadFacts as ThreadFacts
 from rekall.thread.layout import V11, Layout
 from rekall.thread.patches import MISSING
 
-#: SHA-256 of ``no-user-input``, spelled out (tests/thread/test_package.py checks it): hashlib is
-#: imported where a digest is made, after a worker's follow has gone out, not on its way.
-NO_USER_INPUT = "8fb84ab36bb0823a558267ede0a8e1c61c548408bb86542f96359581110a51ff"
-STOPPED_STATUSES = frozenset({"interrupted", "failed"})
-RUNNING_STATUS = "inProgress"
-#: The busy reason while ``threadRuntimeStatus`` is ``null`` (the thread is not loaded yet).
-RUNTIME_NULL = "runtime_null"
 
 # The fields of each user input kind that carry meaning; everything else is presentation.
 _SEMANTIC_INPUT_FIELDS = {
@@ -137,7 +138,6 @@ def problems_of(lay: Layout) -> Problems:
 
 
 # Problems that name no field, and the v11 sentences by name (tests and callers compare them).
-NO_STATE = "conversation state is missing"
 STATE_NOT_OBJECT = "conversation state is not an object"
 TURN_NOT_OBJECT = "a turn is not an object"
 _V11 = problems_of(V11)
@@ -149,30 +149,6 @@ LIVE_COMPACTION_WITHOUT_FLAG = _V11.live_compaction_without_flag
 HISTORY_NOT_OBJECT = _V11.history_not_object
 
 
-@attrs.frozen
-class ThreadFacts:
-    """Everything the worker needs to know about a thread, at one revision."""
-
-    runtime_status: str | None = None
-    busy_reason: str | None = "no_state"
-    pending_requests: int = 0
-    unconfirmed_submissions: int = 0
-    completed_compaction_ids: frozenset[str] = frozenset()
-    running_compaction_ids: frozenset[str] = frozenset()
-    boundary_fingerprint: str = NO_USER_INPUT
-    interrupted: bool = False
-    user_turn_running: bool = False
-    latest_user_turn_id: Any = None
-    tokens: int | None = None
-    window: int | None = None
-    layout_problem: str | None = NO_STATE
-
-    @property
-    def idle(self) -> bool:
-        return self.busy_reason is None
-
-
-EMPTY = ThreadFacts()
 
 
 # --- small rules, shared with the incremental mirror ------------------------------------

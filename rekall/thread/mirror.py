@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from rekall import events as ev
-from rekall.thread.facts import EMPTY, ThreadFacts
+from rekall.records import EMPTY, ThreadFacts
 from rekall.thread.index import FactIndex
 from rekall.thread.layout import V11, Layout
 from rekall.thread.patches import MISSING, apply_patches

@@ -11,7 +11,7 @@ from typing import Any
 from rekall import events as ev
 from rekall.adapters.app_server.rpc import Notification, ServerRequest
 from rekall.adapters.app_server.thread_model import ThreadModel, fingerprint_of
-from rekall.thread.facts import NO_USER_INPUT
+from rekall.records import NO_USER_INPUT
 
 T = "thread-1"
 

@@ -34,7 +34,7 @@ from typing import Any
 import attrs
 
 from rekall.adapters.extension.errors import RequestFailed
-from rekall.thread.facts import ThreadFacts
+from rekall.records import ThreadFacts
 from rekall.adapters.extension.session import ThreadSession, connect_thread
 from rekall.errors import RekallError
 from rekall.transports import ByteStream, MemoryTransport, MessageChannel, encode_message

@@ -8,3 +8,25 @@
 
 Submodules are imported on use.
 """
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rekall.platform import Platform
+    from rekall.resume import ResumeToken
+
+#: What the journal records (the registry's name for this platform).
+NAME = "app-server"
+
+
+def open_platform(env: Mapping[str, str], resume: ResumeToken | None) -> Platform:
+    """The platform; it keeps no record at schedule (``thread/resume`` finds the thread again)."""
+    from rekall.adapters.app_server.platform import SharedAppServerPlatform
+
+    return SharedAppServerPlatform(env)
+
+
+__all__ = ["NAME", "open_platform"]

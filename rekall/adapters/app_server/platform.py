@@ -21,21 +21,24 @@ import asyncio
 import contextlib
 import logging
 import os
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
+import attrs
+
 from rekall import events as ev
-from rekall.adapters.extension.errors import ConnectionLostError
 from rekall.adapters.app_server.rpc import AppServerClosed, AppServerError, AppServerTimeout
 from rekall.adapters.app_server.shared import SharedAppServer, open_shared_app_server
 from rekall.adapters.app_server.thread_model import TITLE_SOURCE, ThreadModel
 from rekall.errors import IpcError, RekallError
-from rekall.platform import Acted, Failure, Row, ThreadSnapshot
+from rekall.adapters.app_server import NAME
+from rekall.platform import Absence, Row, ThreadSnapshot, noted
+from rekall.transports.base import EndpointMissing
+from rekall.records import Acted, ConnectionLostError, Failure
 from rekall.transports.control_socket import START_HINT
 
 log = logging.getLogger("rekall.codex.platform")
 
-NAME = "app-server"
 #: The newest turns an observation lists, with their items ("full": the "summary" view shows no
 #: ``contextCompaction`` item, so a compaction, done or running, would be invisible): enough to find
 #: the latest user turn behind compactions.
@@ -61,7 +64,7 @@ class NotAConversation(IpcError):
     code = "not_a_conversation"
 
 
-def _unwrap(exc: BaseException) -> BaseException:
+def unwrap(exc: BaseException) -> BaseException:
     """The client's task group wraps an error raised inside it; rekall's own error is inside."""
     while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
         exc = exc.exceptions[0]
@@ -71,7 +74,7 @@ def _unwrap(exc: BaseException) -> BaseException:
 def _reached_error(exc: BaseException) -> RekallError:
     """What went wrong talking to the server, as an :class:`IpcError` (the worker's reconnect rule
     handles those): a refusal keeps the server's words, anything else is a lost connection."""
-    exc = _unwrap(exc)
+    exc = unwrap(exc)
     if isinstance(exc, IpcError):
         return exc
     if isinstance(exc, AppServerError):
@@ -128,7 +131,7 @@ class _Link:
                     await link._stop.wait()
             except BaseException as exc:  # handed to the opener; after that, closing is best effort
                 if not ready.done():
-                    ready.set_exception(_unwrap(exc) if isinstance(exc, Exception) else exc)
+                    ready.set_exception(unwrap(exc) if isinstance(exc, Exception) else exc)
                 elif not isinstance(exc, asyncio.CancelledError):
                     log.debug("closing the shared app-server connection: %r", exc)
 
@@ -208,7 +211,7 @@ class AppServerThread:
                                                          "app-server (thread/closed)"))
                 return
         if not link.closing and not self._closed:
-            self._queue.put_nowait(ev.ConnectionLost(server._closed_reason or "the shared app-server closed"))
+            self._queue.put_nowait(ev.ConnectionLost(server.closed_reason or "the shared app-server closed"))
 
     # --- FollowedThread ---------------------------------------------------------------------
 
@@ -218,6 +221,10 @@ class AppServerThread:
 
     def snapshot(self) -> ThreadSnapshot:
         return ThreadSnapshot(self.thread_id, self.model.facts, self.model.revision, None)
+
+    @property
+    def seen_at(self) -> float | None:
+        return None  # the messages carry no time, and the reader hands them on at once
 
     def evidence(self) -> dict[str, Any]:
         server = self.server
@@ -246,8 +253,8 @@ class AppServerThread:
 
     async def _act(self, method: str, params: dict[str, Any]) -> Acted:
         server = self.server
-        if server is None or server._closed_reason is not None:  # provably never sent
-            reason = "not connected" if server is None else server._closed_reason
+        if server is None or server.closed_reason is not None:  # provably never sent
+            reason = "not connected" if server is None else server.closed_reason
             return Acted(Failure("connection_lost", f"{method} not sent: {reason}", "not_delivered"))
         try:
             result = await server.request(method, params, timeout=self.request_timeout_s)
@@ -285,6 +292,8 @@ class SharedAppServerPlatform:
     """The shared app-server found from ``env`` (implements ``Platform``)."""
 
     name = NAME
+    title = "the shared app-server"
+    serving_hint = SERVABLE_SESSION
     follow_only_reads = False  # following resumes the thread, which notifies every client
 
     def __init__(self, env: Mapping[str, str] | None = None) -> None:
@@ -305,7 +314,32 @@ class SharedAppServerPlatform:
     async def diagnose(self) -> list[Row]:
         from rekall.adapters.app_server.served import diagnose
 
-        return await diagnose(self.env)
+        return [_tied(row) for row in await diagnose(self.env)]
+
+    def compatibility(self) -> dict[str, Any]:
+        from rekall.adapters.app_server.served import schema_report
+
+        return schema_report(self.env)
+
+    def absent(self, error: RekallError) -> Absence | None:
+        if not isinstance(error, EndpointMissing):
+            return None
+        return Absence("no shared app-server is running either", f"for a terminal session: {SERVABLE_SESSION}")
+
+    def with_notes(self, error: RekallError, notes: Sequence[Absence]) -> RekallError:
+        return noted(error, notes)
+
+
+def _tied(row: Row) -> Row:
+    """What the rows show other platforms, and the thread row that says nothing new when another
+    platform serves the thread."""
+    if row.level == "GREEN" and (row.name == "app_server_thread"
+                                 or (row.name == "app_server" and row.detail.startswith("initialize"))):
+        return attrs.evolve(row, shows=frozenset({"serves_thread" if row.name == "app_server_thread" else "answers"}))
+    if row.name == "app_server_thread" and row.level != "GREEN":
+        return attrs.evolve(row, unless={"serves_thread": Row.green(
+            row.name, "not needed: a VS Code window owns the thread (see the owner row)")})
+    return row
 
 
 async def observe_on(server: SharedAppServer, thread_id: str, timeout_s: float) -> ThreadSnapshot:

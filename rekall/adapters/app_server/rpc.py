@@ -184,6 +184,11 @@ class RpcClient:
                 if predicate(message):
                     return message
 
+    @property
+    def closed_reason(self) -> str | None:
+        """Why the connection ended; ``None`` while it is open."""
+        return self._closed_reason
+
     async def messages(self) -> AsyncIterator[Message]:
         """Every notification and server request until the server closes."""
         async for message in self._receive:

@@ -126,9 +126,9 @@ async def diagnose(env: Mapping[str, str]) -> list[Row]:
         rows.append(Row("app_server", "RED", f"no answer on {socket.target} within {DOCTOR_TIMEOUT_S:g} s",
                         "the app-server may be hung; restart it (`codex app-server daemon restart`)"))
     except BaseException as exc:
-        from rekall.adapters.app_server.platform import _unwrap
+        from rekall.adapters.app_server.platform import unwrap
 
-        inner = _unwrap(exc)
+        inner = unwrap(exc)
         if not isinstance(inner, RekallError):
             raise
         rows.append(Row.failed("app_server", inner))

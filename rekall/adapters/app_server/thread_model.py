@@ -41,7 +41,8 @@ import attrs
 
 from rekall import events as ev
 from rekall.adapters.app_server.rpc import Message, ServerRequest
-from rekall.thread.facts import NO_USER_INPUT, RUNNING_STATUS, RUNTIME_NULL, STOPPED_STATUSES, ThreadFacts, as_int
+from rekall.records import NO_USER_INPUT, RUNNING_STATUS, RUNTIME_NULL, STOPPED_STATUSES, ThreadFacts
+from rekall.thread.facts import as_int
 from rekall.thread.mirror import diff_events
 
 TurnKind = Literal["user", "compaction", "unknown"]

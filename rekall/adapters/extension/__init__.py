@@ -17,6 +17,7 @@ Failures are :class:`~rekall.errors.IpcError` subclasses; failed commands raise
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
@@ -32,7 +33,32 @@ from rekall.adapters.extension.errors import (
 from rekall.adapters.extension.registry import ADAPTERS, adapter_named
 
 if TYPE_CHECKING:
-    from rekall.adapters.extension.session import RESPONSE_MARGIN_S, StartedTurn, ThreadSession, connect_thread
+    from rekall.adapters.extension.early import EarlyFollow
+    from rekall.platform import Platform
+    from rekall.adapters.extension.errors import RESPONSE_MARGIN_S
+    from rekall.adapters.extension.session import StartedTurn, ThreadSession, connect_thread
+    from rekall.resume import ResumeToken
+
+#: What the journal records (the registry's name for this platform).
+NAME = "extension-ipc"
+
+
+def open_platform(env: Mapping[str, str], resume: ResumeToken | None) -> Platform:
+    """The platform, going on from what ``schedule`` settled and the worker's first follow."""
+    from rekall.adapters.extension.choice import Settled
+    from rekall.adapters.extension.platform import ExtensionIpc
+
+    if resume is None:
+        return ExtensionIpc(env)
+    return ExtensionIpc(env, settled=Settled.from_json(resume.settled), early=resume.head_start)
+
+
+def follow_early(thread_id: str, env: Mapping[str, str], resume: ResumeToken, *,
+                 request_timeout_s: float) -> EarlyFollow | None:
+    """The worker's first follow, on a blocking socket before the event loop (:mod:`rekall.adapters.extension.early`)."""
+    from rekall.adapters.extension.early import follow_early as follow
+
+    return follow(thread_id, env, at_schedule=resume.settled, request_timeout_s=request_timeout_s)
 
 #: Re-exported on first use: the session needs asyncio, which the worker's first follow is made
 #: without (:mod:`rekall.adapters.extension.early`).
@@ -48,6 +74,7 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "ADAPTERS",
+    "NAME",
     "RESPONSE_MARGIN_S",
     "ConnectionLostError",
     "HandshakeFailed",
@@ -60,4 +87,6 @@ __all__ = [
     "VersionMismatch",
     "adapter_named",
     "connect_thread",
+    "follow_early",
+    "open_platform",
 ]

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Literal
-
 from rekall.errors import IpcError
-
-Delivery = Literal["not_delivered", "unknown"]
+from rekall.records import ConnectionLostError as ConnectionLostError  # shared: every platform's connection can be lost
+from rekall.records import Delivery as Delivery
 
 #: How much longer than the ``timeoutMs`` we send we wait for a response ourselves, so that the
 #: router's own ``request-timeout`` (which is more informative) normally arrives first.
@@ -77,10 +75,6 @@ class VersionMismatch(IpcError):
 
 class SnapshotTimeout(IpcError):
     code = "snapshot_timeout"
-
-
-class ConnectionLostError(IpcError):
-    code = "connection_lost"
 
 
 class SessionClosed(IpcError):

@@ -1,8 +1,9 @@
 """The VS Code extension's IPC router as a platform (:mod:`rekall.platform`).
 
 :class:`ExtensionIpc` follows a thread with a :class:`~rekall.adapters.extension.session.ThreadSession`,
-observes it with one short-lived session, and contributes the ``ipc_endpoint``, ``router`` and
-``owner`` rows to ``doctor``.
+observes it with one short-lived session, checks the bundled Codex binary's public schema, and
+contributes the ``ipc_endpoint``, ``extension_protocol``, ``router``, ``owner``, ``codex_binary``
+and ``public_schema`` rows to ``doctor``.
 """
 
 from __future__ import annotations
@@ -12,22 +13,27 @@ import os
 import stat
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+import attrs
 
 from rekall import events as ev
 from rekall.adapters.extension import choice as evidence
 from rekall.adapters.extension import registry
 from rekall.adapters.extension.early import EarlyFollow
-from rekall.adapters.extension.errors import ConnectionLostError
 from rekall.adapters.extension.generations import COMPARED_METHODS
 from rekall.adapters.extension.session import ThreadSession, connect_thread
 from rekall.homes import env_value
 from rekall.errors import RekallError
-from rekall.platform import Acted, Failure, Row, ThreadSnapshot
+from rekall.adapters.extension import NAME
+from rekall.adapters.extension.discovery import CodexBinary, discover_codex_binary
+from rekall.platform import Absence, Row, ThreadSnapshot, noted
+from rekall.records import Acted, ConnectionLostError, Failure
 from rekall.transports import Endpoint, MessageChannel, resolve_endpoint, transport_for
+from rekall.transports.endpoint import override_endpoint
 
-NAME = "extension-ipc"
 _COMPARED = frozenset(COMPARED_METHODS)
 
 #: Bounds for the doctor's IPC checks: a healthy router answers in milliseconds.
@@ -107,6 +113,8 @@ class ExtensionIpc:
     """The extension's IPC router, found from ``env`` (implements ``Platform``)."""
 
     name = NAME
+    title = "the VS Code extension"
+    serving_hint = "open the thread in a VS Code window with the Codex extension"
     follow_only_reads = True  # a follower subscribes to the owner's broadcasts; nothing else is told
 
     def __init__(self, env: Mapping[str, str] | None = None, *, settled: evidence.Settled | None = None,
@@ -159,17 +167,20 @@ class ExtensionIpc:
     async def observe(self, thread_id: str, *, request_timeout_s: float) -> ThreadSnapshot:
         session = await self.connect(thread_id, request_timeout_s=request_timeout_s, write_cache=False)
         try:
-            return _snapshot(session, {
+            # The generation settled, with its evidence: probe shows it, schedule journals it.
+            settled = None if (found := settled_by(session)) is None else found.to_json()
+            seen = _snapshot(session, {
                 "endpoint": session.endpoint._asdict(),
                 "adapter": session.adapter,
                 "generationReason": session.generation_reason,
                 "generationSettled": session.generation_settled,
-                **({"generationEvidence": settled.to_json()} if (settled := settled_by(session)) is not None else {}),
+                **({"generationEvidence": settled} if settled is not None else {}),
                 "extensions": [i.to_json() for i in self.last_choice.installs],
                 "methodVersions": dict(session.protocol.METHOD_VERSIONS),
                 "observedVersions": {method: sorted(versions)
                                      for method, versions in session.observed_versions.items()},
             })
+            return attrs.evolve(seen, settled=settled)
         finally:
             await session.aclose()
 
@@ -177,8 +188,35 @@ class ExtensionIpc:
         endpoint_row, endpoint = check_endpoint(self.env)
         rows = [endpoint_row, check_extension(self.env), await check_router(endpoint)]
         if (owner_row := await check_owner(self, endpoint)) is not None:
-            rows.append(owner_row)
-        return rows
+            rows.append(attrs.evolve(owner_row, shows=frozenset({"serves_thread"})) if owner_row.level == "GREEN"
+                        else owner_row)
+        binary_row, binary = check_codex_binary(self.env)
+        rows += [binary_row, await asyncio.to_thread(check_schema, self.env, binary)]
+        return [_optional_when_another_answers(row) for row in rows]
+
+    def compatibility(self) -> dict[str, Any]:
+        """The public schema check of the extension's bundled Codex. Cached by binary identity, so
+        scheduling does not regenerate the schema each time. A custom test transport
+        (``REKALL_PIPE``) has no extension behind it: not checked."""
+        if uses_test_transport(self.env):
+            return {"status": "not_checked", "reason": "custom_test_transport"}
+        from rekall.codex.schema import check_compatibility, default_cache_dir
+
+        found = discover_codex_binary(self.env)
+        report = check_compatibility(Path(found.path), cache_dir=default_cache_dir(self.env)).to_json()
+        report["binaryPath"] = found.path
+        report["extensionVersion"] = found.extension.version if found.extension else None
+        return report
+
+    def absent(self, error: RekallError) -> Absence | None:
+        return None  # the extension's answer is always its own news, even without a socket
+
+    def with_notes(self, error: RekallError, notes: Sequence[Absence]) -> RekallError:
+        return noted(error, notes)
+
+
+def uses_test_transport(env: Mapping[str, str]) -> bool:
+    return env_value(env, "REKALL_PIPE", "CONTEXT_COMPACT_PIPE") is not None
 
 
 def settled_by(session: ThreadSession) -> evidence.Settled | None:
@@ -319,3 +357,60 @@ async def check_owner(platform: ExtensionIpc, endpoint: Endpoint | None) -> Row 
         await session.aclose()
 
 
+
+
+# --- the codex binary and its schema -----------------------------------------------------
+
+
+def check_codex_binary(env: Mapping[str, str]) -> tuple[Row, CodexBinary | None]:
+    """The binary row, and the binary when one was found."""
+    try:
+        found = discover_codex_binary(env)
+    except RekallError as exc:
+        # With a test endpoint there is no extension, and probe and schedule skip the schema check.
+        test = override_endpoint(env)
+        if test is not None and exc.code == "codex_binary_not_found":
+            return Row("codex_binary", "AMBER", f"{exc.message} (not needed with the test endpoint {test.path})",
+                       exc.hint or "set REKALL_CODEX_BINARY"), None
+        return Row.failed("codex_binary", exc), None
+    origin = "REKALL_CODEX_BINARY" if found.source == "override" else "PATH"
+    if found.extension is None:
+        # The schema check then covers this CLI, which may not be the engine the extension runs.
+        return Row("codex_binary", "AMBER", f"{found.path} (from {origin}) is not inside an extension folder, "
+                   "so the extension's version is unknown",
+                   "point REKALL_CODEX_BINARY at the extension's own …/openai.chatgpt-<version>/bin/<platform>/codex"
+                   ), found
+    ext = found.extension
+    return Row.green("codex_binary", f"{found.path} (from {origin}; extension {ext.publisher}.{ext.name} "
+                                     f"{ext.version})"), found
+
+
+def check_schema(env: Mapping[str, str], binary: CodexBinary | None) -> Row:
+    from rekall.codex.schema import check_compatibility, default_cache_dir
+
+    if binary is None:
+        return Row.not_checked("public_schema", "no codex binary", "fix the codex_binary row first")
+    try:
+        report = check_compatibility(Path(binary.path), cache_dir=default_cache_dir(env))
+    except RekallError as exc:
+        return Row.failed("public_schema", exc)
+    source = "from the cache" if report.from_cache else "generated now"
+    if report.status != "compatible":
+        failed = "; ".join(f"{c.name}: {c.detail} ({c.file}#{c.pointer})" for c in report.failed)
+        return Row("public_schema", "RED", f"Codex {report.binary.version} ({source}) fails {failed}",
+                   "use a Codex version rekall supports, or update rekall; schedule refuses until then")
+    return Row.green("public_schema", f"Codex {report.binary.version}: all {len(report.checks)} checks pass "
+                                      f"({', '.join(c.name for c in report.checks)}; {source})")
+
+
+#: Rows that only say the extension is absent (their details start so), not that it is unsafe.
+_ABSENT_EXTENSION = {"ipc_endpoint": "no Codex IPC socket", "codex_binary": "no extension-bundled Codex binary"}
+
+
+def _optional_when_another_answers(row: Row) -> Row:
+    """With another platform answering, a missing VS Code extension is not fatal: AMBER, not RED."""
+    if not (row.level == "RED" and row.detail.startswith(_ABSENT_EXTENSION.get(row.name, "\0"))):
+        return row
+    optional = Row(row.name, "AMBER", f"{row.detail} (only VS Code chats need it: the shared app-server serves "
+                                      "terminal sessions)", row.hint)
+    return attrs.evolve(row, unless={"answers": optional})

@@ -1,0 +1,38 @@
+"""The platforms a Codex thread can live in: one line each.
+
+Each line names a platform's package. The package says, at its top level and without loading its
+protocol (the worker's first follow goes out before the event loop is imported):
+
+* ``NAME``: what the journal records (``extension-ipc``);
+* ``open_platform(env, resume)``: the :class:`rekall.platform.Platform`, resuming from a
+  :class:`rekall.resume.ResumeToken` when it has one;
+* optionally ``follow_early(thread_id, env, resume, request_timeout_s=...)``: the worker's first
+  follow, made before the event loop, which ``open_platform`` then goes on from.
+
+Owner finding asks every platform listed here, in this order (:mod:`rekall.owners`); ``doctor``
+shows their rows in this order.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from types import ModuleType
+
+PLATFORMS: list[str] = [
+    "rekall.adapters.extension",
+    "rekall.adapters.app_server",
+]
+
+#: The platform of a job that names none: jobs scheduled before platforms were recorded are the
+#: extension's, the only one there was then.
+UNNAMED = "extension-ipc"
+
+
+def packages() -> list[ModuleType]:
+    return [import_module(path) for path in PLATFORMS]
+
+
+def package_named(name: str | None) -> ModuleType | None:
+    """The package of the platform called ``name`` (``None``: :data:`UNNAMED`); ``None`` if unknown."""
+    wanted = UNNAMED if name is None else name
+    return next((p for p in packages() if p.NAME == wanted), None)

@@ -1,0 +1,92 @@
+"""What the worker resumes a job from: where ``schedule`` found the thread, as a token.
+
+The token names the platform (``platform``) and carries that platform's own record of where the
+thread was (``settled``: opaque to everyone else; the extension keeps the protocol generation it
+settled there, with the owner's client id and the router's path and socket identity; nothing
+secret). ``schedule`` journals it (the status shows the record as ``generationAtSchedule``) and
+passes it on the worker's command line, so that the worker can follow the thread before it loads
+the store; the worker's claim checks it against the journal, which decides. A platform that can
+follow before the event loop exists adds its head start to the token (``head_start``), and goes
+on from it when the worker opens the platform.
+
+This module imports nothing heavy: the worker reads its command line with it before its first follow.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from rekall.errors import UsageError
+
+if TYPE_CHECKING:
+    from rekall.platform import Platform
+    from rekall.states.status import JobStatus
+
+
+class ResumeToken(NamedTuple):
+    platform: str | None
+    #: The platform's own record, as journaled (``None``: it recorded nothing).
+    settled: Mapping[str, Any] | None
+    #: The worker's first follow made from this token before the event loop, or why it failed
+    #: (``None``: not made). Never on the command line, never compared.
+    head_start: Any = None
+
+    @classmethod
+    def recorded(cls, status: JobStatus) -> ResumeToken:
+        """What the job's status (derived from its journal) says."""
+        from rekall.states.status import known
+
+        return cls(known(status.platform), known(status.generationAtSchedule))
+
+    def says_same_as(self, other: ResumeToken) -> bool:
+        return (self.platform, self.settled) == (other.platform, other.settled)
+
+    def to_argument(self) -> str:
+        return json.dumps({"platform": self.platform, "generationAtSchedule": self.settled}, separators=(",", ":"))
+
+    @classmethod
+    def from_argument(cls, text: str) -> ResumeToken:
+        """The worker's third argument, as :meth:`to_argument` wrote it; a clear usage error otherwise."""
+        try:
+            data = json.loads(text)
+        except ValueError:
+            data = None
+        if not (isinstance(data, dict) and data.keys() == {"platform", "generationAtSchedule"}
+                and (data["platform"] is None or isinstance(data["platform"], str))
+                and (data["generationAtSchedule"] is None or isinstance(data["generationAtSchedule"], dict))):
+            raise UsageError(f"SCHEDULED must be the JSON object schedule writes, with platform and "
+                             f"generationAtSchedule; got {text[:80]!r}",
+                             hint="the worker is started by `rekall schedule`, not by hand")
+        return cls(data["platform"], data["generationAtSchedule"])
+
+    def followed_early(self, thread_id: str, env: Mapping[str, str], *, request_timeout_s: float) -> ResumeToken:
+        """This token with the platform's first follow made now, where its platform makes one
+        before the event loop; its error instead, to fail the job with once the worker has
+        claimed it (never tried again)."""
+        from rekall.adapters.registry import package_named
+
+        package = package_named(self.platform)
+        follow = getattr(package, "follow_early", None)
+        if follow is None:
+            return self
+        try:
+            made = follow(thread_id, env, self, request_timeout_s=request_timeout_s)
+        except Exception as exc:  # noqa: BLE001 - handled as a failed follow always was: once the job is claimed
+            made = exc
+        return self._replace(head_start=made)
+
+    def close(self) -> None:
+        """Close the head start's connection (a no-op once the platform took it over and closed it)."""
+        if hasattr(self.head_start, "close"):
+            self.head_start.close()
+
+    def open(self, env: Mapping[str, str] | None = None) -> Platform:
+        """The platform this token names, resuming from it."""
+        from rekall.owners import platform_named
+
+        return platform_named(self.platform, env, resume=self)
+
+
+__all__ = ["ResumeToken"]
