@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from rekall.adapters.registry import UNNAMED
 from rekall.errors import InvalidInput, StoreError
 from rekall.explain import describe_outcome
 from rekall.ids import thread_id as valid_thread
@@ -54,7 +55,7 @@ def _metrics(status: dict[str, Any]) -> dict[str, Any]:
 def _node_row(job: dict[str, Any]) -> dict[str, Any]:
     state = job["state"]
     return {"threadId": job["threadId"], "jobId": job.get("jobId"), "jobNumber": job.get("jobNumber") or 0,
-            "state": state, "platform": "extension-ipc", "outcome": f"Written by the Node version of rekall: {state}"
+            "state": state, "platform": UNNAMED, "outcome": f"Written by the Node version of rekall: {state}"
                                        + (f" ({job['error']})" if job.get("error") else "") + ".",
             "createdAt": job.get("createdAt") or "", "endedAt": job.get("endedAt"), "durationMs": None,
             **_metrics(job), "writtenBy": "node", "jobsDir": job["jobsDir"]}
@@ -69,8 +70,7 @@ def _row(job: Replay, status: dict[str, Any]) -> dict[str, Any]:
         "jobId": job.job_id,
         "jobNumber": job.job_number,
         "state": f["state"],
-        # Jobs scheduled before platforms were recorded all ran on the extension: the only one then.
-        "platform": known(read(f).platform) or "extension-ipc",
+        "platform": known(read(f).platform) or UNNAMED,
         "outcome": describe_outcome(f["state"], f),
         "createdAt": created,
         "endedAt": ended,

@@ -17,7 +17,7 @@ from rekall.errors import RekallError
 
 if TYPE_CHECKING:
     from rekall.platform import Platform, ThreadSnapshot
-    from rekall.resume import ResumeToken
+    from rekall.adapters.resume import ResumeToken
 
 
 class OwnerUnknown(RekallError):

@@ -13,7 +13,7 @@ A platform is how rekall reaches a thread's owner: the VS Code extension's IPC r
   it becomes when another platform serves the thread or answers (:class:`Row`);
 * **check compatibility**: the public-schema report of the Codex binary behind it;
 * **resume**: the opaque record ``schedule`` journals with the job (:class:`ThreadSnapshot`'s
-  ``settled``) is handed back to it as a :class:`rekall.resume.ResumeToken` when the worker opens it;
+  ``settled``) is handed back to it as a :class:`rekall.adapters.resume.ResumeToken` when the worker opens it;
 * **say** who it is in owner finding's messages (``title``), and when it is not there at all;
 * **close** the followed thread.
 

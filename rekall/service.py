@@ -156,7 +156,7 @@ async def schedule(
     import asyncio
 
     from rekall.owners import find_owner
-    from rekall.resume import ResumeToken
+    from rekall.adapters.resume import ResumeToken
     from rekall.store import process_start_time, validate_handoff
 
     env = _env(env)

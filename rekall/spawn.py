@@ -20,13 +20,13 @@ from rekall.homes import user_home
 from rekall.store.fsio import open_private_append
 
 if TYPE_CHECKING:
-    from rekall.resume import ResumeToken
+    from rekall.adapters.resume import ResumeToken
 
 
 def spawn_worker(thread_id: str, job_id: str, *, log_path: Path, env: Mapping[str, str],
                  scheduled: ResumeToken | None = None) -> int:
     """Start ``rekall worker THREAD JOB [SCHEDULED]`` detached and return its pid. ``scheduled``:
-    where the job's journal says schedule found the thread (see ``rekall.resume.ResumeToken``)."""
+    where the job's journal says schedule found the thread (see ``rekall.adapters.resume.ResumeToken``)."""
     fd = open_private_append(log_path)
     # The worker must find the same lock directory (derived from HOME) as its scheduler.
     child_env = {**env, "HOME": str(user_home(env))}

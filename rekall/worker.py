@@ -35,7 +35,8 @@ from rekall.config import WorkerSettings
 from rekall.errors import IpcError, RekallError
 from rekall.platform import FollowedThread, Platform
 from rekall.records import Acted, Failure
-from rekall.resume import ResumeToken
+from rekall.owners import platform_named
+from rekall.adapters.resume import ResumeToken
 
 log = logging.getLogger("rekall.worker")
 
@@ -220,7 +221,7 @@ class Worker:
                             recorded.to_argument())
                 self.platform, self._journal_disagreed = self._given_platform, True
             if self.platform is None:  # the one schedule found; never guessed again here
-                self.platform = recorded.open(self.env)
+                self.platform = platform_named(recorded.platform, self.env, resume=recorded)
             self.lifecycle = self.store.open_lifecycle(self.thread_id, self.job_id)
             if self.store.cancel_path(self.thread_id, self.job_id).exists():
                 self._fire("cancel", reason="explicit_cancellation")  # cancelled before we started
@@ -303,7 +304,7 @@ class Worker:
                     return None
                 said = ResumeToken.recorded(job.view.status)
             if self.platform is None:  # the one schedule found; never guessed
-                self.platform = said.open(self.env)
+                self.platform = platform_named(said.platform, self.env, resume=said)
         except RekallError:
             return None  # the claim reads the job again and says why
         if not self.platform.follow_only_reads:

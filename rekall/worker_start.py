@@ -1,7 +1,7 @@
 """The worker process's start: its arguments, its log and its first follow; then the reactor.
 
 ``rekall worker THREAD JOB [SCHEDULED]`` runs here. Told where schedule found the thread
-(SCHEDULED, a :class:`~rekall.resume.ResumeToken`), the worker follows it first where its
+(SCHEDULED, a :class:`~rekall.adapters.resume.ResumeToken`), the worker follows it first where its
 platform can do so before the event loop and the reactor are imported (the extension, on a
 blocking socket: :mod:`rekall.adapters.extension.early`): the owner sends the thread's state while
 the rest of the worker loads. Everything this module imports before that
@@ -16,7 +16,7 @@ import sys
 from collections.abc import Mapping, Sequence
 
 from rekall.errors import RekallError, UsageError, as_rekall_error
-from rekall.resume import ResumeToken
+from rekall.adapters.resume import ResumeToken
 
 log = logging.getLogger("rekall.worker")
 
@@ -58,7 +58,7 @@ def run_worker(thread_id: str, job_id: str, env: Mapping[str, str] | None = None
     try:
         settings = WorkerSettings.from_env(env)
         if scheduled is not None:
-            scheduled = scheduled.followed_early(thread_id, env, request_timeout_s=settings.request_timeout_s)
+            scheduled = followed_early(scheduled, thread_id, env, settings.request_timeout_s)
         import asyncio
 
         from rekall import punctual
@@ -78,6 +78,23 @@ def run_worker(thread_id: str, job_id: str, env: Mapping[str, str] | None = None
 
     log.info("worker finished: %s", final.value)
     return 0 if final in SUCCESSFUL_END_STATES else 1
+
+
+def followed_early(scheduled: ResumeToken, thread_id: str, env: Mapping[str, str],
+                   request_timeout_s: float) -> ResumeToken:
+    """The token with its platform's first follow made now, where the platform makes one before
+    the event loop (:mod:`rekall.adapters.registry`); its error instead, to fail the job with once
+    the worker has claimed it (never tried again)."""
+    from rekall.adapters.registry import package_named
+
+    follow = getattr(package_named(scheduled.platform), "follow_early", None)
+    if follow is None:
+        return scheduled
+    try:
+        made = follow(thread_id, env, scheduled, request_timeout_s=request_timeout_s)
+    except Exception as exc:  # noqa: BLE001 - handled as a failed follow always was: once the job is claimed
+        made = exc
+    return scheduled._replace(head_start=made)
 
 
 def configure_logging(path: os.PathLike[str] | str) -> None:

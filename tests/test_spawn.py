@@ -15,7 +15,7 @@ import pytest
 
 from rekall import service
 from rekall.errors import RekallError
-from rekall.resume import ResumeToken
+from rekall.adapters.resume import ResumeToken
 from rekall.sim import SimulatedOwner
 from rekall.spawn import spawn_worker
 from rekall.store import JobStore

@@ -20,7 +20,7 @@ from rekall.config import WorkerSettings
 from rekall.adapters.extension.platform import ExtensionIpc
 from rekall.errors import RekallError
 from rekall.explain import build_explanation
-from rekall.resume import ResumeToken
+from rekall.adapters.resume import ResumeToken
 from rekall.sim import SimulatedOwner
 from rekall.states import JobState
 from rekall.store import JobStore

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from rekall import service, worker_start
-from rekall.resume import ResumeToken
+from rekall.adapters.resume import ResumeToken
 from rekall.sim import start_sim_in_thread
 from rekall.sim.threaded import SimHandle
 from rekall.store import JobStore

@@ -1,11 +1,11 @@
-"""The platforms a Codex thread can live in: one line each.
+"""The platforms a Codex thread can live in: one entry each.
 
-Each line names a platform's package. The package says, at its top level and without loading its
+Each entry is a platform's package. The package says, at its top level and without loading its
 protocol (the worker's first follow goes out before the event loop is imported):
 
 * ``NAME``: what the journal records (``extension-ipc``);
 * ``open_platform(env, resume)``: the :class:`rekall.platform.Platform`, resuming from a
-  :class:`rekall.resume.ResumeToken` when it has one;
+  :class:`rekall.adapters.resume.ResumeToken` when it has one;
 * optionally ``follow_early(thread_id, env, resume, request_timeout_s=...)``: the worker's first
   follow, made before the event loop, which ``open_platform`` then goes on from.
 
@@ -15,24 +15,23 @@ shows their rows in this order.
 
 from __future__ import annotations
 
-from importlib import import_module
 from types import ModuleType
 
-PLATFORMS: list[str] = [
-    "rekall.adapters.extension",
-    "rekall.adapters.app_server",
-]
+from rekall.adapters import app_server, extension
+
+#: The platforms, in the order owner finding lists their answers and ``doctor`` shows their rows.
+PLATFORMS: list[ModuleType] = [extension, app_server]
 
 #: The platform of a job that names none: jobs scheduled before platforms were recorded are the
 #: extension's, the only one there was then.
-UNNAMED = "extension-ipc"
+UNNAMED: str = extension.NAME
 
 
 def packages() -> list[ModuleType]:
-    return [import_module(path) for path in PLATFORMS]
+    return list(PLATFORMS)
 
 
 def package_named(name: str | None) -> ModuleType | None:
     """The package of the platform called ``name`` (``None``: :data:`UNNAMED`); ``None`` if unknown."""
     wanted = UNNAMED if name is None else name
-    return next((p for p in packages() if p.NAME == wanted), None)
+    return next((p for p in PLATFORMS if p.NAME == wanted), None)

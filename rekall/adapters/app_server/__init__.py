@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from rekall.platform import Platform
-    from rekall.resume import ResumeToken
+    from rekall.adapters.resume import ResumeToken
 
 #: What the journal records (the registry's name for this platform).
 NAME = "app-server"

@@ -21,23 +21,22 @@ from collections.abc import Mapping
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
-from rekall.adapters.extension.errors import (
-    ConnectionLostError,
-    HandshakeFailed,
-    NoOwner,
-    RequestFailed,
-    SessionClosed,
-    SnapshotTimeout,
-    VersionMismatch,
-)
-from rekall.adapters.extension.registry import ADAPTERS, adapter_named
-
 if TYPE_CHECKING:
     from rekall.adapters.extension.early import EarlyFollow
+    from rekall.adapters.extension.errors import (
+        ConnectionLostError,
+        HandshakeFailed,
+        NoOwner,
+        RequestFailed,
+        SessionClosed,
+        SnapshotTimeout,
+        VersionMismatch,
+    )
+    from rekall.adapters.extension.registry import ADAPTERS, adapter_named
     from rekall.platform import Platform
     from rekall.adapters.extension.errors import RESPONSE_MARGIN_S
     from rekall.adapters.extension.session import StartedTurn, ThreadSession, connect_thread
-    from rekall.resume import ResumeToken
+    from rekall.adapters.resume import ResumeToken
 
 #: What the journal records (the registry's name for this platform).
 NAME = "extension-ipc"
@@ -60,17 +59,25 @@ def follow_early(thread_id: str, env: Mapping[str, str], resume: ResumeToken, *,
 
     return follow(thread_id, env, at_schedule=resume.settled, request_timeout_s=request_timeout_s)
 
-#: Re-exported on first use: the session needs asyncio, which the worker's first follow is made
-#: without (:mod:`rekall.adapters.extension.early`).
-_ON_USE = frozenset({"RESPONSE_MARGIN_S", "StartedTurn", "ThreadSession", "connect_thread"})
+#: Re-exported on first use, from the module that defines each: the registry lists this package
+#: wherever platforms are looked up (``rekall status`` and ``history`` too), and the session needs
+#: asyncio, which the worker's first follow is made without (:mod:`rekall.adapters.extension.early`).
+_ON_USE = {
+    **dict.fromkeys(("ConnectionLostError", "HandshakeFailed", "NoOwner", "RequestFailed", "SessionClosed",
+                     "SnapshotTimeout", "VersionMismatch"), "rekall.adapters.extension.errors"),
+    **dict.fromkeys(("ADAPTERS", "adapter_named"), "rekall.adapters.extension.registry"),
+    **dict.fromkeys(("RESPONSE_MARGIN_S", "StartedTurn", "ThreadSession", "connect_thread"),
+                    "rekall.adapters.extension.session"),
+}
 
 
 def __getattr__(name: str) -> Any:
     if name not in _ON_USE:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(import_module("rekall.adapters.extension.session"), name)
+    value = getattr(import_module(_ON_USE[name]), name)
     globals()[name] = value
     return value
+
 
 __all__ = [
     "ADAPTERS",

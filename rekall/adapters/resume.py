@@ -9,7 +9,8 @@ the store; the worker's claim checks it against the journal, which decides. A pl
 follow before the event loop exists adds its head start to the token (``head_start``), and goes
 on from it when the worker opens the platform.
 
-This module imports nothing heavy: the worker reads its command line with it before its first follow.
+This module imports nothing heavy: the worker reads its command line with it before its first follow
+(:func:`rekall.worker_start.followed_early` adds the head start).
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from rekall.errors import UsageError
 
 if TYPE_CHECKING:
-    from rekall.platform import Platform
     from rekall.states.status import JobStatus
 
 
@@ -61,32 +61,10 @@ class ResumeToken(NamedTuple):
                              hint="the worker is started by `rekall schedule`, not by hand")
         return cls(data["platform"], data["generationAtSchedule"])
 
-    def followed_early(self, thread_id: str, env: Mapping[str, str], *, request_timeout_s: float) -> ResumeToken:
-        """This token with the platform's first follow made now, where its platform makes one
-        before the event loop; its error instead, to fail the job with once the worker has
-        claimed it (never tried again)."""
-        from rekall.adapters.registry import package_named
-
-        package = package_named(self.platform)
-        follow = getattr(package, "follow_early", None)
-        if follow is None:
-            return self
-        try:
-            made = follow(thread_id, env, self, request_timeout_s=request_timeout_s)
-        except Exception as exc:  # noqa: BLE001 - handled as a failed follow always was: once the job is claimed
-            made = exc
-        return self._replace(head_start=made)
-
     def close(self) -> None:
         """Close the head start's connection (a no-op once the platform took it over and closed it)."""
         if hasattr(self.head_start, "close"):
             self.head_start.close()
-
-    def open(self, env: Mapping[str, str] | None = None) -> Platform:
-        """The platform this token names, resuming from it."""
-        from rekall.owners import platform_named
-
-        return platform_named(self.platform, env, resume=self)
 
 
 __all__ = ["ResumeToken"]
