@@ -66,19 +66,22 @@ async def find_owner(thread_id: str, env: Mapping[str, str] | None = None, *,
         return claims[0]
     if claims:
         titles = [p.title for p, _ in claims]
-        who = f"both {titles[0]} and {titles[1]}" if len(titles) == 2 else f"{', '.join(titles[:-1])} and {titles[-1]} all"
+        who = (f"both {titles[0]} and {titles[1]}" if len(titles) == 2
+               else f"{', '.join(titles[:-1])} and {titles[-1]} all")
         raise OwnerUnknown(f"{who} claim thread {thread_id}; rekall will not guess which one to act through",
                            hint="close the thread in one of them, then try again")
-    said = [(p, a) for p, a in zip(platforms, answers, strict=True) if isinstance(a, RekallError)]
-    absent = [note for p, error in said if (note := p.absent(error)) is not None]
-    present = [(p, error) for p, error in said if p.absent(error) is None]
+    said = [(p, a, p.absent(a)) for p, a in zip(platforms, answers, strict=True) if isinstance(a, RekallError)]
+    absent = [note for _, _, note in said if note is not None]
+    present = [(p, error) for p, error, note in said if note is None]
     if absent and len(present) == 1:
         # The others are not there at all: the one platform's own answer, with where else a thread can live.
         platform, error = present[0]
         raise platform.with_notes(error, absent) from None
-    last, last_error = said[-1]
+    # The hint is the last platform's (the registry lists the most general last: any terminal
+    # session can be served by the shared app-server).
+    last, last_error, _ = said[-1]
     raise OwnerUnknown(f"no platform serves thread {thread_id}: "
-                       + "; ".join(f"{p.title}: {error.message}" for p, error in said),
+                       + "; ".join(f"{p.title}: {error.message}" for p, error, _ in said),
                        hint=last_error.hint or last.serving_hint)
 
 

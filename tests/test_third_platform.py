@@ -71,3 +71,19 @@ def test_a_toy_platform_added_by_one_registry_line_runs_a_whole_job_to_resumed_a
     code, doctor = said(capsys, "doctor")
     assert {"name": "toy_owners", "level": "GREEN", "detail": "the toy platform holds 1 thread(s)", "hint": None} \
         in doctor["rows"]
+
+
+def test_with_three_platforms_and_none_claiming_the_thread_the_answer_is_each_platforms_own_words(
+        toy_thread, monkeypatch):
+    import asyncio
+
+    from rekall.owners import OwnerUnknown, find_owner
+
+    monkeypatch.delitem(toy.OWNERS, toy_thread.thread_id)  # the toy platform does not have it either
+    with pytest.raises(OwnerUnknown) as caught:
+        asyncio.run(find_owner(toy_thread.thread_id, request_timeout_s=2))
+    message = caught.value.message
+    assert message.startswith(f"no platform serves thread {toy_thread.thread_id}: the VS Code extension: ")
+    assert "; the shared app-server: " in message  # absent, but not the only other one: named with the rest
+    assert message.endswith(f"; the toy platform: no toy owner holds thread {toy_thread.thread_id}")
+    assert caught.value.hint == "create a ToyOwner for it"  # the last platform's own hint

@@ -27,14 +27,14 @@ from typing import Any
 import attrs
 
 from rekall import events as ev
+from rekall.adapters.app_server import NAME
 from rekall.adapters.app_server.rpc import AppServerClosed, AppServerError, AppServerTimeout
 from rekall.adapters.app_server.shared import SharedAppServer, open_shared_app_server
 from rekall.adapters.app_server.thread_model import TITLE_SOURCE, ThreadModel
 from rekall.errors import IpcError, RekallError
-from rekall.adapters.app_server import NAME
 from rekall.platform import Absence, Row, ThreadSnapshot, noted
-from rekall.transports.base import EndpointMissing
 from rekall.records import Acted, ConnectionLostError, Failure
+from rekall.transports.base import EndpointMissing
 from rekall.transports.control_socket import START_HINT
 
 log = logging.getLogger("rekall.codex.platform")

@@ -54,7 +54,8 @@ def open_platform(env: Mapping[str, str], resume: ResumeToken | None) -> Platfor
 
 def follow_early(thread_id: str, env: Mapping[str, str], resume: ResumeToken, *,
                  request_timeout_s: float) -> EarlyFollow | None:
-    """The worker's first follow, on a blocking socket before the event loop (:mod:`rekall.adapters.extension.early`)."""
+    """The worker's first follow, on a blocking socket before the event loop
+    (:mod:`rekall.adapters.extension.early`)."""
     from rekall.adapters.extension.early import follow_early as follow
 
     return follow(thread_id, env, at_schedule=resume.settled, request_timeout_s=request_timeout_s)

@@ -12,23 +12,21 @@ import asyncio
 import os
 import stat
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import attrs
 
 from rekall import events as ev
+from rekall.adapters.extension import NAME, registry
 from rekall.adapters.extension import choice as evidence
-from rekall.adapters.extension import registry
+from rekall.adapters.extension.discovery import CodexBinary, discover_codex_binary
 from rekall.adapters.extension.early import EarlyFollow
 from rekall.adapters.extension.generations import COMPARED_METHODS
 from rekall.adapters.extension.session import ThreadSession, connect_thread
-from rekall.homes import env_value
 from rekall.errors import RekallError
-from rekall.adapters.extension import NAME
-from rekall.adapters.extension.discovery import CodexBinary, discover_codex_binary
+from rekall.homes import env_value
 from rekall.platform import Absence, Row, ThreadSnapshot, noted
 from rekall.records import Acted, ConnectionLostError, Failure
 from rekall.transports import Endpoint, MessageChannel, resolve_endpoint, transport_for
@@ -355,8 +353,6 @@ async def check_owner(platform: ExtensionIpc, endpoint: Endpoint | None) -> Row 
         return Row.green("owner", found)
     finally:
         await session.aclose()
-
-
 
 
 # --- the codex binary and its schema -----------------------------------------------------
