@@ -26,6 +26,8 @@ if TYPE_CHECKING:
 
 
 class ResumeToken(NamedTuple):
+    """Where schedule found a thread (see the module), and the head start made from it."""
+
     platform: str | None
     #: The platform's own record, as journaled (``None``: it recorded nothing).
     settled: Mapping[str, Any] | None

@@ -60,6 +60,7 @@ def follow_early(thread_id: str, env: Mapping[str, str], resume: ResumeToken, *,
 
     return follow(thread_id, env, at_schedule=resume.settled, request_timeout_s=request_timeout_s)
 
+
 #: Re-exported on first use, from the module that defines each: the registry lists this package
 #: wherever platforms are looked up (``rekall status`` and ``history`` too), and the session needs
 #: asyncio, which the worker's first follow is made without (:mod:`rekall.adapters.extension.early`).
