@@ -119,7 +119,8 @@ def home_of(store: JobStore, owner: LockOwner) -> JobStore | None:
     except StoreError as exc:
         log.warning("the lock of job %s names the jobs directory %s: %s", owner.job_id, other, exc.message)
         return None
-    return type(store)(other, lock_root=store.lock_root, clock=store.clock, fs=store.fs)
+    return type(store)(other, lock_root=store.lock_root, clock=store.clock, fs=store.fs,
+                       legacy_lock_roots=store.legacy_lock_roots)
 
 
 def _reap_orphan_if_dead(store: JobStore, thread: str) -> dict[str, Any] | None:

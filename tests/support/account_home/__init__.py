@@ -1,0 +1,16 @@
+"""The account-home seam for the processes a test starts (see ``sitecustomize`` here)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+_HERE = str(Path(__file__).resolve().parent)
+
+
+def account_seam(home: Path | str, env: dict[str, str] | None = None) -> dict[str, str]:
+    """The variables that make a started Python process see ``home`` as the account's home:
+    this folder first on ``PYTHONPATH`` (its ``sitecustomize``), and the home."""
+    current = (os.environ if env is None else env).get("PYTHONPATH", "")
+    parts = [part for part in current.split(os.pathsep) if part and part != _HERE]
+    return {"PYTHONPATH": os.pathsep.join([_HERE, *parts]), "RKTEST_ACCOUNT_HOME": str(home)}
