@@ -117,6 +117,8 @@ TRIGGERS: Mapping[str, TriggerSpec] = {
         TriggerSpec("compaction_completed", "A new completed contextCompaction item appeared.", (
             Key("compactionId", "str"), Key("tokens", "int|null"), Key("window", "int|null"),
             Key("revision", "int|null"),
+            # The user's input came after it (no continuation then): why, as for a cancel.
+            Key("userMovedOn", "str", required=False, choices=CANCEL_REASONS[1:]),
         )),
         TriggerSpec("turn_started", "The owner returned the started continuation turn.", (
             Key("turnId", "str"), Key("turnStatus", "str|null", required=False),

@@ -54,14 +54,19 @@ def _headroom(job: JobView, ev: Evidence) -> Headroom:
     return check_headroom(ev.get("tokens"), ev.get("window"), known(job.status.contextTokensBefore))
 
 
+def resume_overtaken_by_user(job: JobView, ev: Evidence) -> bool:
+    """A continuation was asked for, but the user's input came after the compaction completed."""
+    return job.resume and bool(ev.get("userMovedOn"))
+
+
 def resume_with_headroom(job: JobView, ev: Evidence) -> bool:
-    """A continuation was asked for and the telemetry shows headroom."""
-    return job.resume and _headroom(job, ev).safe
+    """A continuation was asked for, the user has not moved on, and the telemetry shows headroom."""
+    return job.resume and not ev.get("userMovedOn") and _headroom(job, ev).safe
 
 
 def resume_without_headroom(job: JobView, ev: Evidence) -> bool:
-    """A continuation was asked for but the telemetry shows no headroom."""
-    return job.resume and not _headroom(job, ev).safe
+    """A continuation was asked for, the user has not moved on, but the telemetry shows no headroom."""
+    return job.resume and not ev.get("userMovedOn") and not _headroom(job, ev).safe
 
 
 def _resume_authorised(job: JobView, ev: Evidence) -> bool:
@@ -134,6 +139,14 @@ def _skip(headroom: Headroom) -> dict[str, Any]:
 
 def _completed(job: JobView, ev: Evidence, now: Instant) -> dict[str, Any]:
     return {**_completion(job, ev, now), **_known_outcome(now)}
+
+
+def _completed_user_moved_on(job: JobView, ev: Evidence, now: Instant) -> dict[str, Any]:
+    why = ("stopped their turn" if ev["userMovedOn"] == "user_turn_stopped" else "sent new input")
+    return {**_completion(job, ev, now), **_known_outcome(now), **wire(JobStatus(
+        resumeSkipped=ev["userMovedOn"],
+        resumeSkipReason=f"the compaction completed, then the user {why}: a continuation would talk over them, "
+                         "so none was started"))}
 
 
 def _skipped_at_completion(job: JobView, ev: Evidence, now: Instant) -> dict[str, Any]:
@@ -225,6 +238,9 @@ TRANSITIONS: tuple[Transition, ...] = (
                "the owner answered ok; acceptance is not completion"),
     Transition("compaction_completed", (S.ACCEPTED,), S.COMPLETED, resume_not_requested, _completed,
                "a new completed compaction; no continuation asked for"),
+    Transition("compaction_completed", (S.ACCEPTED,), S.COMPLETED, resume_overtaken_by_user, _completed_user_moved_on,
+               "continuation asked for, but the owner shows the user's input after the compaction completed: "
+               "completed, resumeSkipped new_user_input (or user_turn_stopped), no continuation"),
     Transition("compaction_completed", (S.ACCEPTED,), S.WAITING_FOR_RESUME_IDLE, resume_with_headroom,
                _completion, "continuation asked for and the first headroom check passes"),
     Transition("compaction_completed", (S.ACCEPTED,), S.SKIPPED, resume_without_headroom,
