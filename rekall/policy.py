@@ -366,13 +366,14 @@ class _Rules:
             self.track_system_error(stuck_in_system_error(self.seen))
 
     def consider_requested(self) -> None:
-        """Requested: the owner's record decides. A compaction of ours that completed is recorded
-        as completed even when the user's input came after it (no continuation then); while ours
-        runs, its end decides; with none of ours, new input cancels the job."""
+        """Requested: the owner's record decides. A compaction of this job's that completed is
+        recorded as completed even when the user's input came after it (no continuation then);
+        otherwise new input cancels the job (a compaction still running may yet complete: the
+        outcome rule says so)."""
         facts = self.seen.facts
         new = self.new_compactions()
         moved = self.user_moved_on()
-        if moved is not None and not new:
+        if moved is not None and not new & facts.completed_compaction_ids:
             self.emit(Fire("cancel", {"reason": moved}))
             return
         self.look_for_completion()

@@ -189,9 +189,9 @@ ROWS: list[tuple[Any, ...]] = [
      attrs.evolve(COMPACTED, interrupted=True), Observed(ev.UserBoundaryChanged(FP, True)), MEMO,
      [Fire("compaction_completed", {"compactionId": "c1", "tokens": 30_000, "window": 200_000, "revision": 7,
                                     "userMovedOn": "user_turn_stopped"}, then="consider")], None, 0.0, 0.0),
-    ("new user input while this job's compaction runs waits for its end", job(S.ACCEPTED),
+    ("new user input while this job's compaction still runs cancels (its outcome is unknown)", job(S.ACCEPTED),
      attrs.evolve(BUSY, boundary_fingerprint="x", running_compaction_ids=frozenset({"c1"})),
-     Observed(ev.UserBoundaryChanged("x", False)), MEMO, [], None, 0.0, 0.0),
+     Observed(ev.UserBoundaryChanged("x", False)), MEMO, [Fire("cancel", {"reason": "new_user_input"})], None, 0, 0),
     ("a completed compaction from before the job is not this job's", job(S.ACCEPTED), IDLE,
      Observed(ev.Telemetry(90_000, 200_000)), MEMO, [], None, 0.0, 0.0),
     # --- the resume

@@ -106,6 +106,8 @@ TRIGGERS: Mapping[str, TriggerSpec] = {
             Key("processStartTime", "str|null"),
             # Since journal record version 2: which platform the worker follows the thread on.
             Key("platform", "str", required=False),
+            # The worker's deadline, counted from here (older workers did not say).
+            Key("deadlineS", "number", required=False),
         )),
         TriggerSpec("idle_stable", "The thread stayed idle for the stable interval.", (
             *_IDLE, Key("handoffVerified", "bool", required=False),

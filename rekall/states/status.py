@@ -126,6 +126,8 @@ class JobStatus(_Record):
     # --- set by the lifecycle's transitions ---
     pid: Maybe[int] = _field("The worker's process id.", by=LIFECYCLE)
     workerStartedAt: Maybe[str] = _field("When the worker took the job.", by=LIFECYCLE)
+    workerDeadlineAt: Maybe[str | None] = _field("When the worker's deadline passes (not said by older workers).",
+                                                 by=LIFECYCLE)
     requestedAt: Maybe[str] = _field("When the compaction was requested.", by=LIFECYCLE,
                                      label="compaction requested")
     contextTokensBefore: Maybe[int | None] = _field("Tokens in use when the compaction was requested.",
@@ -181,6 +183,8 @@ class JobStatus(_Record):
     statusFileProblem: Maybe[str] = _field("The status file was missing, stale or unreadable (and rebuilt), "
                                            "or no journal backs it.", by=READER)
     lastJournaledState: Maybe[str] = _field("A lost worker could not be journaled: its last state.", by=READER)
+    workerProblem: Maybe[str] = _field("The job's worker still exists past its deadline (stopped, or running "
+                                       "late): what it is doing and what to do.", by=READER, label="worker")
     journalUnwritable: Maybe[str] = _field("Why the journal could not take the worker_lost record.", by=READER)
     jobsDir: Maybe[str] = _field("The jobs directory holding the job, when it is not the usual one.", by=READER)
     writtenBy: Maybe[str] = _field("node when the Node version of rekall wrote this status.", by=READER)
@@ -261,4 +265,4 @@ SHOWN: tuple[tuple[str, str], ...] = tuple((a.name, a.metadata["label"]) for a i
     _S.jobId, _S.jobNumber, _S.resume, _S.createdAt, _S.requestedAt, _S.acceptedAt, _S.compactionCompletedAt,
     _H.endedAt, _S.contextTokensBefore, _S.contextTokensAfter, _S.reclaimedFraction, _S.compactionDurationMs,
     _S.contextWindowUsedFraction, _S.resumeSkipReason, _S.resumeTurnId, _S.resumeDelayMs, _S.reason,
-    _S.errorCode, _S.error, _S.message))
+    _S.workerProblem, _S.errorCode, _S.error, _S.message))

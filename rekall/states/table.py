@@ -16,11 +16,12 @@ and the first that passes wins; when none passes the event is refused, and nothi
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from datetime import timedelta
 from typing import Any
 
 import attrs
 
-from rekall.states.model import NON_TERMINAL_STATES, Instant, JobState, JobView
+from rekall.states.model import NON_TERMINAL_STATES, Instant, JobState, JobView, iso_time
 from rekall.states.rules import SYSTEM_ERROR_WAY_OUT, Headroom, check_headroom, outcome_may_be_unknown
 from rekall.states.status import JobStatus, known, wire
 
@@ -99,7 +100,9 @@ def _since(job: JobView, state: JobState, now: Instant) -> int | None:
 
 
 def _started(job: JobView, ev: Evidence, now: Instant) -> dict[str, Any]:
-    return wire(JobStatus(pid=ev["pid"], workerStartedAt=now.iso))
+    deadline = ev.get("deadlineS")
+    return wire(JobStatus(pid=ev["pid"], workerStartedAt=now.iso, workerDeadlineAt=None if deadline is None
+                          else iso_time(now.wall + timedelta(seconds=deadline))))
 
 
 def _requested(job: JobView, ev: Evidence, now: Instant) -> dict[str, Any]:
