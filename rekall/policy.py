@@ -29,6 +29,15 @@ Timer = Literal["idle", "system_error", "telemetry"]
 Then = Literal["send_compact", "send_start_turn", "completion", "consider"]
 
 _WAITING = (JobState.WAITING_FOR_IDLE, JobState.WAITING_FOR_RESUME_IDLE)
+#: What a job in each state waits for (a deadline that passes names it).
+WAITING_ON = {
+    JobState.SCHEDULED: "its worker to claim it",
+    JobState.WAITING_FOR_IDLE: "the thread to stay idle for the stable interval before the compaction",
+    JobState.REQUESTING: "the owner's answer to the compact request",
+    JobState.ACCEPTED: "the compaction to complete (a new completed compaction item)",
+    JobState.WAITING_FOR_RESUME_IDLE: "the thread to stay idle for the stable interval before the continuation",
+    JobState.RESUMING: "the owner's answer to the continuation request",
+}
 _REQUESTED = (JobState.REQUESTING, JobState.ACCEPTED)
 
 
@@ -253,7 +262,8 @@ class _Rules:
                     self.emit(Fire("cancel", {"reason": "explicit_cancellation"}))
                 return
             case DeadlinePassed():
-                self.emit(Fire("deadline", {"deadlineS": self.settings.deadline_s}))
+                self.emit(Fire("deadline", {"deadlineS": self.settings.deadline_s, "waitingOn": WAITING_ON[self.state],
+                                            "lastFact": self.last_fact()}))
                 return
             case RequestDone():
                 self.on_request_done(event)
@@ -401,6 +411,21 @@ class _Rules:
         running = ", ".join(sorted(self.seen.facts.running_compaction_ids))
         self.fail("compaction_in_progress", f"the thread shows a compaction in progress ({running}) that this "
                                             "job did not request; no second compaction was requested")
+
+    def last_fact(self) -> str:
+        """What the thread showed last, in words (for a deadline that passed)."""
+        if not self.memo.connected:
+            return "the connection to the thread's owner was lost and not back"
+        facts, revision = self.seen.facts, self.seen.revision
+        at = "" if revision is None else f" (revision {revision})"
+        if stuck_in_system_error(self.seen):
+            since = self.memo.system_error.since if self.memo.system_error is not None else self.at
+            return f"the thread's runtime stayed systemError for {self.now - since:.0f} s after the user's turn{at}"
+        if facts.running_compaction_ids:
+            return f"a compaction was in progress ({', '.join(sorted(facts.running_compaction_ids))}){at}"
+        if not facts.idle:
+            return f"the thread was busy ({facts.busy_reason}){at}"
+        return f"the thread was idle{at}"
 
     def settling(self) -> bool:
         return self.memo.outcome_unknown and self.state in _REQUESTED

@@ -16,6 +16,7 @@ from rekall.config import WorkerSettings
 from rekall.platform import ThreadSnapshot
 from rekall.records import Acted, Failure, ThreadFacts
 from rekall.policy import (
+    WAITING_ON,
     Arm,
     Began,
     CancelSignalled,
@@ -254,8 +255,20 @@ ROWS: list[tuple[Any, ...]] = [
      [Fire("cancel", {"reason": "explicit_cancellation"})], None, 0.0, 0.0),
     ("a cancel signal without a marker does nothing", job(S.ACCEPTED), BUSY, CancelSignalled(False), MEMO,
      [], None, 0.0, 0.0),
-    ("the deadline fires with its length", job(S.WAITING_FOR_IDLE), BUSY, DeadlinePassed(), MEMO,
-     [Fire("deadline", {"deadlineS": 60.0})], None, 0.0, 0.0),
+    ("the deadline fires with its length, what the job waited for and the last fact seen", job(S.WAITING_FOR_IDLE),
+     BUSY, DeadlinePassed(), MEMO,
+     [Fire("deadline", {"deadlineS": 60.0, "waitingOn": WAITING_ON[S.WAITING_FOR_IDLE],
+                        "lastFact": "the thread was busy (turn_running) (revision 7)"})], None, 0.0, 0.0),
+    ("a deadline in a thread whose runtime stays systemError says so", job(S.WAITING_FOR_IDLE), STUCK,
+     DeadlinePassed(), attrs.evolve(MEMO, generation=1, system_error=Running(1, 0.0)),
+     [Fire("deadline", {"deadlineS": 60.0, "waitingOn": "the thread to stay idle for the stable interval before the "
+                                                       "compaction",
+                        "lastFact": "the thread's runtime stayed systemError for 60 s after the user's turn "
+                                    "(revision 7)"})], None, 60.0, 60.0),
+    ("a deadline while disconnected says the connection was lost", job(S.ACCEPTED), BUSY, DeadlinePassed(),
+     attrs.evolve(MEMO, connected=False),
+     [Fire("deadline", {"deadlineS": 60.0, "waitingOn": WAITING_ON[S.ACCEPTED],
+                        "lastFact": "the connection to the thread's owner was lost and not back"})], None, 0.0, 0.0),
 ]
 
 

@@ -134,7 +134,11 @@ TRIGGERS: Mapping[str, TriggerSpec] = {
         TriggerSpec("cancel", "An explicit cancel marker, new user input, or a stopped user turn.", (
             Key("reason", "str", choices=CANCEL_REASONS), Key("delivery", "str", required=False, choices=DELIVERY),
         )),
-        TriggerSpec("deadline", "The worker's deadline passed.", (Key("deadlineS", "number"),)),
+        TriggerSpec("deadline", "The worker's deadline passed.", (
+            Key("deadlineS", "number"),
+            # What the job waited for and the last fact the thread showed (older workers did not say).
+            Key("waitingOn", "text", required=False), Key("lastFact", "text", required=False),
+        )),
         TriggerSpec("fail", "An error stopped the job; errorCode is stable, error is for people.", (
             Key("errorCode", "str"), Key("error", "text"),
             Key("delivery", "str", required=False, choices=DELIVERY),

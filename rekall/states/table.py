@@ -191,9 +191,11 @@ def _settled(job: JobView, ev: Evidence, now: Instant) -> dict[str, Any]:
 
 
 def _timed_out(job: JobView, ev: Evidence, now: Instant) -> dict[str, Any]:
+    waited = f", waiting for {ev['waitingOn']}" if ev.get("waitingOn") else ""
+    seen = f"; last seen: {ev['lastFact']}" if ev.get("lastFact") else ""
     return wire(JobStatus(
         timedOutAt=now.iso, errorCode="deadline_exceeded",
-        error=f"deadline of {ev['deadlineS']:g} s exceeded in {job.state.value}; no automatic retry",
+        error=f"deadline of {ev['deadlineS']:g} s exceeded in {job.state.value}{waited}{seen}; no automatic retry",
         outcomeMayBeUnknown=outcome_may_be_unknown(job.state, ev)))
 
 
