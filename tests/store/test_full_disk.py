@@ -23,7 +23,7 @@ from rekall.explain import build_explanation
 from rekall.history import collect_history
 from rekall.store import FileOps, JobStore, JournalUnusable
 from rekall.testing import FakeClock
-from tests.jobkit import job_with_dead_worker, new_thread, open_store
+from tests.jobkit import idle, job_with_dead_worker, new_thread, open_store
 
 PAGE = 4096
 
@@ -115,3 +115,26 @@ def test_when_the_journal_refuses_writes_readers_report_the_lost_worker(tmp_path
     _assert_reported_from_what_can_be_proven(status)
     assert store.lock_path(thread).exists()  # kept until the loss is journaled
     assert store.load(thread, job).state.value == "resuming"
+
+
+def test_a_worker_that_could_not_journal_its_end_keeps_the_precise_words_once_space_comes_back(tiny_tmpfs: Path):
+    clock = FakeClock()
+    jobs = tiny_tmpfs / "jobs"
+    store, thread = open_store(jobs, clock), new_thread()
+    job = job_with_dead_worker(store, clock, thread, "waiting_for_resume_idle")
+    _to_page_end(store, thread, job)
+    _fill(tiny_tmpfs)
+    with store.open_lifecycle(thread, job) as lifecycle, pytest.raises(JournalUnusable, match="No space left"):
+        lifecycle.fire("idle_stable", **idle(31_000, handoffVerified=True))  # what the worker met ...
+    store.release_lock(thread, job)  # ... before it released its lock and exited, as a worker does
+    env = {"REKALL_JOBS_DIR": str(jobs)}
+    during = service.status(thread, env=env)
+    assert "the journal could not be written after `waiting_for_resume_idle`" in during["error"]
+
+    (tiny_tmpfs / "filler").unlink()
+    after = service.status(thread, env=env)
+    assert (after["state"], after["errorCode"]) == ("failed", "worker_lost") and "journalUnwritable" not in after
+    assert after["error"].startswith("the worker process is gone and the journal could not be written after "
+                                     "`waiting_for_resume_idle` (its worker released the lock without journaling "
+                                     "how the job ended); nothing was sent after it"), after["error"]
+    assert store.load(thread, job).state.value == "failed"
