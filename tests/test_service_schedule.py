@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,6 +14,7 @@ from rekall.errors import RekallError
 from rekall.sim import start_sim_in_thread
 from rekall.store.paths import resolve_lock_dir
 from tests.mcpkit import HANDOFF, job_env
+from tests.support.mounts import remount_read_only, tmpfs
 
 
 def test_a_schedule_refused_for_a_mistyped_codex_home_creates_no_folder(tmp_path: Path):
@@ -28,20 +28,10 @@ def test_a_schedule_refused_for_a_mistyped_codex_home_creates_no_folder(tmp_path
 @pytest.fixture
 def read_only_jobs_dir(tmp_path: Path) -> Iterator[Path]:
     """A jobs directory on a filesystem mounted read-only (root writes through a mode of 0500)."""
-    mount = tmp_path / "ro"
-    mount.mkdir()
-    if os.geteuid() != 0:
-        pytest.skip("mounting needs root")
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,mode=0700", "tmpfs", str(mount)],
-                          capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
-    try:
+    with tmpfs(tmp_path / "ro", without_root="root is what writes through a read-only mode") as mount:
         (mount / "jobs").mkdir(mode=0o700)
-        subprocess.run(["mount", "-o", "remount,ro", str(mount)], check=True, capture_output=True)
+        remount_read_only(mount)
         yield mount / "jobs"
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
 def test_a_schedule_that_cannot_write_a_read_only_jobs_directory_leaves_no_lock(read_only_jobs_dir: Path):
