@@ -16,6 +16,8 @@ import attrs
 from rekall.errors import InvalidInput
 
 CANCEL_REASONS = ("explicit_cancellation", "new_user_input", "user_turn_stopped")
+#: The user's moves after which no continuation is started (a cancel reason too, before a compaction completed).
+USER_MOVED_ON = ("new_user_input", "user_turn_stopped")
 DELIVERY = ("not_delivered", "unknown")
 
 
@@ -120,7 +122,7 @@ TRIGGERS: Mapping[str, TriggerSpec] = {
             Key("compactionId", "str"), Key("tokens", "int|null"), Key("window", "int|null"),
             Key("revision", "int|null"),
             # The user's input came after it (no continuation then): why, as for a cancel.
-            Key("userMovedOn", "str", required=False, choices=CANCEL_REASONS[1:]),
+            Key("userMovedOn", "str", required=False, choices=USER_MOVED_ON),
         )),
         TriggerSpec("turn_started", "The owner returned the started continuation turn.", (
             Key("turnId", "str"), Key("turnStatus", "str|null", required=False),
