@@ -157,7 +157,7 @@ def run_jobs(count: int, debounce_ms: int) -> dict[str, Any]:
             connected.append((time.monotonic() - scheduled_at[-1]) * 1000)
             idle_at.append(owner.call("complete_turn")["idleAt"])
             owner.call("wait_start_turns", count=n)  # the bench does nothing while the requests are in flight
-            _wait_unlocked(resolve_lock_dir(env) / f"{thread}.lock")
+            _wait_unlocked(resolve_lock_dir() / f"{thread}.lock")
             final = service.status(thread, env=env)
             if final["state"] != "resumed":
                 raise RuntimeError(f"bench job ended {final['state']}: {final}")

@@ -50,7 +50,9 @@ from rekall.ids import is_uuid
 from rekall.store import JobStore, Liveness, LockBusy, resolve_jobs_dir
 from rekall.store.fsread import O_NOFOLLOW
 from rekall.store.owner import worker_processes
-from rekall.store.paths import inspect_jobs_dir, resolve_lock_dir
+from rekall.store.clock import Clock
+from rekall.store.overdue import overdue_worker
+from rekall.store.paths import inspect_jobs_dir, legacy_lock_dirs, resolve_lock_dir
 from rekall.platform import Level, Row
 
 _RANK: dict[str, int] = {"GREEN": 0, "AMBER": 1, "RED": 2}
@@ -186,7 +188,7 @@ def _entries(root: Path) -> Iterator[Path]:
         return
 
 
-def check_locks(root: Path | None, lock_root: Path) -> Row:
+def check_locks(root: Path | None, lock_root: Path, legacy: tuple[Path, ...] = ()) -> Row:
     if not os.path.lexists(lock_root) and root is None:
         return Row.green("locks", "no lock directory and no jobs directory yet, so no locks")
     if os.path.lexists(lock_root):
@@ -195,8 +197,9 @@ def check_locks(root: Path | None, lock_root: Path) -> Row:
         except RekallError as exc:
             return Row.failed("locks", exc)
     # not JobStore.open: that would create or tighten the directories
-    store = JobStore(root or lock_root, lock_root=lock_root)
-    places = [lock_root, *([root] if root is not None else [])]  # the jobs directory: locks of an earlier rekall
+    store = JobStore(root or lock_root, lock_root=lock_root, legacy_lock_roots=legacy)
+    # Locks of an earlier rekall: under HOME, and in the jobs directory.
+    places = [lock_root, *legacy, *([root] if root is not None else [])]
     threads = sorted({p.name[: -len(".lock")] for place in places for p in _entries(place)
                       if p.name.endswith(".lock") and is_uuid(p.name[: -len(".lock")])})
     live, stale, unknown, unreadable = [], [], [], []
@@ -226,30 +229,35 @@ def check_locks(root: Path | None, lock_root: Path) -> Row:
     return Row("locks", "AMBER", f"{len(threads)} lock(s): " + "; ".join(problems), hint)
 
 
-def check_workers(root: Path | None, lock_root: Path) -> Row:
+def check_workers(root: Path | None, lock_root: Path, legacy: tuple[Path, ...] = (), clock: Clock | None = None) -> Row:
     if not sys.platform.startswith("linux"):  # the scan runs elsewhere too, but is only tested on Linux
         return Row("workers", "AMBER", f"not checked on {sys.platform}",
                    "look for `rekall worker` processes with ps; each should hold its thread's lock")
     if root is None:
         return Row.green("workers", "no jobs directory yet, so no workers")
-    store = JobStore(root, lock_root=lock_root)
+    store = JobStore(root, lock_root=lock_root, legacy_lock_roots=legacy, clock=clock)
     ours = [w for w in worker_processes() if w.jobs_dir == root]
-    orphans = []
+    orphans, late = [], []
     for worker in ours:
+        try:
+            job = store.latest(worker.thread_id)
+        except RekallError:
+            job = None  # an unreadable journal proves nothing either way
+        if job is not None and job.job_id == worker.job_id and (problem := overdue_worker(store, job)):
+            late.append(f"thread {worker.thread_id}, job {worker.job_id}: {problem['workerProblem']}")
         try:
             owner = store.lock_owner(worker.thread_id)
         except LockBusy:
             owner = None
         if owner is not None and owner.job_id == worker.job_id:
             continue
-        try:
-            job = store.latest(worker.thread_id)
-        except RekallError:
-            job = None  # an unreadable journal proves nothing either way
         if job is not None and job.job_id == worker.job_id and job.state.terminal:
             continue  # it released the lock after its terminal state and is exiting
         holder = f"the lock names job {owner.job_id}" if owner else "the thread has no lock"
         orphans.append((worker, holder))
+    if late:
+        return Row("workers", "AMBER", f"{len(late)} worker(s) past their deadline: " + "; ".join(late),
+                   "a stopped worker resumes with `kill -CONT PID` and records timed_out itself; `kill PID` ends one")
     if not orphans:
         return Row.green("workers", f"{len(ours)} worker(s) running, each holding its thread's lock" if ours
                          else "no rekall workers running")
@@ -276,8 +284,9 @@ async def diagnose(env: Mapping[str, str] | None = None) -> Report:
         rows += [jobs_row, *(Row.not_checked(name, "the jobs directory is unusable", "fix the jobs_dir row first")
                              for name in ("locks", "workers"))]
     else:
-        lock_root = resolve_lock_dir(env)
-        rows += [jobs_row, check_locks(root, lock_root), check_workers(root, lock_root)]
+        lock_root = resolve_lock_dir()
+        legacy = legacy_lock_dirs(env, lock_root)
+        rows += [jobs_row, check_locks(root, lock_root, legacy), check_workers(root, lock_root, legacy)]
     return Report(tuple(rows))
 
 

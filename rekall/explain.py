@@ -89,6 +89,8 @@ def describe_outcome(state: str, fields: Mapping[str, Any]) -> str:
     """One or two plain sentences saying how the job ended (or where it is)."""
     f = read(fields)
     if state == JobState.COMPLETED:
+        if (reason := known(f.resumeSkipReason)) is not None:
+            return f"Completed: {_compaction_words(f)}. No continuation: {reason}."
         return f"Completed: {_compaction_words(f)}; no continuation was asked for."
     if state == JobState.RESUMED:
         return (f"Resumed: {_compaction_words(f)}; continuation turn {known(f.resumeTurnId)} started "

@@ -28,6 +28,20 @@ def user_home(env: Mapping[str, str]) -> Path:
     return Path(env_value(env, "HOME") or Path.home())
 
 
+def account_home() -> Path:
+    """This account's home as the password database records it: no environment variable moves it
+    (``HOME`` is whatever the process that started us chose). Where there is no password
+    database (Windows), the profile directory."""
+    try:
+        import pwd
+    except ImportError:  # Windows
+        return Path.home()
+    try:
+        return Path(pwd.getpwuid(os.geteuid()).pw_dir)
+    except KeyError:  # a uid without an entry (a container started with --user N): HOME is all there is
+        return Path.home()
+
+
 def expand_home(value: str, env: Mapping[str, str]) -> Path:
     """``value`` with a leading ``~`` replaced by :func:`user_home`: one rule for every path rekall reads."""
     if value == "~" or value.startswith(("~/", "~" + os.sep)):

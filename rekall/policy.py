@@ -29,6 +29,15 @@ Timer = Literal["idle", "system_error", "telemetry"]
 Then = Literal["send_compact", "send_start_turn", "completion", "consider"]
 
 _WAITING = (JobState.WAITING_FOR_IDLE, JobState.WAITING_FOR_RESUME_IDLE)
+#: What a job in each state waits for (a deadline that passes names it).
+WAITING_ON = {
+    JobState.SCHEDULED: "its worker to claim it",
+    JobState.WAITING_FOR_IDLE: "the thread to stay idle for the stable interval before the compaction",
+    JobState.REQUESTING: "the owner's answer to the compact request",
+    JobState.ACCEPTED: "the compaction to complete (a new completed compaction item)",
+    JobState.WAITING_FOR_RESUME_IDLE: "the thread to stay idle for the stable interval before the continuation",
+    JobState.RESUMING: "the owner's answer to the continuation request",
+}
 _REQUESTED = (JobState.REQUESTING, JobState.ACCEPTED)
 
 
@@ -66,10 +75,8 @@ class Running:
 @attrs.frozen
 class Memo:
     connected: bool = False
-    #: Completed compactions that are not this job's (taken at connect, retaken at the request).
+    #: Compactions that are not this job's (taken at connect, retaken at the request).
     baseline: frozenset[str] = frozenset()
-    #: Completed compactions in the order their events arrived.
-    completion_order: tuple[str, ...] = ()
     #: A request's answer or its connection was lost: once the owner is reachable again,
     #: the settle rule may end the job (see ``outcome_settled`` in the table).
     outcome_unknown: bool = False
@@ -255,7 +262,8 @@ class _Rules:
                     self.emit(Fire("cancel", {"reason": "explicit_cancellation"}))
                 return
             case DeadlinePassed():
-                self.emit(Fire("deadline", {"deadlineS": self.settings.deadline_s}))
+                self.emit(Fire("deadline", {"deadlineS": self.settings.deadline_s, "waitingOn": WAITING_ON[self.state],
+                                            "lastFact": self.last_fact()}))
                 return
             case RequestDone():
                 self.on_request_done(event)
@@ -298,8 +306,6 @@ class _Rules:
                 return
             case Observed(event=ev.Resynced(reason=reason, count=count, revision=revision)):
                 self.emit(Note("resynced", {"reason": reason, "count": count, "revision": revision}))
-            case Observed(event=ev.CompactionCompleted(compaction_id=compaction_id)):
-                self.remember(completion_order=(*self.memo.completion_order, compaction_id))
         if not self.fired:
             self.consider()
 
@@ -357,28 +363,47 @@ class _Rules:
         if facts.layout_problem:
             self.fail("layout_incompatible", f"unsupported thread state layout: {facts.layout_problem}")
             return
-        if self.state is not JobState.RESUMING and self.user_moved_on():
+        if self.state in _REQUESTED:
+            self.consider_requested()
+            return
+        if self.state is not JobState.RESUMING and (moved := self.user_moved_on()) is not None:
+            self.emit(Fire("cancel", {"reason": moved}))
             return
         if self.state is JobState.WAITING_FOR_IDLE and facts.running_compaction_ids:
             self.refuse_second_compaction()
         elif self.state in _WAITING:
             self.track_idle(facts.idle)
             self.track_system_error(stuck_in_system_error(self.seen))
-        elif self.state in _REQUESTED:
-            self.look_for_completion()
-            if not self.fired and self.memo.outcome_unknown:  # quiet: idle, nothing compacting or compacted
-                new = facts.completed_compaction_ids - self.memo.baseline
-                self.track_idle(facts.idle and not facts.running_compaction_ids and not new)
 
-    def user_moved_on(self) -> bool:
-        """New input, steering or a stopped turn cancels the job (before the resume is sent)."""
+    def consider_requested(self) -> None:
+        """Requested: the owner's record decides. A compaction of this job's that completed is
+        recorded as completed even when the user's input came after it (no continuation then);
+        otherwise new input cancels the job (a compaction still running may yet complete: the
+        outcome rule says so)."""
+        facts = self.seen.facts
+        new = self.new_compactions()
+        moved = self.user_moved_on()
+        if moved is not None and not new & facts.completed_compaction_ids:
+            self.emit(Fire("cancel", {"reason": moved}))
+            return
+        self.look_for_completion()
+        if not self.fired and moved is None and self.memo.outcome_unknown:
+            # Quiet: idle, nothing compacting or compacted since the request.
+            self.track_idle(facts.idle and not facts.running_compaction_ids and not new)
+
+    def user_moved_on(self) -> str | None:
+        """New input, steering or a stopped turn: why the job must not go on as planned."""
         if self.seen.facts.interrupted:
-            self.emit(Fire("cancel", {"reason": "user_turn_stopped"}))
-            return True
+            return "user_turn_stopped"
         if self.seen.facts.boundary_fingerprint != self.job.user_fingerprint:
-            self.emit(Fire("cancel", {"reason": "new_user_input"}))
-            return True
-        return False
+            return "new_user_input"
+        return None
+
+    def new_compactions(self) -> frozenset[str]:
+        """Compactions, running or completed, that the owner shows since the request (the
+        baseline is retaken at the moment of the request, in progress ones refused then)."""
+        facts = self.seen.facts
+        return (facts.completed_compaction_ids | facts.running_compaction_ids) - self.memo.baseline
 
     def refuse_second_compaction(self) -> None:
         """A compaction this job did not ask for is running (say, a lost worker's): asking for
@@ -386,6 +411,21 @@ class _Rules:
         running = ", ".join(sorted(self.seen.facts.running_compaction_ids))
         self.fail("compaction_in_progress", f"the thread shows a compaction in progress ({running}) that this "
                                             "job did not request; no second compaction was requested")
+
+    def last_fact(self) -> str:
+        """What the thread showed last, in words (for a deadline that passed)."""
+        if not self.memo.connected:
+            return "the connection to the thread's owner was lost and not back"
+        facts, revision = self.seen.facts, self.seen.revision
+        at = "" if revision is None else f" (revision {revision})"
+        if stuck_in_system_error(self.seen):
+            since = self.memo.system_error.since if self.memo.system_error is not None else self.at
+            return f"the thread's runtime stayed systemError for {self.now - since:.0f} s after the user's turn{at}"
+        if facts.running_compaction_ids:
+            return f"a compaction was in progress ({', '.join(sorted(facts.running_compaction_ids))}){at}"
+        if not facts.idle:
+            return f"the thread was busy ({facts.busy_reason}){at}"
+        return f"the thread was idle{at}"
 
     def settling(self) -> bool:
         return self.memo.outcome_unknown and self.state in _REQUESTED
@@ -459,26 +499,42 @@ class _Rules:
     # --- completion ----------------------------------------------------------------------
 
     def look_for_completion(self) -> None:
+        """Claim the compaction this job's request led to, and only that one: the one compaction
+        the owner shows since the request was sent. ``thread/compact/start`` and the extension's
+        compact answer name none, so with two or more since the request (another client's, or a
+        job of an earlier rekall that the lock could not see) none can be told to be this job's:
+        the job claims none and starts no continuation."""
         facts = self.seen.facts
-        new = facts.completed_compaction_ids - self.memo.baseline
-        if not new:
+        new = self.new_compactions()
+        if len(new) > 1:
+            listed = ", ".join(sorted(new))
+            self.fail("compaction_not_attributable",
+                      f"{len(new)} compactions appeared on the thread after this job's compact request ({listed}); "
+                      "the owner's answer names none, so which one is this job's cannot be told. None was claimed "
+                      "and no continuation was started; nothing was retried", "unknown")
             return
-        ordered = [cid for cid in self.memo.completion_order if cid in new] or sorted(new)
+        done = new & facts.completed_compaction_ids
+        if not done:
+            return
+        (compaction_id,) = done
         if self.state is JobState.REQUESTING:
             # The acknowledgement is late or was lost with the connection, but the owner
             # compacted: the completion proves acceptance, and the answer can change nothing.
             self.emit(Fire("compaction_accepted", {"ownerId": self.seen.owner_id, "inferredFrom": "completion_observed"},
                            then="completion"))
             return
-        if self.job.resume and not self.telemetry_reflects_compaction():
+        moved = self.user_moved_on()
+        evidence: dict[str, Any] = {"compactionId": compaction_id, "tokens": facts.tokens, "window": facts.window,
+                                    "revision": self.seen.revision}
+        if moved is not None:  # the user's input came after ours completed: no continuation, no headroom to wait for
+            evidence["userMovedOn"] = moved
+        elif self.job.resume and not self.telemetry_reflects_compaction():
             if not self.memo.telemetry_wait_armed:
                 self.remember(telemetry_wait_armed=True)
                 self.emit(Arm("telemetry", self.settings.idle_stable_s, 0))
             if not self.memo.telemetry_wait_over:
                 return
-        self.emit(Fire("compaction_completed", {"compactionId": ordered[-1], "tokens": facts.tokens,
-                                                "window": facts.window, "revision": self.seen.revision},
-                       then="consider"))
+        self.emit(Fire("compaction_completed", evidence, then="consider"))
 
     def telemetry_reflects_compaction(self) -> bool:
         """Token telemetry may trail the completed item by a frame; wait briefly for it."""

@@ -164,7 +164,9 @@ async def schedule(
     thread_id = valid_thread_id(thread_id)
     if handoff is not None:
         handoff = validate_handoff(handoff)
-    store = await asyncio.to_thread(JobStore.open, env)
+    # The folders are checked now but created only for a job: a schedule refused below (a
+    # mistyped CODEX_HOME finds no owner) leaves no jobs directory behind for doctor to praise.
+    await asyncio.to_thread(JobStore.open_reader, env)
 
     platform, seen = await find_owner(thread_id, env, request_timeout_s=REQUEST_TIMEOUT_S.read(env))
     mirror = seen.facts
@@ -189,6 +191,7 @@ async def schedule(
         raise Refused("the installed Codex app-server schema is not compatible with rekall",
                       hint="run `rekall doctor` for the failing checks")
 
+    store = await asyncio.to_thread(JobStore.open, env)
     created = await asyncio.to_thread(store.create_job, thread_id, handoff=handoff, user_fingerprint=fingerprint,
                                       extra=anchor)
     result = dict(created.status)

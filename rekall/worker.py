@@ -227,7 +227,7 @@ class Worker:
                 self._fire("cancel", reason="explicit_cancellation")  # cancelled before we started
                 return
             self._fire("worker_started", jobId=self.job_id, pid=me, host=socket.gethostname(),
-                       processStartTime=started, platform=self.platform.name)
+                       processStartTime=started, platform=self.platform.name, deadlineS=self.settings.deadline_s)
 
     async def run(self) -> JobState:
         me = os.getpid()

@@ -9,6 +9,7 @@ import pytest
 
 from rekall.store import JobStore
 from rekall.testing import FakeClock
+from tests.support.account_home import account_seam
 from tests.support.pinned import cached_codex_launcher
 
 # Variables that would point rekall at a real installation; tests never inherit them.
@@ -59,13 +60,18 @@ def private_dir(tmp_path: Path) -> Path:
 
 @pytest.fixture(autouse=True)
 def user_home(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
-    """Point HOME at a private folder: the lock directory (``~/.rekall/locks``) is derived from
-    the user alone, so tests running at the same time would otherwise share one."""
+    """Point HOME at a private folder, and the account's home with it, here and in the processes
+    the test starts (tests/support/account_home): the lock directory (``.rekall/locks`` in the
+    account's home) is derived from the account alone, so tests running at the same time, and the
+    developer's own jobs, would otherwise share one."""
     if not os.environ.get("REKALL_CACHE_DIR"):  # the pinned Codex stays where scripts/install-codex put it
         monkeypatch.setenv("REKALL_CACHE_DIR", str(cached_codex_launcher().parents[3]))
     home = tmp_path / "user-home"
     home.mkdir(mode=0o700)
     monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setattr("rekall.store.paths.account_home", lambda: home)
+    for name, value in account_seam(home).items():  # and in the processes the test starts
+        monkeypatch.setenv(name, value)
     return home
 
 

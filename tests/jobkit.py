@@ -49,8 +49,8 @@ def idle(tokens: int | None, window: int | None = 100_000, **more: Any) -> dict[
             **more}
 
 
-def completed(tokens: int | None, window: int | None = 100_000) -> dict[str, Any]:
-    return {"compactionId": "cmp-2", "tokens": tokens, "window": window, "revision": 9}
+def completed(tokens: int | None, window: int | None = 100_000, **more: Any) -> dict[str, Any]:
+    return {"compactionId": "cmp-2", "tokens": tokens, "window": window, "revision": 9, **more}
 
 
 def script(job_id: str, outcome: str) -> list[tuple[str, dict[str, Any]]]:
@@ -60,6 +60,8 @@ def script(job_id: str, outcome: str) -> list[tuple[str, dict[str, Any]]]:
     scripts = {
         "completed": start + [("compaction_completed", completed(30_000))],
         "skipped": start + [("compaction_completed", completed(61_000))],
+        "completed_user_moved_on": start + [("compaction_completed",
+                                             completed(30_000, userMovedOn="new_user_input"))],
         "skipped_at_resume": start + [("compaction_completed", completed(30_000)),
                                       ("idle_stable", idle(70_000, handoffVerified=True))],
         "resumed": start + [("compaction_completed", completed(30_000)),

@@ -25,6 +25,7 @@ from rekall.sim import SimulatedOwner, start_sim_in_thread
 from rekall.sim import protocol as p
 from rekall.store import JobStore, process_start_time
 from tests.codexkit import real_codex
+from tests.support.account_home import account_env
 from tests.mcpkit import wait_for_worker_exit
 from tests.support.bundles import build_table, install_extension, minified
 
@@ -74,7 +75,7 @@ def base_env(tmp_path: Path, **extra: str) -> dict[str, str]:
     tmp = tmp_path / "tmpdir"
     tmp.mkdir(exist_ok=True)
     env = {"PATH": "/usr/bin:/bin", "HOME": os.environ.get("HOME", str(tmp_path)), "TMPDIR": str(tmp),
-           "REKALL_JOBS_DIR": str(tmp_path / "jobs")}
+           "REKALL_JOBS_DIR": str(tmp_path / "jobs"), **account_env()}
     env.update(extra)
     return env
 

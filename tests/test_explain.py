@@ -23,6 +23,22 @@ def test_a_skipped_resume_is_explained_in_plain_words(store: JobStore, clock: Fa
     assert explanation["path"] == ["scheduled", "waiting_for_idle", "requesting", "accepted", "skipped"]
 
 
+def test_a_compaction_the_user_moved_on_after_is_explained_as_completed_with_no_continuation(store: JobStore,
+                                                                                            clock: FakeClock):
+    thread = new_thread()
+    job = scheduled_run(store, clock, thread, "completed_user_moved_on")
+    explanation = build_explanation(store, job)
+    assert explanation["state"] == "completed" and explanation["path"][-2:] == ["accepted", "completed"]
+    assert explanation["outcome"] == (
+        "Completed: compacted 90,000 → 30,000 tokens (67% reclaimed) in 1.0 s. No continuation: the compaction "
+        "completed, then the user sent new input: a continuation would talk over them, so none was started.")
+    status = store.read_status(thread)
+    assert (status["resumeSkipped"], status["outcomeMayBeUnknown"]) == ("new_user_input", False)
+    last = explanation["timeline"][-1]
+    assert [(g["guard"], g["passed"]) for g in last["guards"]][:2] == [
+        ("resume_not_requested", False), ("resume_overtaken_by_user", True)]
+
+
 def test_the_timeline_shows_times_evidence_and_every_guard_verdict(store: JobStore, clock: FakeClock):
     thread = new_thread()
     job = scheduled_run(store, clock, thread, "skipped")
@@ -33,7 +49,8 @@ def test_the_timeline_shows_times_evidence_and_every_guard_verdict(store: JobSto
     assert (last["from"], last["to"], last["trigger"]) == ("accepted", "skipped", "compaction_completed")
     assert last["evidence"]["tokens"] == 61_000
     assert [(g["guard"], g["passed"]) for g in last["guards"]] == [
-        ("resume_not_requested", False), ("resume_with_headroom", False), ("resume_without_headroom", True)]
+        ("resume_not_requested", False), ("resume_overtaken_by_user", False), ("resume_with_headroom", False),
+        ("resume_without_headroom", True)]
 
 
 def test_the_diagram_numbers_the_steps_taken_and_marks_the_states_visited(store: JobStore, clock: FakeClock):

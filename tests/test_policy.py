@@ -16,6 +16,7 @@ from rekall.config import WorkerSettings
 from rekall.platform import ThreadSnapshot
 from rekall.records import Acted, Failure, ThreadFacts
 from rekall.policy import (
+    WAITING_ON,
     Arm,
     Began,
     CancelSignalled,
@@ -70,6 +71,9 @@ TIMED_OUT = Failure("request_timeout", "compact: no response within 12 s; outcom
 IN_PROGRESS = attrs.evolve(IDLE, running_compaction_ids=frozenset({"theirs"}))
 REFUSE_SECOND = fail("compaction_in_progress", "the thread shows a compaction in progress (theirs) that this job "
                      "did not request; no second compaction was requested")
+UNATTRIBUTABLE = fail("compaction_not_attributable", "2 compactions appeared on the thread after this job's compact "
+                      "request (c1, c2); the owner's answer names none, so which one is this job's cannot be told. "
+                      "None was claimed and no continuation was started; nothing was retried", "unknown")
 STUCK = attrs.evolve(IDLE, runtime_status="systemError", busy_reason="runtime_systemError")
 
 # (behaviour, job, facts, event, memo, steps, memo after (None: unchanged), at, now)
@@ -154,14 +158,14 @@ ROWS: list[tuple[Any, ...]] = [
     ("a completion seen while requesting proves acceptance", job(S.REQUESTING), COMPACTED,
      Observed(ev.CompactionCompleted("c1")), MEMO,
      [Fire("compaction_accepted", {"ownerId": "owner-1", "inferredFrom": "completion_observed"}, then="completion")],
-     attrs.evolve(MEMO, completion_order=("c1",)), 0.0, 0.0),
+     None, 0.0, 0.0),
     ("after the inferred acceptance the completion is recorded", job(S.ACCEPTED), COMPACTED,
      Fired("completion", S.ACCEPTED), MEMO,
      [Fire("compaction_completed", {"compactionId": "c1", "tokens": 30_000, "window": 200_000, "revision": 7},
            then="consider")], None, 0.0, 0.0),
     ("telemetry that has not caught up is awaited briefly", job(S.ACCEPTED),
      attrs.evolve(COMPACTED, tokens=90_000), Observed(ev.CompactionCompleted("c1")), MEMO, [Arm("telemetry", 1.0, 0)],
-     attrs.evolve(MEMO, completion_order=("c1",), telemetry_wait_armed=True), 0.0, 0.0),
+     attrs.evolve(MEMO, telemetry_wait_armed=True), 0.0, 0.0),
     ("after the brief wait the completion is recorded with the telemetry there is", job(S.ACCEPTED),
      attrs.evolve(COMPACTED, tokens=90_000), TimerFired("telemetry", 0), attrs.evolve(MEMO, telemetry_wait_armed=True),
      [Fire("compaction_completed", {"compactionId": "c1", "tokens": 90_000, "window": 200_000, "revision": 7},
@@ -169,12 +173,26 @@ ROWS: list[tuple[Any, ...]] = [
     ("without a resume nothing waits for telemetry", job(S.ACCEPTED, resume=False),
      attrs.evolve(COMPACTED, tokens=90_000), Observed(ev.CompactionCompleted("c1")), MEMO,
      [Fire("compaction_completed", {"compactionId": "c1", "tokens": 90_000, "window": 200_000, "revision": 7},
-           then="consider")], attrs.evolve(MEMO, completion_order=("c1",)), 0.0, 0.0),
-    ("of two new compactions the last one to complete is this job's", job(S.ACCEPTED),
-     attrs.evolve(COMPACTED, completed_compaction_ids=frozenset({"old", "c1", "c2"})),
-     Observed(ev.CompactionCompleted("c1")), attrs.evolve(MEMO, completion_order=("c2",)),
-     [Fire("compaction_completed", {"compactionId": "c1", "tokens": 30_000, "window": 200_000, "revision": 7},
-           then="consider")], attrs.evolve(MEMO, completion_order=("c2", "c1")), 0.0, 0.0),
+           then="consider")], None, 0.0, 0.0),
+    ("of two compactions since the request none can be told to be this job's: none is claimed, nothing resumes",
+     job(S.ACCEPTED), attrs.evolve(COMPACTED, completed_compaction_ids=frozenset({"old", "c1", "c2"})),
+     Observed(ev.CompactionCompleted("c1")), MEMO, [UNATTRIBUTABLE], None, 0.0, 0.0),
+    ("a second compaction running beside a completed one makes it unattributable too", job(S.ACCEPTED),
+     attrs.evolve(COMPACTED, running_compaction_ids=frozenset({"c2"})), Observed(ev.CompactionCompleted("c1")), MEMO,
+     [UNATTRIBUTABLE], None, 0.0, 0.0),
+    # --- the owner's record decides: the user's input after this job's compaction
+    ("new user input after this job's compaction completed records it completed, with no continuation",
+     job(S.ACCEPTED), attrs.evolve(COMPACTED, boundary_fingerprint="x", tokens=90_000),
+     Observed(ev.UserBoundaryChanged("x", False)), MEMO,
+     [Fire("compaction_completed", {"compactionId": "c1", "tokens": 90_000, "window": 200_000, "revision": 7,
+                                    "userMovedOn": "new_user_input"}, then="consider")], None, 0.0, 0.0),
+    ("a stopped user turn after this job's compaction completed records it completed too", job(S.ACCEPTED),
+     attrs.evolve(COMPACTED, interrupted=True), Observed(ev.UserBoundaryChanged(FP, True)), MEMO,
+     [Fire("compaction_completed", {"compactionId": "c1", "tokens": 30_000, "window": 200_000, "revision": 7,
+                                    "userMovedOn": "user_turn_stopped"}, then="consider")], None, 0.0, 0.0),
+    ("new user input while this job's compaction still runs cancels (its outcome is unknown)", job(S.ACCEPTED),
+     attrs.evolve(BUSY, boundary_fingerprint="x", running_compaction_ids=frozenset({"c1"})),
+     Observed(ev.UserBoundaryChanged("x", False)), MEMO, [Fire("cancel", {"reason": "new_user_input"})], None, 0, 0),
     ("a completed compaction from before the job is not this job's", job(S.ACCEPTED), IDLE,
      Observed(ev.Telemetry(90_000, 200_000)), MEMO, [], None, 0.0, 0.0),
     # --- the resume
@@ -237,8 +255,20 @@ ROWS: list[tuple[Any, ...]] = [
      [Fire("cancel", {"reason": "explicit_cancellation"})], None, 0.0, 0.0),
     ("a cancel signal without a marker does nothing", job(S.ACCEPTED), BUSY, CancelSignalled(False), MEMO,
      [], None, 0.0, 0.0),
-    ("the deadline fires with its length", job(S.WAITING_FOR_IDLE), BUSY, DeadlinePassed(), MEMO,
-     [Fire("deadline", {"deadlineS": 60.0})], None, 0.0, 0.0),
+    ("the deadline fires with its length, what the job waited for and the last fact seen", job(S.WAITING_FOR_IDLE),
+     BUSY, DeadlinePassed(), MEMO,
+     [Fire("deadline", {"deadlineS": 60.0, "waitingOn": WAITING_ON[S.WAITING_FOR_IDLE],
+                        "lastFact": "the thread was busy (turn_running) (revision 7)"})], None, 0.0, 0.0),
+    ("a deadline in a thread whose runtime stays systemError says so", job(S.WAITING_FOR_IDLE), STUCK,
+     DeadlinePassed(), attrs.evolve(MEMO, generation=1, system_error=Running(1, 0.0)),
+     [Fire("deadline", {"deadlineS": 60.0, "waitingOn": "the thread to stay idle for the stable interval before the "
+                                                       "compaction",
+                        "lastFact": "the thread's runtime stayed systemError for 60 s after the user's turn "
+                                    "(revision 7)"})], None, 60.0, 60.0),
+    ("a deadline while disconnected says the connection was lost", job(S.ACCEPTED), BUSY, DeadlinePassed(),
+     attrs.evolve(MEMO, connected=False),
+     [Fire("deadline", {"deadlineS": 60.0, "waitingOn": WAITING_ON[S.ACCEPTED],
+                        "lastFact": "the connection to the thread's owner was lost and not back"})], None, 0.0, 0.0),
 ]
 
 

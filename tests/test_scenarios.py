@@ -48,7 +48,7 @@ async def test_compact_only_completes_then_a_second_job_keeps_history_and_can_be
         assert done["tokensReclaimed"] == 80000
         assert done["outcomeMayBeUnknown"] is False
         await finish(rekall, done)
-        assert not (resolve_lock_dir(os.environ) / f"{sim.thread_id}.lock").exists()
+        assert not (resolve_lock_dir() / f"{sim.thread_id}.lock").exists()
 
         sim.backend.set_runtime("active")  # the agent is mid-turn: the second job must wait
         second = await rekall.schedule()
@@ -140,7 +140,7 @@ async def test_cancel_before_idle_cancels_cleanly_and_removes_the_lock(jobs_dir)
         done = await rekall.wait_terminal()
         assert done["state"] == "cancelled" and done["outcomeMayBeUnknown"] is False
         await finish(rekall, done)
-        assert not (resolve_lock_dir(os.environ) / f"{sim.thread_id}.lock").exists()
+        assert not (resolve_lock_dir() / f"{sim.thread_id}.lock").exists()
         assert counts(sim) == (0, 0)
 
 

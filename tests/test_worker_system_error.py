@@ -22,6 +22,18 @@ pytestmark = pytest.mark.anyio
 WINDOW = WorkerSettings(idle_stable_s=0.05, deadline_s=20, system_error_window_s=0.3)
 
 
+async def run_while_the_turn_ends_in_system_error(sim, store, job, settings: WorkerSettings) -> JobState:
+    """Run the job's worker while the user's turn ends, leaving systemError behind."""
+
+    async def the_turn_ends_in_system_error() -> None:
+        await sim.wait_until(lambda s: s.followers >= 1, timeout=10)
+        sim.backend.complete_turn("completed")
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(the_turn_ends_in_system_error)
+        return await run(store, sim, job, settings)
+
+
 def _held(store, job) -> dict:
     return next(r for r in build_explanation(store, job)["timeline"] if r["trigger"] == "system_error_held")
 
@@ -30,14 +42,7 @@ async def test_system_error_after_the_user_turn_ends_the_job_after_the_window_wi
     async with SimulatedOwner(runtime="active", system_error_after_turn=True) as sim:
         sim.backend.user_turn("compact and carry on")
         store, job = await schedule(sim, tmp_path / "jobs")
-
-        async def the_turn_ends_in_system_error() -> None:
-            await sim.wait_until(lambda s: s.followers >= 1, timeout=10)
-            sim.backend.complete_turn("completed")
-
-        async with anyio.create_task_group() as group:
-            group.start_soon(the_turn_ends_in_system_error)
-            assert await run(store, sim, job, WINDOW) is JobState.FAILED
+        assert await run_while_the_turn_ends_in_system_error(sim, store, job, WINDOW) is JobState.FAILED
         status = store.read_status(sim.thread_id)
         assert status["errorCode"] == "thread_system_error" and status["outcomeMayBeUnknown"] is False
         assert "systemError" in status["error"] and "nothing was compacted" in status["error"]
@@ -91,3 +96,17 @@ async def test_system_error_after_the_compaction_ends_the_job_before_any_continu
         assert status["errorCode"] == "thread_system_error" and status["compactionId"] == "compaction-1"
         assert "no continuation turn was started" in status["error"]
         assert len(sim.compact_requests) == 1 and not sim.start_turn_requests
+
+
+async def test_a_deadline_that_passes_first_names_what_the_job_waited_for_and_the_runtime_that_stayed_system_error(
+        tmp_path):
+    async with SimulatedOwner(runtime="active", system_error_after_turn=True) as sim:
+        sim.backend.user_turn("compact and carry on")
+        store, job = await schedule(sim, tmp_path / "jobs")
+        short = WINDOW._replace(deadline_s=0.5, system_error_window_s=30)  # the deadline comes first
+        assert await run_while_the_turn_ends_in_system_error(sim, store, job, short) is JobState.TIMED_OUT
+        error = store.read_status(sim.thread_id)["error"]
+        assert error.startswith("deadline of 0.5 s exceeded in waiting_for_idle, waiting for the thread to stay idle "
+                                "for the stable interval before the compaction; last seen: the thread's runtime "
+                                "stayed systemError for "), error
+        assert not sim.compact_requests and not sim.start_turn_requests

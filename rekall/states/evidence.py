@@ -16,6 +16,8 @@ import attrs
 from rekall.errors import InvalidInput
 
 CANCEL_REASONS = ("explicit_cancellation", "new_user_input", "user_turn_stopped")
+#: The user's moves after which no continuation is started (a cancel reason too, before a compaction completed).
+USER_MOVED_ON = ("new_user_input", "user_turn_stopped")
 DELIVERY = ("not_delivered", "unknown")
 
 
@@ -106,6 +108,8 @@ TRIGGERS: Mapping[str, TriggerSpec] = {
             Key("processStartTime", "str|null"),
             # Since journal record version 2: which platform the worker follows the thread on.
             Key("platform", "str", required=False),
+            # The worker's deadline, counted from here (older workers did not say).
+            Key("deadlineS", "number", required=False),
         )),
         TriggerSpec("idle_stable", "The thread stayed idle for the stable interval.", (
             *_IDLE, Key("handoffVerified", "bool", required=False),
@@ -117,6 +121,8 @@ TRIGGERS: Mapping[str, TriggerSpec] = {
         TriggerSpec("compaction_completed", "A new completed contextCompaction item appeared.", (
             Key("compactionId", "str"), Key("tokens", "int|null"), Key("window", "int|null"),
             Key("revision", "int|null"),
+            # The user's input came after it (no continuation then): why, as for a cancel.
+            Key("userMovedOn", "str", required=False, choices=USER_MOVED_ON),
         )),
         TriggerSpec("turn_started", "The owner returned the started continuation turn.", (
             Key("turnId", "str"), Key("turnStatus", "str|null", required=False),
@@ -130,7 +136,11 @@ TRIGGERS: Mapping[str, TriggerSpec] = {
         TriggerSpec("cancel", "An explicit cancel marker, new user input, or a stopped user turn.", (
             Key("reason", "str", choices=CANCEL_REASONS), Key("delivery", "str", required=False, choices=DELIVERY),
         )),
-        TriggerSpec("deadline", "The worker's deadline passed.", (Key("deadlineS", "number"),)),
+        TriggerSpec("deadline", "The worker's deadline passed.", (
+            Key("deadlineS", "number"),
+            # What the job waited for and the last fact the thread showed (older workers did not say).
+            Key("waitingOn", "text", required=False), Key("lastFact", "text", required=False),
+        )),
         TriggerSpec("fail", "An error stopped the job; errorCode is stable, error is for people.", (
             Key("errorCode", "str"), Key("error", "text"),
             Key("delivery", "str", required=False, choices=DELIVERY),

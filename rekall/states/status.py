@@ -86,7 +86,8 @@ class HistoryEntry(_Record):
     resumeDelayMs: Maybe[int | float | None] = _field("From the compaction to the continuation turn.", by=STORE)
     errorCode: Maybe[str | None] = _field("Its stable error code, if it failed.", by=STORE)
     outcomeMayBeUnknown: Maybe[bool | None] = _field("A request may have had an unobserved effect.", by=STORE)
-    resumeSkipped: Maybe[str] = _field("insufficient_headroom when its continuation was skipped.", by=STORE)
+    resumeSkipped: Maybe[str] = _field("insufficient_headroom, new_user_input or user_turn_stopped when its "
+                                       "continuation was skipped.", by=STORE)
 
 
 @attrs.frozen(kw_only=True, eq=False, repr=False)
@@ -125,6 +126,8 @@ class JobStatus(_Record):
     # --- set by the lifecycle's transitions ---
     pid: Maybe[int] = _field("The worker's process id.", by=LIFECYCLE)
     workerStartedAt: Maybe[str] = _field("When the worker took the job.", by=LIFECYCLE)
+    workerDeadlineAt: Maybe[str | None] = _field("When the worker's deadline passes (not said by older workers).",
+                                                 by=LIFECYCLE)
     requestedAt: Maybe[str] = _field("When the compaction was requested.", by=LIFECYCLE,
                                      label="compaction requested")
     contextTokensBefore: Maybe[int | None] = _field("Tokens in use when the compaction was requested.",
@@ -148,8 +151,9 @@ class JobStatus(_Record):
     contextWindowUsedFraction: Maybe[float | None] = _field("The window used after the compaction.",
                                                             by=LIFECYCLE, label="window used after")
     completedAt: Maybe[str] = _field("When the job ended with a known outcome.", by=LIFECYCLE)
-    resumeSkipped: Maybe[str] = _field("insufficient_headroom when the continuation was skipped.", by=LIFECYCLE)
-    resumeSkipReason: Maybe[str | None] = _field("Why the headroom check refused the continuation.",
+    resumeSkipped: Maybe[str] = _field("insufficient_headroom, new_user_input or user_turn_stopped when the "
+                                       "continuation was skipped.", by=LIFECYCLE)
+    resumeSkipReason: Maybe[str | None] = _field("Why the continuation was skipped.",
                                                  by=LIFECYCLE, label="resume skipped because")
     resumeCheckContextTokens: Maybe[int | None] = _field("Tokens at the check before resuming.", by=LIFECYCLE)
     resumeCheckModelContextWindow: Maybe[int | None] = _field("The window at the check before resuming.",
@@ -179,6 +183,8 @@ class JobStatus(_Record):
     statusFileProblem: Maybe[str] = _field("The status file was missing, stale or unreadable (and rebuilt), "
                                            "or no journal backs it.", by=READER)
     lastJournaledState: Maybe[str] = _field("A lost worker could not be journaled: its last state.", by=READER)
+    workerProblem: Maybe[str] = _field("The job's worker still exists past its deadline (stopped, or running "
+                                       "late): what it is doing and what to do.", by=READER, label="worker")
     journalUnwritable: Maybe[str] = _field("Why the journal could not take the worker_lost record.", by=READER)
     jobsDir: Maybe[str] = _field("The jobs directory holding the job, when it is not the usual one.", by=READER)
     writtenBy: Maybe[str] = _field("node when the Node version of rekall wrote this status.", by=READER)
@@ -259,4 +265,4 @@ SHOWN: tuple[tuple[str, str], ...] = tuple((a.name, a.metadata["label"]) for a i
     _S.jobId, _S.jobNumber, _S.resume, _S.createdAt, _S.requestedAt, _S.acceptedAt, _S.compactionCompletedAt,
     _H.endedAt, _S.contextTokensBefore, _S.contextTokensAfter, _S.reclaimedFraction, _S.compactionDurationMs,
     _S.contextWindowUsedFraction, _S.resumeSkipReason, _S.resumeTurnId, _S.resumeDelayMs, _S.reason,
-    _S.errorCode, _S.error, _S.message))
+    _S.workerProblem, _S.errorCode, _S.error, _S.message))

@@ -16,11 +16,12 @@ and the first that passes wins; when none passes the event is refused, and nothi
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from datetime import timedelta
 from typing import Any
 
 import attrs
 
-from rekall.states.model import NON_TERMINAL_STATES, Instant, JobState, JobView
+from rekall.states.model import NON_TERMINAL_STATES, Instant, JobState, JobView, iso_time
 from rekall.states.rules import SYSTEM_ERROR_WAY_OUT, Headroom, check_headroom, outcome_may_be_unknown
 from rekall.states.status import JobStatus, known, wire
 
@@ -54,14 +55,19 @@ def _headroom(job: JobView, ev: Evidence) -> Headroom:
     return check_headroom(ev.get("tokens"), ev.get("window"), known(job.status.contextTokensBefore))
 
 
+def resume_overtaken_by_user(job: JobView, ev: Evidence) -> bool:
+    """A continuation was asked for, but the user's input came after the compaction completed."""
+    return job.resume and bool(ev.get("userMovedOn"))
+
+
 def resume_with_headroom(job: JobView, ev: Evidence) -> bool:
-    """A continuation was asked for and the telemetry shows headroom."""
-    return job.resume and _headroom(job, ev).safe
+    """A continuation was asked for, the user has not moved on, and the telemetry shows headroom."""
+    return job.resume and not ev.get("userMovedOn") and _headroom(job, ev).safe
 
 
 def resume_without_headroom(job: JobView, ev: Evidence) -> bool:
-    """A continuation was asked for but the telemetry shows no headroom."""
-    return job.resume and not _headroom(job, ev).safe
+    """A continuation was asked for, the user has not moved on, but the telemetry shows no headroom."""
+    return job.resume and not ev.get("userMovedOn") and not _headroom(job, ev).safe
 
 
 def _resume_authorised(job: JobView, ev: Evidence) -> bool:
@@ -94,7 +100,9 @@ def _since(job: JobView, state: JobState, now: Instant) -> int | None:
 
 
 def _started(job: JobView, ev: Evidence, now: Instant) -> dict[str, Any]:
-    return wire(JobStatus(pid=ev["pid"], workerStartedAt=now.iso))
+    deadline = ev.get("deadlineS")
+    return wire(JobStatus(pid=ev["pid"], workerStartedAt=now.iso, workerDeadlineAt=None if deadline is None
+                          else iso_time(now.wall + timedelta(seconds=deadline))))
 
 
 def _requested(job: JobView, ev: Evidence, now: Instant) -> dict[str, Any]:
@@ -136,6 +144,14 @@ def _completed(job: JobView, ev: Evidence, now: Instant) -> dict[str, Any]:
     return {**_completion(job, ev, now), **_known_outcome(now)}
 
 
+def _completed_user_moved_on(job: JobView, ev: Evidence, now: Instant) -> dict[str, Any]:
+    why = ("stopped their turn" if ev["userMovedOn"] == "user_turn_stopped" else "sent new input")
+    return {**_completion(job, ev, now), **_known_outcome(now), **wire(JobStatus(
+        resumeSkipped=ev["userMovedOn"],
+        resumeSkipReason=f"the compaction completed, then the user {why}: a continuation would talk over them, "
+                         "so none was started"))}
+
+
 def _skipped_at_completion(job: JobView, ev: Evidence, now: Instant) -> dict[str, Any]:
     return {**_completion(job, ev, now), **_skip(_headroom(job, ev)), **_known_outcome(now)}
 
@@ -175,9 +191,11 @@ def _settled(job: JobView, ev: Evidence, now: Instant) -> dict[str, Any]:
 
 
 def _timed_out(job: JobView, ev: Evidence, now: Instant) -> dict[str, Any]:
+    waited = f", waiting for {ev['waitingOn']}" if ev.get("waitingOn") else ""
+    seen = f"; last seen: {ev['lastFact']}" if ev.get("lastFact") else ""
     return wire(JobStatus(
         timedOutAt=now.iso, errorCode="deadline_exceeded",
-        error=f"deadline of {ev['deadlineS']:g} s exceeded in {job.state.value}; no automatic retry",
+        error=f"deadline of {ev['deadlineS']:g} s exceeded in {job.state.value}{waited}{seen}; no automatic retry",
         outcomeMayBeUnknown=outcome_may_be_unknown(job.state, ev)))
 
 
@@ -225,6 +243,9 @@ TRANSITIONS: tuple[Transition, ...] = (
                "the owner answered ok; acceptance is not completion"),
     Transition("compaction_completed", (S.ACCEPTED,), S.COMPLETED, resume_not_requested, _completed,
                "a new completed compaction; no continuation asked for"),
+    Transition("compaction_completed", (S.ACCEPTED,), S.COMPLETED, resume_overtaken_by_user, _completed_user_moved_on,
+               "continuation asked for, but the owner shows the user's input after the compaction completed: "
+               "completed, resumeSkipped new_user_input (or user_turn_stopped), no continuation"),
     Transition("compaction_completed", (S.ACCEPTED,), S.WAITING_FOR_RESUME_IDLE, resume_with_headroom,
                _completion, "continuation asked for and the first headroom check passes"),
     Transition("compaction_completed", (S.ACCEPTED,), S.SKIPPED, resume_without_headroom,

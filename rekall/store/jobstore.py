@@ -40,6 +40,7 @@ from rekall.store.owner import Liveness, LockOwner, liveness, this_host
 from rekall.store.paths import (
     Layout,
     ensure_private_dir,
+    legacy_lock_dirs,
     node_jobs_dirs,
     reader_dirs,
     resolve_jobs_dir,
@@ -55,15 +56,18 @@ __all__ = ["CreatedJob", "JobStore"]
 class JobStore:
     def __init__(self, root: Path, *, lock_root: Path | None = None, clock: Clock | None = None,
                  fs: FileOps | None = None, permission_report: str | None = None,
-                 node_dirs: tuple[Path, ...] = ()) -> None:
+                 node_dirs: tuple[Path, ...] = (), legacy_lock_roots: tuple[Path, ...] | None = None) -> None:
         self.root = root
         self.layout = Layout(root)
-        self.lock_root = lock_root if lock_root is not None else resolve_lock_dir(os.environ)
+        self.lock_root = lock_root if lock_root is not None else resolve_lock_dir()
+        #: Lock directories of earlier releases, read and released, never created (``rekall.store.paths``).
+        self.legacy_lock_roots = (legacy_lock_dirs(os.environ, self.lock_root) if legacy_lock_roots is None
+                                  else legacy_lock_roots)
         self.clock: Clock = clock or SystemClock()
         self.fs = fs or FileOps()
         self.host = this_host()
         self.catalog = Catalog(self.layout)
-        self.locks = Locks(self.lock_root, self.layout, self.fs, self.host)
+        self.locks = Locks(self.lock_root, self.layout, self.fs, self.host, self.legacy_lock_roots)
         self.status_file = status.StatusFile(self.layout, self.fs)
         #: Set when opening had to tighten the directory's permissions (see ``ensure_private_dir``).
         self.permission_report = permission_report
@@ -77,10 +81,10 @@ class JobStore:
              fs: FileOps | None = None) -> JobStore:
         """The store for scheduling and driving jobs: the jobs and lock directories, created 0700 if needed."""
         env = os.environ if env is None else env
-        root, lock_root = resolve_jobs_dir(env), resolve_lock_dir(env)
+        root, lock_root = resolve_jobs_dir(env), resolve_lock_dir()
         reports = [r for r in (ensure_private_dir(root), ensure_private_dir(lock_root, "lock directory")) if r]
         return cls(root, lock_root=lock_root, clock=clock, fs=fs, permission_report="; ".join(reports) or None,
-                   node_dirs=tuple(node_jobs_dirs(env, root)))
+                   node_dirs=tuple(node_jobs_dirs(env, root)), legacy_lock_roots=legacy_lock_dirs(env, lock_root))
 
     @classmethod
     def open_reader(cls, env: Mapping[str, str] | None = None, *, clock: Clock | None = None,
@@ -90,8 +94,10 @@ class JobStore:
         A jobs directory that does not exist reads as empty; an existing one must pass the
         same checks as for writing (not a symlink, yours).
         """
-        root, lock_root, node_dirs = reader_dirs(os.environ if env is None else env)
-        return cls(root, lock_root=lock_root, clock=clock, fs=fs, node_dirs=tuple(node_dirs))
+        env = os.environ if env is None else env
+        root, lock_root, node_dirs = reader_dirs(env)
+        return cls(root, lock_root=lock_root, clock=clock, fs=fs, node_dirs=tuple(node_dirs),
+                   legacy_lock_roots=legacy_lock_dirs(env, lock_root))
 
     # --- paths (ids validated) ---------------------------------------------------------
 

@@ -1,11 +1,12 @@
 """The per-thread job lock: finding, reading, taking, naming the worker, releasing; and whether
 the job a lock names still runs.
 
-The lock lives in the user's lock directory (``~/.rekall/locks``, see ``rekall.store.paths``),
-not in the jobs directory, so that two processes resolving different jobs directories still
-share one lock per thread; it names the jobs directory of its job. A lock left in the jobs
-directory by an earlier rekall (whose worker may still run) is honoured and released, never
-created.
+The lock lives in the account's lock directory (``.rekall/locks`` in the home the password
+database records, see ``rekall.store.paths``), not in the jobs directory nor under ``HOME``, so
+that two processes resolving different jobs directories or homes still share one lock per
+thread; it names the jobs directory of its job. A lock left by an earlier rekall (whose worker
+may still run) in the jobs directory or under ``$HOME/.rekall/locks`` is honoured and released,
+never created.
 
 Inspecting, taking over and releasing a lock happen under the store's guard (a kernel lock,
 see ``rekall.store.guard``), so that two processes never judge the same lock. A lock is
@@ -41,10 +42,12 @@ class Locks:
     Thread ids reaching here are validated by the store.
     """
 
-    def __init__(self, root: Path, jobs: Layout, fs: FileOps, host: str) -> None:
+    def __init__(self, root: Path, jobs: Layout, fs: FileOps, host: str, legacy: tuple[Path, ...] = ()) -> None:
         self.root = root
         self.layout = LockLayout(root)
         self._jobs = jobs
+        #: Lock directories of earlier releases (``$HOME/.rekall/locks``): read, never written.
+        self.legacy = legacy
         self.fs = fs
         self.host = host
 
@@ -60,14 +63,19 @@ class Locks:
         with guarded(self.layout.guard()):
             yield
 
+    def places(self, thread: str) -> tuple[Path, ...]:
+        """Where the thread's lock may be: the lock directory, then (written by an earlier rekall,
+        whose worker may still run) the earlier lock directories and the jobs directory."""
+        return (self.layout.lock(thread), *(LockLayout(d).lock(thread) for d in self.legacy),
+                self._jobs.legacy_lock(thread))
+
     def exists(self, thread: str) -> bool:
         """Some lock file is there (readable or not)."""
-        return any(os.path.lexists(p) for p in (self.layout.lock(thread), self._jobs.legacy_lock(thread)))
+        return any(os.path.lexists(p) for p in self.places(thread))
 
     def find(self, thread: str) -> tuple[Path, LockOwner] | None:
-        """The thread's lock and where it is: the lock directory, else (written by an earlier
-        rekall, whose worker may still run) the jobs directory."""
-        for path in (self.layout.lock(thread), self._jobs.legacy_lock(thread)):
+        """The thread's lock and where it is (the first of :meth:`places` that holds one)."""
+        for path in self.places(thread):
             owner = self.read(path)
             if owner is not None:
                 return path, owner

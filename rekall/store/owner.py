@@ -157,6 +157,17 @@ def pid_exists(pid: int) -> bool | None:
         return None
 
 
+def process_stopped(pid: int) -> bool | None:
+    """True when ``pid`` is stopped (``SIGSTOP``, job control, a debugger): alive, but it runs
+    nothing, its timers included, until continued. ``None`` when it cannot be told."""
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() in (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP)
+    except (psutil.Error, OSError):
+        return None
+
+
 def same_machine(owner: LockOwner, host: str) -> bool:
     """The lock was written on this machine: same host name, or (renamed host) this boot's id."""
     boot = token_boot_id(owner.process_start_time)

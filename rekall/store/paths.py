@@ -7,10 +7,13 @@ handoff record), ``.cancel`` (the cancel marker), ``.log`` (the worker's log). F
 
 Lock directory, per thread: ``<thread>.lock`` (one job per thread), and ``.guard``, which
 serialises short critical sections (lock inspection, take-over) between processes. The lock
-directory is derived from the user alone, ``~/.rekall/locks`` (``HOME``, else the account's
-home directory), never from ``CODEX_HOME``, ``TMPDIR`` or ``XDG_*``: Codex starts MCP
-servers with few variables, so the MCP server and a shell can resolve different jobs
-directories, and a lock kept there would let one thread get two jobs.
+directory is derived from the account alone, ``.rekall/locks`` in the home directory the password
+database records (:func:`rekall.homes.account_home`), never from ``HOME``, ``CODEX_HOME``,
+``TMPDIR`` or ``XDG_*``: Codex starts MCP servers with few variables, and a terminal, a script
+or a service may set ``HOME`` differently, so two processes can resolve different jobs
+directories and homes, and a lock kept under either would let one thread get two jobs. The
+folder earlier rekall releases used, ``$HOME/.rekall/locks``, is still read: a lock found there
+is honoured and released, never created.
 
 Ids are validated UUIDs before they reach a file name.
 """
@@ -25,7 +28,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from rekall.errors import StoreError
-from rekall.homes import absolute_codex_home, absolute_path, env_value, expand_home, user_home
+from rekall.homes import absolute_codex_home, absolute_path, account_home, env_value, expand_home
 from rekall.ids import UUID_PATTERN
 
 JOURNAL_SUFFIX = ".journal.jsonl"
@@ -64,15 +67,29 @@ def node_jobs_dirs(env: Mapping[str, str], own: Path) -> list[Path]:
     return found
 
 
-def resolve_lock_dir(env: Mapping[str, str]) -> Path:
-    """``<home>/.rekall/locks``: the same folder for every process of this user (see the module doc)."""
-    return absolute_path(env, "HOME", user_home(env)) / ".rekall" / "locks"
+_LOCKS = Path(".rekall") / "locks"
+
+
+def resolve_lock_dir() -> Path:
+    """``<account home>/.rekall/locks``: the same folder for every process of this account,
+    whatever its environment (see the module doc)."""
+    return account_home() / _LOCKS
+
+
+def legacy_lock_dirs(env: Mapping[str, str], lock_root: Path) -> tuple[Path, ...]:
+    """Where earlier releases kept the locks, ``$HOME/.rekall/locks``, when that is another folder
+    than ``lock_root``: read, honoured and released there, never created."""
+    home = env_value(env, "HOME")
+    if home is None or not os.path.isabs(home):
+        return ()
+    legacy = Path(home) / _LOCKS
+    return () if legacy == lock_root else (legacy,)
 
 
 def reader_dirs(env: Mapping[str, str]) -> tuple[Path, Path, list[Path]]:
     """The jobs directory, the lock directory and the Node version's, as a reader takes them:
     created and chmodded never, and each one that exists checked (:func:`inspect_jobs_dir`)."""
-    root, lock_root = resolve_jobs_dir(env), resolve_lock_dir(env)
+    root, lock_root = resolve_jobs_dir(env), resolve_lock_dir()
     for path, what in ((root, "jobs directory"), (lock_root, "lock directory")):
         if os.path.lexists(path):
             inspect_jobs_dir(path, what)

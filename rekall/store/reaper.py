@@ -119,7 +119,8 @@ def home_of(store: JobStore, owner: LockOwner) -> JobStore | None:
     except StoreError as exc:
         log.warning("the lock of job %s names the jobs directory %s: %s", owner.job_id, other, exc.message)
         return None
-    return type(store)(other, lock_root=store.lock_root, clock=store.clock, fs=store.fs)
+    return type(store)(other, lock_root=store.lock_root, clock=store.clock, fs=store.fs,
+                       legacy_lock_roots=store.legacy_lock_roots)
 
 
 def _reap_orphan_if_dead(store: JobStore, thread: str) -> dict[str, Any] | None:
@@ -127,13 +128,17 @@ def _reap_orphan_if_dead(store: JobStore, thread: str) -> dict[str, Any] | None:
     latest = store.catalog.latest(thread)
     if latest is None or latest.state.terminal or job_liveness(None, latest, host=store.host) is not Liveness.DEAD:
         return None
-    job = mark_worker_lost(store, latest)
+    # A worker releases its lock last, once its end is journaled, or when the journal refused that
+    # record: a job that is not over and whose lock is gone is the second case (a full disk).
+    job = mark_worker_lost(store, latest, unjournaled_end(latest.state.value, "its worker released the lock "
+                                                                           "without journaling how the job ended"))
     return {"jobId": job.job_id, "reaped": job.job_id not in store.unrecorded, "lockRemoved": False,
             "state": job.state.value}
 
 
-def mark_worker_lost(store: JobStore, job: Replay) -> Replay:
-    """Journal ``fail`` (``worker_lost``), saying what the dead worker had already done.
+def mark_worker_lost(store: JobStore, job: Replay, error: str | None = None) -> Replay:
+    """Journal ``fail`` (``worker_lost``), saying what the dead worker had already done (``error``
+    when more precise words are known: they are kept, never replaced by vaguer ones).
 
     When the journal cannot be written (a full disk), nothing changes on disk, the job is
     remembered in ``store.unrecorded`` and returned as it was: readers report it without crashing.
@@ -141,7 +146,7 @@ def mark_worker_lost(store: JobStore, job: Replay) -> Replay:
     before = job.state
     try:
         with store.open_lifecycle(job.thread_id, job.job_id) as lifecycle:
-            lifecycle.fire("fail", errorCode="worker_lost", error=_lost_words(before), delivery="unknown")
+            lifecycle.fire("fail", errorCode="worker_lost", error=error or _lost_words(before), delivery="unknown")
     except (OSError, StoreError) as exc:
         problem = exc.message if isinstance(exc, StoreError) else f"{exc.strerror or exc}"
         log.error("job %s: its worker is gone, and this could not be journaled: %s", job.job_id, problem)
@@ -150,17 +155,21 @@ def mark_worker_lost(store: JobStore, job: Replay) -> Replay:
     return store.catalog.load(job.thread_id, job.job_id)
 
 
+def unjournaled_end(state: str, problem: str) -> str:
+    """The words for a worker gone while the journal could not take a record after ``state``."""
+    may_have = {"requesting": "the compaction request may have reached the extension",
+                "accepted": "the compaction may still complete",
+                "resuming": "a continuation may have started"}.get(state, "nothing was sent after it")
+    return f"the worker process is gone and the journal could not be written after `{state}` ({problem}); {may_have}"
+
+
 def unrecorded_loss(job: Replay, problem: str) -> dict[str, Any]:
     """What can be proven of a job whose worker is gone when the journal cannot take the record:
     it failed (``worker_lost``), and the outcome rule of its last journaled state."""
     state = job.state.value
-    may_have = {"requesting": "the compaction request may have reached the extension",
-                "accepted": "the compaction may still complete",
-                "resuming": "a continuation may have started"}.get(state, "nothing was sent after it")
     return wire(JobStatus(
         status="failed", state="failed", errorCode="worker_lost",
-        error=f"the worker process is gone and the journal could not be written after `{state}` "
-              f"({problem}); {may_have}",
+        error=unjournaled_end(state, problem),
         outcomeMayBeUnknown=outcome_may_be_unknown(job.state, {"delivery": "unknown"}),
         lastJournaledState=state, journalUnwritable=problem))
 

@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import uuid
@@ -148,10 +149,18 @@ def _create(store: JobStore, thread: str, job: str, handoff: dict[str, Any] | No
                                  evidence={"pid": me.pid, "host": me.host,
                                            "processStartTime": me.process_start_time})
         store.fs.create_exclusive(journal, encode_record(first))
-    except BaseException:
-        for path in (journal, handoff_path, lock):  # never a lock without a job
-            path.unlink(missing_ok=True)
-        raise
+    except BaseException as exc:
+        # Never a lock without a job. On a read-only filesystem even removing a file that was
+        # never created fails (EROFS): that must not keep the lock, which lives elsewhere.
+        for path in (journal, handoff_path):
+            with contextlib.suppress(OSError):
+                path.unlink()
+        lock.unlink(missing_ok=True)
+        if not isinstance(exc, OSError):
+            raise
+        raise StoreError(f"the job's files could not be written in the jobs directory {store.root}: "
+                         f"{exc.strerror or exc}; nothing was scheduled and the thread's lock was released",
+                         hint="make that folder writable, or set REKALL_JOBS_DIR to one you can write") from exc
     stamps = thread_stamps(store.layout, thread)  # before reading: see rekall.store.views
     created = store.catalog.load(thread, job)
     status = status_of(store, created)

@@ -20,6 +20,7 @@ from rekall.states.status import JobStatus, read, wire
 from rekall.store.errors import StatusCorrupt
 from rekall.store.fsio import FileOps
 from rekall.store.fsread import STATUS_LIMIT, TooLarge, read_private
+from rekall.store.overdue import overdue_worker
 from rekall.store.owner import Liveness
 from rekall.store.paths import Layout
 from rekall.store.reaper import unrecorded_loss
@@ -121,6 +122,7 @@ def read_status(store: JobStore, thread_id: str) -> dict[str, Any]:
         # after the end): sealed now, so that the next read can serve it as is.
         if store.lock_liveness(thread) is not Liveness.ALIVE:
             store.status_file.save_quietly(thread, status, stamps)
+    status.update(overdue_worker(store, latest))  # said now, never saved: it depends on the clock
     return status
 
 

@@ -492,3 +492,21 @@ async def test_each_event_says_when_the_frame_that_showed_its_fact_arrived_not_w
         assert len(received) == 1
         # both facts came in one frame: known from its arrival, before it was even decoded
         assert before <= first_at == session.last_event_at <= received[0]
+
+
+@pytest.mark.anyio
+async def test_no_client_found_right_after_discovery_named_the_owner_points_at_the_request_version():
+    async with SimulatedOwner() as sim, await connect_thread(sim.thread_id, env=sim.env) as session:
+        assert session.adapter == "26.9xx" and session.owner_id is not None
+        sim.fail_next(COMPACT, "no-client-found")  # what the real router answers for a version nobody handles
+        with pytest.raises(RequestFailed) as caught:
+            await session.compact()
+        failure = caught.value
+        assert (failure.code, failure.delivery) == ("no-client-found", "not_delivered")
+        sent = sim.routed_for(COMPACT)[0].envelope["version"]
+        assert f"sent at version {sent} (base {sent - 1} + 1 for the envelope hostId), generation 26.9xx" in (
+            failure.message)
+        assert f"owner {session.owner_id} answered owner discovery for this thread" in failure.message
+        assert "the likely cause is a version of this request that the owner does not handle" in failure.message
+        assert "rekall protocol" in failure.message and "rekall protocol" in failure.hint
+        assert "safe" not in failure.hint

@@ -32,6 +32,7 @@ import anyio
 import attrs
 
 from tests.support.appserver import app_server_env
+from tests.support.account_home import account_env
 
 START_TIMEOUT_S = 180.0
 STOP_TIMEOUT_S = 60.0
@@ -78,7 +79,8 @@ REKALL_IDLE_STABLE_MS = "50"
 
 def rekall_mcp_toml(codex_home: Path, jobs_dir: Path) -> str:
     """``[mcp_servers.rekall]``: this checkout's ``rekall mcp``, its jobs in ``jobs_dir``, the daemon's home."""
-    env = {"CODEX_HOME": str(codex_home), "REKALL_JOBS_DIR": str(jobs_dir), "REKALL_IDLE_STABLE_MS": REKALL_IDLE_STABLE_MS}
+    env = {"CODEX_HOME": str(codex_home), "REKALL_JOBS_DIR": str(jobs_dir), "REKALL_IDLE_STABLE_MS": REKALL_IDLE_STABLE_MS,
+           **account_env()}
     return "\n".join(["[mcp_servers.rekall]", f"command = {json.dumps(sys.executable)}", 'args = ["-m", "rekall", "mcp"]',
                       "", "[mcp_servers.rekall.env]", *(f"{k} = {json.dumps(v)}" for k, v in env.items()), ""])
 

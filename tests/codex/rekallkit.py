@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.support.appserver import AppServer, Message, app_server_env
+from tests.support.account_home import account_env
 
 SERVER = "rekall"
 READY_TIMEOUT_S = 30.0
@@ -28,6 +29,7 @@ def rekall_server_toml(jobs_dir: Path) -> str:
         "",
         f"[mcp_servers.{SERVER}.env]",
         f"REKALL_JOBS_DIR = {json.dumps(str(jobs_dir))}",
+        *(f"{k} = {json.dumps(v)}" for k, v in account_env().items()),
         "",
     ])
 

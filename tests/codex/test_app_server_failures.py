@@ -317,3 +317,71 @@ async def test_on_the_app_server_the_worker_resumes_the_thread_only_once_it_has_
             service.cancel(T, job, env=env)
             await until_state(read, "cancelled")
     assert states_at_resume == ["waiting_for_idle"]  # `worker_started` was journaled first
+
+
+def user_turn_frames(turn_id: str = "u2") -> list[dict[str, Any]]:
+    """The user typing: a new turn whose first item is their message."""
+    return [{"method": "turn/started", "params": {"threadId": T, "turn": {"id": turn_id, "status": "inProgress",
+                                                                          "items": []}}},
+            {"method": "item/started", "params": {"threadId": T, "turnId": turn_id,
+                                                  "item": {"type": "userMessage", "id": f"{turn_id}-m"}}}]
+
+
+async def test_a_daemon_restarted_mid_compaction_that_shows_the_thread_quiet_settles_the_job_as_unknown(
+        folder: Path, tmp_path: Path) -> None:
+    sock = folder / "app.sock"
+    started = compaction_frames(6000)[:2]  # the compaction turn and its item start; then the daemon dies
+
+    async def accept_then_die(ws: ServerConnection, message: dict[str, Any]) -> None:
+        await push_after(ws, message, started)
+
+    before = Server(IDLE_THREAD, thread__compact__start=accept_then_die)
+    after = Server(IDLE_THREAD)  # restarted: idle, no compaction in progress, no new compaction item
+    env = env_of(sock, tmp_path)
+    settling = SETTINGS._replace(settle_s=0.5)
+    async with first_server(sock, before) as stop:
+        async with worker_running(env, await scheduled(env), settling) as read:
+            await until_state(read, "accepted")
+            await stop()
+            async with fake_app_server(sock, after):
+                final = await until_state(read, "completed", "failed", "timed_out", "cancelled")
+    assert (final["state"], final["errorCode"], final["outcomeMayBeUnknown"]) == ("failed", "outcome_unknown", True), final
+    assert final["error"].startswith("the answer to the request sent in accepted was lost; after reconnecting, "
+                                     "the owner showed the thread idle")
+    assert before.sent.count("thread/compact/start") == 1 and "thread/compact/start" not in after.sent
+
+
+async def test_user_input_right_after_the_compaction_completed_records_it_completed_with_no_continuation(
+        folder: Path, tmp_path: Path) -> None:
+    # The daemon's own order: the compaction turn completes, then the user's turn starts; the token
+    # count has not caught up yet (the job would wait briefly for it before a continuation).
+    frames = [f for f in compaction_frames(6000) if f["method"] != "thread/tokenUsage/updated"] + user_turn_frames()
+    server = Server(IDLE_THREAD, thread__compact__start=lambda ws, m: push_after(ws, m, frames))
+    async with fake_app_server(folder / "app.sock", server):
+        env = env_of(folder / "app.sock", tmp_path)
+        job = await scheduled(env, HANDOFF)
+        async with worker_running(env, job) as read:
+            final = await until_state(read, "completed", "skipped", "resumed", "failed", "timed_out", "cancelled")
+        explanation = build_explanation(JobStore.open_reader(env), job)
+    assert (final["state"], final["resumeSkipped"], final["outcomeMayBeUnknown"]) == \
+        ("completed", "new_user_input", False), final
+    assert final["compactionId"] == "cmp-1"
+    assert "No continuation: the compaction completed, then the user sent new input" in explanation["outcome"]
+    assert "turn/start" not in server.sent and server.sent.count("thread/compact/start") == 1
+
+
+async def test_two_compactions_after_the_request_are_claimed_by_nobody_and_nothing_resumes(
+        folder: Path, tmp_path: Path) -> None:
+    # Another client compacted too (or a job the lock could not see): the answer `{}` names neither.
+    theirs = [json.loads(json.dumps(f).replace("cmp-1", "cmp-2").replace('"c1"', '"c2"'))
+              for f in compaction_frames(5000)]
+    server = Server(IDLE_THREAD, thread__compact__start=lambda ws, m: push_after(
+        ws, m, compaction_frames(6000)[:2] + theirs[:2] + compaction_frames(6000)[2:] + theirs[2:]))
+    async with fake_app_server(folder / "app.sock", server):
+        env = env_of(folder / "app.sock", tmp_path)
+        async with worker_running(env, await scheduled(env, HANDOFF)) as read:
+            final = await until_state(read, "completed", "skipped", "resumed", "failed", "timed_out", "cancelled")
+    assert (final["state"], final["errorCode"], final["outcomeMayBeUnknown"]) == \
+        ("failed", "compaction_not_attributable", True), final
+    assert "2 compactions appeared on the thread after this job's compact request (cmp-1, cmp-2)" in final["error"]
+    assert "turn/start" not in server.sent and server.sent.count("thread/compact/start") == 1

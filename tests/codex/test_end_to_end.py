@@ -26,6 +26,7 @@ from rekall.thread.facts import derive_facts
 from tests.mcpkit import HANDOFF, job_env, rekall_mcp, wait_for_worker_exit
 from tests.support.codex_backend import CodexSimHandle, start_codex_sim_in_thread
 from tests.support.mock_model import escalated_command
+from tests.support.account_home import account_env
 
 pytestmark = [pytest.mark.codex, pytest.mark.slow, pytest.mark.anyio]
 
@@ -64,7 +65,8 @@ def rekall_mcp_server(env: Mapping[str, str]) -> str:
     endpoint and the jobs directory are given explicitly.
     """
     return "\n".join(["[mcp_servers.rekall]", f"command = {json.dumps(sys.executable)}", 'args = ["-m", "rekall", "mcp"]',
-                      "", "[mcp_servers.rekall.env]", *(f"{k} = {json.dumps(v)}" for k, v in env.items()), ""])
+                      "", "[mcp_servers.rekall.env]",
+                      *(f"{k} = {json.dumps(v)}" for k, v in {**env, **account_env()}.items()), ""])
 
 
 def item_types(state: dict[str, Any]) -> list[list[str]]:

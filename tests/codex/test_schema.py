@@ -232,3 +232,23 @@ def test_the_stored_excerpt_is_what_the_pinned_binary_generates(codex_binary: Pa
     stored = {p.name: json.loads(p.read_text()) for p in EXCERPT_DIR.glob("*.json")}
     assert stored == build_excerpt(real_schema_dir), (
         "fixtures/schema is stale: regenerate it with tests/codex/schema_excerpt.write_excerpt")
+
+
+@pytest.mark.codex
+def test_the_pinned_app_server_has_no_word_for_whether_any_client_watches_a_thread(real_schema_dir: Path) -> None:
+    """README, "Nobody watching": the public protocol never says that a client is attached to a
+    thread, so a continuation is started whether or not anyone sees it."""
+    notifications = [v["properties"]["method"]["enum"][0]
+                     for v in json.loads((real_schema_dir / "ServerNotification.json").read_text())["oneOf"]]
+    about_clients = [m for m in notifications if any(w in m.lower() for w in ("subscri", "client", "connect",
+                                                                              "presence", "watch", "viewer", "attach"))]
+    # An attachment is a file kept with the thread; an environment is where its commands run.
+    assert about_clients == ["thread/attachment/updated", "thread/environment/connected",
+                             "thread/environment/disconnected"]
+    both = json.loads((real_schema_dir / "codex_app_server_protocol.v2.schemas.json").read_text())["definitions"]
+    assert not [f for f in both["Thread"]["properties"] if any(w in f.lower() for w in ("subscri", "client", "viewer"))]
+    assert both["ThreadStatus"] and "subscri" not in json.dumps(both["ThreadStatus"]).lower()
+    # Unsubscribing answers for the caller alone; the loaded list names threads, not who holds them.
+    assert set(both["ThreadUnsubscribeStatus"]["enum"]) == {"notLoaded", "notSubscribed", "unsubscribed"}
+    loaded = json.loads((real_schema_dir / "v2" / "ThreadLoadedListResponse.json").read_text())
+    assert set(loaded["properties"]) == {"data", "nextCursor"}

@@ -134,3 +134,21 @@ def test_a_compaction_that_completed_while_disconnected_is_completed_after_the_r
                          "turns": [turn("u1", "completed", "userMessage"), turn("c", "completed", "contextCompaction")]})
     assert model.facts.running_compaction_ids == frozenset()
     assert ev.CompactionCompleted("c-contextCompaction", model.revision) in events
+
+
+def test_a_reload_after_a_daemon_restart_forgets_the_compaction_that_was_running_before() -> None:
+    model = idle_thread(turn("u1", "completed", "userMessage"))
+    feed(model, note("turn/started", turn={"id": "c", "status": "inProgress", "items": []}),
+         note("item/started", turnId="c", item={"type": "contextCompaction", "id": "x"}))
+    assert model.facts.running_compaction_ids == {"x"}
+    model.load({"id": T, "status": {"type": "idle"}, "turns": [turn("u1", "completed", "userMessage")]})
+    assert model.facts.idle and not model.facts.running_compaction_ids and not model.facts.completed_compaction_ids
+
+
+def test_a_compaction_whose_turn_ended_without_it_is_neither_running_nor_completed() -> None:
+    model = idle_thread(turn("u1", "completed", "userMessage"), turn("c0", "interrupted", "contextCompaction"))
+    assert not model.facts.completed_compaction_ids and not model.facts.running_compaction_ids
+    feed(model, note("turn/started", turn={"id": "c", "status": "inProgress", "items": []}),
+         note("item/started", turnId="c", item={"type": "contextCompaction", "id": "x"}),
+         note("turn/completed", turn={"id": "c", "status": "interrupted", "items": []}))
+    assert not model.facts.completed_compaction_ids and not model.facts.running_compaction_ids

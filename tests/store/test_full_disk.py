@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import errno
 import os
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,25 +22,16 @@ from rekall.explain import build_explanation
 from rekall.history import collect_history
 from rekall.store import FileOps, JobStore, JournalUnusable
 from rekall.testing import FakeClock
-from tests.jobkit import job_with_dead_worker, new_thread, open_store
+from tests.jobkit import idle, job_with_dead_worker, new_thread, open_store
+from tests.support.mounts import tmpfs
 
 PAGE = 4096
 
 
 @pytest.fixture
 def tiny_tmpfs(tmp_path: Path) -> Iterator[Path]:
-    mount = tmp_path / "tmpfs"
-    mount.mkdir()
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root; the FileOps test below covers the rule")
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,mode=0700", "tmpfs", str(mount)],
-                          capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
-    try:
+    with tmpfs(tmp_path / "tmpfs", without_root="the FileOps test below covers the rule") as mount:
         yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
 def _fill(directory: Path) -> None:
@@ -69,6 +59,19 @@ def _to_page_end(store: JobStore, thread: str, job: str) -> None:
             lifecycle.note("padding", fill="x" * max(1, min(room - 180, 2000)))
 
 
+def _a_full_disk_met_by_a_dead_worker(mount: Path, state: str, trigger: str,
+                                      **evidence: object) -> tuple[JobStore, str, str]:
+    """A job in ``state`` whose worker met a full disk journaling ``trigger``, then died."""
+    clock = FakeClock()
+    store, thread = open_store(mount / "jobs", clock), new_thread()
+    job = job_with_dead_worker(store, clock, thread, state)
+    _to_page_end(store, thread, job)
+    _fill(mount)
+    with store.open_lifecycle(thread, job) as lifecycle, pytest.raises(JournalUnusable, match="No space left"):
+        lifecycle.fire(trigger, **evidence)
+    return store, thread, job
+
+
 def _assert_reported_from_what_can_be_proven(status: dict) -> None:
     assert (status["state"], status["errorCode"], status["outcomeMayBeUnknown"]) == ("failed", "worker_lost", True)
     assert "the journal could not be written after `resuming`" in status["error"]
@@ -77,15 +80,9 @@ def _assert_reported_from_what_can_be_proven(status: dict) -> None:
 
 
 def test_on_a_full_disk_every_reader_reports_the_lost_worker_without_crashing(tiny_tmpfs: Path):
-    clock = FakeClock()
-    jobs = tiny_tmpfs / "jobs"
-    store, thread = open_store(jobs, clock), new_thread()
-    job = job_with_dead_worker(store, clock, thread, "resuming")
-    _to_page_end(store, thread, job)
-    _fill(tiny_tmpfs)
-    with store.open_lifecycle(thread, job) as lifecycle, pytest.raises(JournalUnusable, match="No space left"):
-        lifecycle.fire("turn_started", turnId="turn-9", turnStatus="inProgress")  # what the worker met
-    env = {"REKALL_JOBS_DIR": str(jobs)}
+    store, thread, job = _a_full_disk_met_by_a_dead_worker(tiny_tmpfs, "resuming", "turn_started",
+                                                           turnId="turn-9", turnStatus="inProgress")
+    env = {"REKALL_JOBS_DIR": str(store.root)}
 
     _assert_reported_from_what_can_be_proven(service.status(thread, env=env))
     _assert_reported_from_what_can_be_proven(service.status(thread, env=env))  # and again: still no crash
@@ -115,3 +112,20 @@ def test_when_the_journal_refuses_writes_readers_report_the_lost_worker(tmp_path
     _assert_reported_from_what_can_be_proven(status)
     assert store.lock_path(thread).exists()  # kept until the loss is journaled
     assert store.load(thread, job).state.value == "resuming"
+
+
+def test_a_worker_that_could_not_journal_its_end_keeps_the_precise_words_once_space_comes_back(tiny_tmpfs: Path):
+    store, thread, job = _a_full_disk_met_by_a_dead_worker(tiny_tmpfs, "waiting_for_resume_idle", "idle_stable",
+                                                           **idle(31_000, handoffVerified=True))
+    store.release_lock(thread, job)  # ... before it released its lock and exited, as a worker does
+    env = {"REKALL_JOBS_DIR": str(store.root)}
+    during = service.status(thread, env=env)
+    assert "the journal could not be written after `waiting_for_resume_idle`" in during["error"]
+
+    (tiny_tmpfs / "filler").unlink()
+    after = service.status(thread, env=env)
+    assert (after["state"], after["errorCode"]) == ("failed", "worker_lost") and "journalUnwritable" not in after
+    assert after["error"].startswith("the worker process is gone and the journal could not be written after "
+                                     "`waiting_for_resume_idle` (its worker released the lock without journaling "
+                                     "how the job ended); nothing was sent after it"), after["error"]
+    assert store.load(thread, job).state.value == "failed"

@@ -1,10 +1,13 @@
-"""One job per thread, whatever jobs directory each process resolves: the lock lives in a folder
-derived from the user alone (``~/.rekall/locks``)."""
+"""One job per thread, whatever jobs directory and home each process resolves: the lock lives in a
+folder derived from the account alone (``.rekall/locks`` in the password database's home)."""
 
 from __future__ import annotations
 
 import os
+import pwd
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -16,12 +19,35 @@ from rekall.testing import FakeClock
 from tests.jobkit import handoff, job_with_dead_worker, new_thread
 
 
-def test_the_lock_directory_comes_from_home_never_from_tmpdir_xdg_or_codex_home(tmp_path: Path):
-    from rekall.store.paths import resolve_lock_dir
+def test_the_lock_directory_comes_from_the_account_never_from_home_tmpdir_xdg_codex_home_or_the_jobs_dir(
+        tmp_path: Path):
+    # In a process of its own, without the tests' seam (tests/conftest.py): the real account's home.
+    said = set()
+    for n in range(3):
+        env = {**{k: v for k, v in os.environ.items() if k != "RKTEST_ACCOUNT_HOME"}, "HOME": str(tmp_path / f"home{n}"), "TMPDIR": str(tmp_path / f"t{n}"),
+               "XDG_RUNTIME_DIR": str(tmp_path / f"x{n}"), "XDG_STATE_HOME": str(tmp_path / f"s{n}"),
+               "CODEX_HOME": str(tmp_path / f"c{n}"), "REKALL_JOBS_DIR": str(tmp_path / f"j{n}")}
+        code = "from rekall.store.paths import resolve_lock_dir; print(resolve_lock_dir())"
+        said.add(subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                                check=True).stdout.strip())
+    assert said == {str(Path(pwd.getpwuid(os.geteuid()).pw_dir) / ".rekall" / "locks")}
 
-    env = {"HOME": str(tmp_path / "me"), "TMPDIR": str(tmp_path / "t"), "XDG_RUNTIME_DIR": str(tmp_path / "x"),
-           "XDG_STATE_HOME": str(tmp_path / "s"), "CODEX_HOME": str(tmp_path / "c")}
-    assert resolve_lock_dir(env) == tmp_path / "me" / ".rekall" / "locks"
+
+def test_a_lock_an_earlier_release_left_under_home_holds_the_thread_and_is_released_there(tmp_path: Path,
+                                                                                           monkeypatch):
+    earlier_home = tmp_path / "earlier-home"
+    earlier = JobStore.open({"REKALL_JOBS_DIR": str(tmp_path / "jobs")})
+    earlier = JobStore(earlier.root, lock_root=earlier_home / ".rekall" / "locks")  # where its HOME put the lock
+    earlier.lock_root.mkdir(parents=True, mode=0o700)
+    thread = new_thread()
+    first = earlier.create_job(thread, handoff=handoff(), user_fingerprint="fp")
+    monkeypatch.setenv("HOME", str(earlier_home))
+    now = JobStore.open({"REKALL_JOBS_DIR": str(tmp_path / "other-jobs"), "HOME": str(earlier_home)})
+    assert now.lock_root != earlier.lock_root and now.legacy_lock_roots == (earlier.lock_root,)
+    again = now.create_job(thread, handoff=handoff(), user_fingerprint="fp")
+    assert again.already_scheduled and again.job_id == first.job_id
+    assert not now.lock_path(thread).exists()  # never created where the earlier one is honoured
+    assert now.release_lock(thread, first.job_id) and not (earlier.lock_root / f"{thread}.lock").exists()
 
 
 def test_the_mcp_server_and_a_shell_with_different_codex_homes_get_one_job_per_thread(tmp_path: Path):

@@ -21,7 +21,10 @@ User boundary
     ``interrupted`` or ``failed``; ``user_turn_running`` while it is ``inProgress``.
 Compactions
     ``item/started`` of a ``contextCompaction`` item: running; its ``item/completed``:
-    completed. In a loaded history, a compaction item of a finished turn is completed.
+    completed; its turn ending without it (``interrupted``, ``failed``): neither. In a loaded
+    history, a compaction item of a turn that ``completed`` is completed, of a turn in progress
+    running, of any other turn neither; what ran before a reload (a daemon restarted
+    mid-compaction) is forgotten: the loaded thread alone says what runs now.
 Telemetry
     ``thread/tokenUsage/updated``: ``last.totalTokens`` and ``modelContextWindow``, the latest
     one. During a compaction three arrive before its ``item/completed`` (the old count, the
@@ -55,6 +58,8 @@ class _Turn:
     id: str
     status: str
     kind: TurnKind = "unknown"
+    #: The ids of its compaction items.
+    compactions: set[str] = attrs.Factory(set)
 
 
 def _kind_of(items: Any) -> TurnKind:
@@ -97,18 +102,21 @@ class ThreadModel:
         if not isinstance(listed, list):
             listed, self.problem = [], "the thread's turns are not a list"
         self.turns = {}
+        self.running = set()
         for turn in listed:
             if not isinstance(turn, dict) or not isinstance(turn.get("id"), str):
                 self.problem = "a turn has no string id"
                 continue
             items = turn.get("items")
-            kind = _kind_of(items)
-            finished = turn.get("status") != RUNNING_STATUS
+            status = str(turn.get("status"))
+            known = self.turns[turn["id"]] = _Turn(turn["id"], status, _kind_of(items))
             for item in items if isinstance(items, list) else []:
                 if isinstance(item, dict) and item.get("type") == "contextCompaction" and isinstance(item.get("id"), str):
-                    (self.completed if finished else self.running).add(item["id"])
-            self.turns[turn["id"]] = _Turn(turn["id"], str(turn.get("status")), kind)
-        self.running -= self.completed  # completed while we were away (a reconnect)
+                    known.compactions.add(item["id"])
+                    if status == RUNNING_STATUS:
+                        self.running.add(item["id"])
+                    elif status == "completed":
+                        self.completed.add(item["id"])
         self.revision += 1
         return self._changes(before)
 
@@ -152,11 +160,13 @@ class ThreadModel:
         known = self.turns.get(turn["id"])
         kind = _kind_of(turn.get("items"))
         if known is None:
-            self.turns[turn["id"]] = _Turn(turn["id"], str(turn.get("status")), kind)
+            known = self.turns[turn["id"]] = _Turn(turn["id"], str(turn.get("status")), kind)
         else:
             known.status = str(turn.get("status"))
             if known.kind == "unknown":
                 known.kind = kind
+        if known.status != RUNNING_STATUS:
+            self.running -= known.compactions  # ended without completing them (interrupted, failed)
 
     def _item(self, turn_id: Any, item: Any, *, completed: bool) -> None:
         if not isinstance(item, dict):
@@ -166,6 +176,8 @@ class ThreadModel:
         if turn is not None and turn.kind == "unknown":
             turn.kind = kind
         if kind == "compaction" and isinstance(item.get("id"), str):
+            if turn is not None:
+                turn.compactions.add(item["id"])
             if completed:
                 self.running.discard(item["id"])
                 self.completed.add(item["id"])

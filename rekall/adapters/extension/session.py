@@ -136,6 +136,9 @@ class ThreadSession:
 
         self.client_id: str | None = None
         self.owner_id: str | None = None
+        #: When owner discovery last named the owner (monotonic s): a no-client-found soon after
+        #: cannot mean that nobody owns the thread.
+        self._discovered_at: float | None = None
         self.mirror = ThreadMirror(self._adapter.LAYOUT)
         self.observed_versions: dict[str, set[Any]] = {}
         self.unknown_versions: dict[str, int] = {}
@@ -293,6 +296,7 @@ class ThreadSession:
         if done.owner_unanswered:
             self._owner_unanswered = True
         self.client_id, self.owner_id = done.client_id, done.owner_id
+        self._discovered_at = time.monotonic() if done.owner_id is not None and self._adapter.owner_discovery else None
         self._checked_sources = {self.owner_id} if self.owner_id is not None else set()
 
     def _decide(self, adapter: Adapter, reason: str) -> None:
@@ -425,16 +429,25 @@ class ThreadSession:
         return response
 
     def _version_doubt(self, method: str, error: str) -> str | None:
-        """What a refusal says about versions: a mismatch, or (routed by discovery) possibly one."""
+        """What a refusal says about versions: a mismatch, or (routed by discovery, or refused
+        although discovery has just named the owner) possibly one."""
         generation = self._adapter.generation
         targeted = generation.follower_envelope_host_id
-        if error == "request-version-mismatch" or (error == "no-client-found" and not targeted):
+        discovered = error == "no-client-found" and self._discovered_at is not None
+        if error == "request-version-mismatch" or (error == "no-client-found" and not targeted) or discovered:
             sent = self._adapter.METHOD_VERSIONS.get(method)
             base = generation.base(method)
             how = (f"sent at version {sent} (base {base} + 1 for the envelope hostId)" if targeted and base != sent
                    else f"sent at version {sent} (the base version)")
-            what = "the extension expects another version" if error == "request-version-mismatch" else (
-                "either no client owns the thread now or the extension expects another version")
+            if error == "request-version-mismatch":
+                what = "the extension expects another version"
+            elif discovered:
+                assert self._discovered_at is not None
+                what = (f"owner {self.owner_id} answered owner discovery for this thread "
+                        f"{time.monotonic() - self._discovered_at:.1f} s before, so the likely cause is a version "
+                        "of this request that the owner does not handle")
+            else:
+                what = "either no client owns the thread now or the extension expects another version"
             return f"{method} {how}, generation {self._adapter.NAME}: {what}"
         return None
 
