@@ -82,6 +82,9 @@ class CodexBackend:
         #: The engine's latest MCP server startup report for this thread, by server name.
         self.mcp_servers: dict[str, dict[str, Any]] = {}
         self._mcp_changed = asyncio.Event()
+        #: Notifications about the engine's other threads (sessions the owner does not relay), in order.
+        self.side_messages: list[Any] = []
+        self._side_changed = asyncio.Event()
         self._owner: OwnerPort | None = None
         self._runner: asyncio.Task[None] | None = None
         self._ready: asyncio.Future[None] | None = None
@@ -165,6 +168,31 @@ class CodexBackend:
                 await self._mcp_changed.wait()
         return self.mcp_servers[name]
 
+    async def side_thread(self, timeout: float = START_TIMEOUT_S) -> str:
+        """Another session on the same engine, which this owner does not relay (as another user's
+        terminal would run); approvals ``never``. Returns its thread id once its rekall MCP server started."""
+        thread_id = (await self._running().start_thread(approvalPolicy="never"))["thread"]["id"]
+        await self._side_event(lambda m: m.method == "mcpServer/startupStatus/updated" and m.params.get("threadId")
+                               == thread_id and m.params.get("status") in MCP_STARTUP_OVER, timeout)
+        return thread_id
+
+    async def side_turn(self, thread_id: str, text: str, timeout: float) -> dict[str, Any]:
+        """A user turn on a side thread, run to its end; returns the completed turn."""
+        start = len(self.side_messages)
+        turn = await self._running().start_turn(thread_id, text)
+        done = await self._side_event(lambda m: m.method == "turn/completed" and m.params.get("threadId") == thread_id
+                                      and m.params["turn"]["id"] == turn["id"], timeout, start)
+        return done.params["turn"]
+
+    async def _side_event(self, match: Any, timeout: float, start: int = 0) -> Any:
+        async with asyncio.timeout(timeout):
+            while True:
+                found = next((m for m in self.side_messages[start:] if match(m)), None)
+                if found is not None:
+                    return found
+                start = len(self.side_messages)
+                await self._side_changed.wait()
+
     async def answer_request(self, request_id: Any, result: Any) -> None:
         """Answer a pending server request (an approval) as the user of the owning window would."""
         if request_id not in self.pending:
@@ -231,6 +259,11 @@ class CodexBackend:
                 self.mcp_servers[message.params.get("name")] = message.params
                 self._mcp_changed.set()
                 self._mcp_changed = asyncio.Event()
+            if message.params.get("threadId") not in (None, self.thread_id):
+                self.side_messages.append(message)
+                self._side_changed.set()
+                self._side_changed = asyncio.Event()
+                continue  # another session's: the owner relays only its own thread
             self._publish(projection.apply(message))
 
 
@@ -282,6 +315,12 @@ class CodexSimHandle(SimHandle):
 
     def wait_for_mcp_server(self, name: str, timeout: float = START_TIMEOUT_S) -> dict[str, Any]:
         return self.call(lambda owner: self._backend.wait_for_mcp_server(name, timeout), timeout + 5)
+
+    def side_thread(self, timeout: float = START_TIMEOUT_S) -> str:
+        return self.call(lambda owner: self._backend.side_thread(timeout), timeout + 5)
+
+    def side_turn(self, thread_id: str, text: str, timeout: float = 30.0) -> dict[str, Any]:
+        return self.call(lambda owner: self._backend.side_turn(thread_id, text, timeout), timeout + 5)
 
     def state(self) -> dict[str, Any]:
         """A copy of the thread's conversationState, taken on the simulator's loop."""

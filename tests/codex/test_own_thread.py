@@ -1,0 +1,117 @@
+"""An agent acts only on its own thread: two real sessions, one real engine, rekall between them.
+
+On the shared app-server daemon, two ``websockets`` clients play two users' terminals, each with
+its own thread; on the extension's path, the codex-backed simulated owner relays one thread of a
+real ``codex app-server`` while a second session runs on the same engine. In each, the agent of
+one session (the mock model, with Codex as the MCP client) calls ``schedule_compaction`` naming
+the other session's thread: Codex's ``_meta`` names the caller, rekall refuses, and the other
+thread sees nothing. Then the same agent schedules its own thread's compaction, and it is done.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from rekall.store import JobStore
+from tests.codex.daemonkit import Daemon, PeerClient, peer_client
+from tests.codex.test_app_server_job import FILLER, JOB_S, on_thread, run_turn, wait_terminal
+from tests.codex.test_end_to_end import rekall_mcp_server, run_user_turn
+from tests.mcpkit import HANDOFF, job_env, rekall_mcp, wait_for_worker_exit
+from tests.support.codex_backend import start_codex_sim_in_thread
+from tests.support.mock_model import MockModel
+
+pytestmark = [pytest.mark.codex, pytest.mark.slow, pytest.mark.anyio]
+
+REFUSED = "[not_callers_thread] schedule_compaction names thread {victim}, but this call comes from thread {caller}"
+OWN_HANDOFF = {**HANDOFF, "resume": False}
+
+
+async def session(user: PeerClient) -> str:
+    """A thread of ``user``'s terminal whose rekall MCP server has started (no approval prompts)."""
+    start = len(user.messages)
+    thread_id = (await user.request("thread/start", {"approvalPolicy": "never"}))["thread"]["id"]
+    await user.wait_for(lambda m: m.get("method") == "mcpServer/startupStatus/updated"
+                        and m["params"].get("name") == "rekall" and m["params"].get("status") == "ready",
+                        start=start, timeout=JOB_S)
+    return thread_id
+
+
+def about(thread_id: str, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [m for m in messages if m.get("params", {}).get("threadId") == thread_id]
+
+
+async def test_on_the_shared_app_server_an_agent_cannot_compact_another_sessions_thread_and_compacts_its_own(
+        app_server_daemon: Daemon, daemon_model: MockModel) -> None:
+    daemon = app_server_daemon
+    store = JobStore.open_reader({"REKALL_JOBS_DIR": str(daemon.jobs_dir)})
+    async with peer_client(daemon.socket_path, "terminal-a") as a, peer_client(daemon.socket_path, "terminal-b") as b:
+        caller, victim = await session(a), await session(b)
+        daemon_model.queue_text(FILLER)
+        await run_turn(b, victim, "Read the parser and tell me everything about it.")
+        victim_turns = (await b.request("thread/turns/list", {"threadId": victim}))["data"]
+        b_seen = len(b.messages)
+
+        daemon_model.queue_mcp_call("rekall", "schedule_compaction", {"threadId": victim, "handoff": HANDOFF})
+        await run_turn(a, caller, "Compact the other session's conversation.")
+        refusal = REFUSED.format(victim=victim, caller=caller)
+        (answer,) = daemon_model.requests_containing(refusal)  # the tool's answer, back to the model
+        assert answer.kind == "turn"
+
+        # The other session: no job, no message about its thread, its turns as they were.
+        assert store.read_status(victim)["state"] == "not_scheduled"
+        assert not (daemon.jobs_dir / victim).exists()
+        assert about(victim, b.messages[b_seen:]) == []
+        assert (await b.request("thread/turns/list", {"threadId": victim}))["data"] == victim_turns
+
+        # The caller's own thread is served.
+        daemon_model.queue_mcp_call("rekall", "schedule_compaction", {"threadId": caller, "handoff": OWN_HANDOFF})
+        await run_turn(a, caller, "Compact this conversation now.")
+        done = await wait_terminal(daemon, caller)
+        await wait_for_worker_exit(done["pid"])
+        assert about(victim, b.messages[b_seen:]) == []
+
+    assert done["state"] == "completed" and done["platform"] == "app-server", done
+    assert store.read_status(victim)["state"] == "not_scheduled"
+
+
+async def test_on_the_extensions_path_an_agent_cannot_compact_the_owned_thread_from_another_session(
+        codex_binary: Path, tmp_path: Path) -> None:
+    socket_dir = Path(tempfile.mkdtemp(prefix="rk-own-", dir="/tmp"))  # short: a socket path has ~100 bytes
+    socket_path, jobs = socket_dir / "ipc.sock", tmp_path / "jobs"
+    engine_env = {"REKALL_PIPE": str(socket_path), "REKALL_JOBS_DIR": str(jobs), "REKALL_IDLE_STABLE_MS": "50"}
+    try:
+        with start_codex_sim_in_thread(codex_binary, tmp_path / "engine", socket_path=socket_path,
+                                       extra_config=rekall_mcp_server(engine_env)) as sim:
+            assert sim.wait_for_mcp_server("rekall", timeout=JOB_S)["status"] == "ready"
+            sim.mock.queue_text(FILLER)
+            run_user_turn(sim, "Read the parser and tell me everything about it.")
+            owned_before = sim.state()
+
+            # Another session on the same engine, its agent naming the thread the owner relays.
+            other = sim.side_thread(timeout=JOB_S)
+            sim.mock.queue_mcp_call("rekall", "schedule_compaction", {"threadId": sim.thread_id, "handoff": HANDOFF})
+            sim.side_turn(other, "Compact the conversation of the VS Code window.", timeout=JOB_S)
+            refusal = REFUSED.format(victim=sim.thread_id, caller=other)
+            assert len(sim.mock.requests_containing(refusal)) == 1
+            assert (sim.compact_requests, sim.start_turn_requests) == ([], [])
+            assert sim.state() == owned_before and not jobs.exists()
+
+            # The owned thread's own agent is served.
+            sim.mock.queue_mcp_call("rekall", "schedule_compaction", {"threadId": sim.thread_id,
+                                                                      "handoff": OWN_HANDOFF})
+            run_user_turn(sim, "Compact this conversation now.")
+            async with rekall_mcp(job_env(sim.env, jobs), sim.thread_id) as rekall:
+                done = await rekall.wait_terminal(JOB_S)
+                await wait_for_worker_exit(done["pid"])
+            compacts = len(sim.compact_requests)
+    finally:
+        shutil.rmtree(socket_dir, ignore_errors=True)
+
+    assert done["state"] == "completed" and done["platform"] == "extension-ipc", done
+    assert compacts == 1
