@@ -84,6 +84,9 @@ async def test_the_handoff_schema_declares_the_node_limits():
         ({"threadId": THREAD, "handoff": {**HANDOFF, "preserve": ["x"] * 41}}, "preserve"),
         ({"threadId": THREAD, "handoff": {**HANDOFF, "summary": "я" * 32000}}, "32000"),
         ({"threadId": THREAD, "handoff": {**HANDOFF, "summary": "key sk-proj-" + "Ab3" * 14}}, "summary"),
+        ({"threadId": THREAD, "handoff": {**HANDOFF, "nextStep": "stop\x1b[2J"}}, "handoff.nextStep holds an escape"),
+        ({"threadId": THREAD, "handoff": {**HANDOFF, "preserve": ["a\u202eb"]}},
+         "handoff.preserve[0] holds a bidirectional control character"),
     ],
 )
 async def test_invalid_arguments_give_clear_tool_errors(jobs_env, arguments, expected):
@@ -92,7 +95,7 @@ async def test_invalid_arguments_give_clear_tool_errors(jobs_env, arguments, exp
     assert result.is_error
     text = result.content[0].text
     assert expected in text and PROMISED_FORM.match(text), text
-    assert "sk-proj-" not in text  # a credential is named, never echoed
+    assert "sk-proj-" not in text and "\x1b" not in text  # a credential is named, never echoed
 
 
 PROMISED_FORM = re.compile(r"\A\[[a-z_]+\] [^\n]+\. Next: [^\n]+\Z")
