@@ -98,10 +98,16 @@ def validate_handoff(value: Any) -> dict[str, Any]:
     if size > MAX_HANDOFF_BYTES:
         raise _invalid(f"handoff is {size} UTF-8 bytes of compact JSON; at most {MAX_HANDOFF_BYTES} are allowed",
                        "handoff", hint="shorten the summary or the lists and schedule again")
-    for field, text in _strings(normalised):
-        kind = credential_kind(text)
+    # Each text alone, then each two neighbouring entries joined (a secret split across them).
+    texts = [(field, field, (text,)) for field, text in _strings(normalised)]
+    for key in ("preserve", "discard"):
+        items = normalised[key]
+        texts.extend((f"handoff.{key}[{i}]", f"handoff.{key}[{i}] and [{i + 1}] joined",
+                      (items[i] + items[i + 1], f"{items[i]} {items[i + 1]}")) for i in range(len(items) - 1))
+    for field, where, forms in texts:
+        kind = next((kind for form in forms if (kind := credential_kind(form)) is not None), None)
         if kind is not None:
-            raise _invalid(f"{field} looks like it contains {kind}; secrets must not go into a handoff",
+            raise _invalid(f"{where} looks like it contains {kind}; secrets must not go into a handoff",
                            field, hint="remove the secret (refer to where it is stored instead) and schedule again")
     return normalised
 
