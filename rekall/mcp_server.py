@@ -260,7 +260,7 @@ def build_server() -> MCPServer:
         return await service.probe(threadId)  # type: ignore[return-value]
 
     @server.tool(
-        annotations=ToolAnnotations(title="Schedule one compaction", read_only_hint=False, destructive_hint=False,
+        annotations=ToolAnnotations(title="Schedule one compaction", read_only_hint=False, destructive_hint=True,
                                     idempotent_hint=False, open_world_hint=False),
         description=(
             "Schedules ONE compaction of this conversation, to happen after your current answer ends; call "
@@ -292,7 +292,7 @@ def build_server() -> MCPServer:
         return _fit(StatusResult, await anyio.to_thread.run_sync(service.status, threadId))
 
     @server.tool(
-        annotations=ToolAnnotations(title="Cancel a compaction job", read_only_hint=False, destructive_hint=False,
+        annotations=ToolAnnotations(title="Cancel a compaction job", read_only_hint=False, destructive_hint=True,
                                     idempotent_hint=True, open_world_hint=False),
         description=(
             "Cancels the pending dispatches of the exact job (threadId and jobId from schedule_compaction "

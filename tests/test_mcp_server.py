@@ -42,9 +42,12 @@ async def test_the_server_lists_four_tools_with_annotations_and_structured_outpu
     assert sorted(tools) == sorted(TOOL_NAMES)
     assert tools["probe_compaction"].annotations.read_only_hint is True
     assert tools["compaction_status"].annotations.read_only_hint is True
+    # What they are: a compaction drops the conversation's history for good, a cancel ends a job for good.
     for name in ("schedule_compaction", "cancel_compaction"):
         assert tools[name].annotations.read_only_hint is False
-        assert tools[name].annotations.destructive_hint is False
+        assert tools[name].annotations.destructive_hint is True
+    assert tools["schedule_compaction"].annotations.idempotent_hint is False
+    assert tools["cancel_compaction"].annotations.idempotent_hint is True
     for tool in tools.values():
         assert tool.annotations.open_world_hint is False
         assert tool.output_schema is not None and tool.output_schema["type"] == "object"

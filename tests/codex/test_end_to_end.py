@@ -162,7 +162,10 @@ async def test_the_agent_schedules_its_own_compaction_through_codex_and_rekall_r
             run_user_turn(sim, "Read the parser and tell me everything about it.")
 
             sim.mock.queue_mcp_call("rekall", "schedule_compaction", {"threadId": sim.thread_id, "handoff": HANDOFF})
-            run_user_turn(sim, "Compact this conversation now, then write the changelog.")
+            turn_id = sim.user_turn("Compact this conversation now, then write the changelog.")["id"]
+            # Under on-request approvals the engine asks the window's user first (a destructive tool).
+            asked = sim.allow_mcp_call(timeout=JOB_S)
+            sim.wait_until(lambda owner: turn_finished(owner.backend.snapshot(), turn_id), timeout=JOB_S)
             async with rekall_mcp(job_env(sim.env, jobs), sim.thread_id) as rekall:
                 done = await rekall.wait_terminal(JOB_S)
                 await wait_for_worker_exit(done["pid"])
@@ -191,3 +194,37 @@ async def test_the_agent_schedules_its_own_compaction_through_codex_and_rekall_r
     (continuation,) = sim.mock.requests_containing(marker)
     assert json.dumps(HANDOFF, indent=2, ensure_ascii=False) in continuation.text
     assert (compacts, starts) == (1, 1)
+    assert asked.params["serverName"] == "rekall" and '"schedule_compaction"' in asked.params["message"]
+
+
+#: What lets an agent call ``schedule_compaction`` without being asked (the README's way under ``-a never``).
+APPROVE_WITHOUT_ASKING = '[mcp_servers.rekall.tools.schedule_compaction]\napproval_mode = "approve"\n'
+
+
+@pytest.mark.parametrize(("tool_config", "scheduled"), [("", False), (APPROVE_WITHOUT_ASKING, True)])
+async def test_under_approval_policy_never_codex_refuses_schedule_compaction_unless_the_config_approves_it(
+        codex_binary: Path, tmp_path: Path, tool_config: str, scheduled: bool) -> None:
+    socket_dir = Path(tempfile.mkdtemp(prefix="rk-never-", dir="/tmp"))
+    socket_path, jobs = socket_dir / "ipc.sock", tmp_path / "jobs"
+    engine_env = {"REKALL_PIPE": str(socket_path), "REKALL_JOBS_DIR": str(jobs), "REKALL_IDLE_STABLE_MS": "50"}
+    try:
+        with start_codex_sim_in_thread(codex_binary, tmp_path / "engine", socket_path=socket_path,
+                                       extra_config=rekall_mcp_server(engine_env) + tool_config,
+                                       approval_policy="never") as sim:
+            assert sim.wait_for_mcp_server("rekall", timeout=JOB_S)["status"] == "ready"
+            sim.mock.queue_mcp_call("rekall", "schedule_compaction", {"threadId": sim.thread_id,
+                                                                      "handoff": {**HANDOFF, "resume": False}})
+            run_user_turn(sim, "Compact this conversation now.")
+            refused = sim.mock.requests_containing("MCP tool call requires approval, but approval policy is never")
+            pending = sim.pending_request_ids()
+            if scheduled:
+                async with rekall_mcp(job_env(sim.env, jobs), sim.thread_id) as rekall:
+                    done = await rekall.wait_terminal(JOB_S)
+                    await wait_for_worker_exit(done["pid"])
+    finally:
+        shutil.rmtree(socket_dir, ignore_errors=True)
+
+    assert pending == []  # never asked
+    assert (len(refused), jobs.exists()) == ((0, True) if scheduled else (1, False))
+    if scheduled:
+        assert done["state"] == "completed", done

@@ -21,7 +21,7 @@ import pytest
 from rekall.store import JobStore
 from tests.codex.daemonkit import Daemon, PeerClient, peer_client
 from tests.codex.test_app_server_job import FILLER, JOB_S, on_thread, run_turn, wait_terminal
-from tests.codex.test_end_to_end import rekall_mcp_server, run_user_turn
+from tests.codex.test_end_to_end import rekall_mcp_server, run_user_turn, turn_finished
 from tests.mcpkit import HANDOFF, job_env, rekall_mcp, wait_for_worker_exit
 from tests.support.codex_backend import start_codex_sim_in_thread
 from tests.support.mock_model import MockModel
@@ -33,9 +33,9 @@ OWN_HANDOFF = {**HANDOFF, "resume": False}
 
 
 async def session(user: PeerClient) -> str:
-    """A thread of ``user``'s terminal whose rekall MCP server has started (no approval prompts)."""
+    """A thread of ``user``'s terminal (on-request approvals) whose rekall MCP server has started."""
     start = len(user.messages)
-    thread_id = (await user.request("thread/start", {"approvalPolicy": "never"}))["thread"]["id"]
+    thread_id = (await user.request("thread/start"))["thread"]["id"]
     await user.wait_for(lambda m: m.get("method") == "mcpServer/startupStatus/updated"
                         and m["params"].get("name") == "rekall" and m["params"].get("status") == "ready",
                         start=start, timeout=JOB_S)
@@ -58,7 +58,8 @@ async def test_on_the_shared_app_server_an_agent_cannot_compact_another_sessions
         b_seen = len(b.messages)
 
         daemon_model.queue_mcp_call("rekall", "schedule_compaction", {"threadId": victim, "handoff": HANDOFF})
-        await run_turn(a, caller, "Compact the other session's conversation.")
+        # Codex asks A's user, who allows it (the prompt names the thread; who reads it?): rekall refuses.
+        await run_turn(a, caller, "Compact the other session's conversation.", allow_mcp_call=True)
         refusal = REFUSED.format(victim=victim, caller=caller)
         (answer,) = daemon_model.requests_containing(refusal)  # the tool's answer, back to the model
         assert answer.kind == "turn"
@@ -71,7 +72,7 @@ async def test_on_the_shared_app_server_an_agent_cannot_compact_another_sessions
 
         # The caller's own thread is served.
         daemon_model.queue_mcp_call("rekall", "schedule_compaction", {"threadId": caller, "handoff": OWN_HANDOFF})
-        await run_turn(a, caller, "Compact this conversation now.")
+        await run_turn(a, caller, "Compact this conversation now.", allow_mcp_call=True)
         done = await wait_terminal(daemon, caller)
         await wait_for_worker_exit(done["pid"])
         assert about(victim, b.messages[b_seen:]) == []
@@ -96,7 +97,7 @@ async def test_on_the_extensions_path_an_agent_cannot_compact_the_owned_thread_f
             # Another session on the same engine, its agent naming the thread the owner relays.
             other = sim.side_thread(timeout=JOB_S)
             sim.mock.queue_mcp_call("rekall", "schedule_compaction", {"threadId": sim.thread_id, "handoff": HANDOFF})
-            sim.side_turn(other, "Compact the conversation of the VS Code window.", timeout=JOB_S)
+            sim.side_turn(other, "Compact the conversation of the VS Code window.", timeout=JOB_S, allow_mcp_call=True)
             refusal = REFUSED.format(victim=sim.thread_id, caller=other)
             assert len(sim.mock.requests_containing(refusal)) == 1
             assert (sim.compact_requests, sim.start_turn_requests) == ([], [])
@@ -105,7 +106,9 @@ async def test_on_the_extensions_path_an_agent_cannot_compact_the_owned_thread_f
             # The owned thread's own agent is served.
             sim.mock.queue_mcp_call("rekall", "schedule_compaction", {"threadId": sim.thread_id,
                                                                       "handoff": OWN_HANDOFF})
-            run_user_turn(sim, "Compact this conversation now.")
+            turn_id = sim.user_turn("Compact this conversation now.")["id"]
+            sim.allow_mcp_call(timeout=JOB_S)  # on-request approvals: the window's user allows it
+            sim.wait_until(lambda owner: turn_finished(owner.backend.snapshot(), turn_id), timeout=JOB_S)
             async with rekall_mcp(job_env(sim.env, jobs), sim.thread_id) as rekall:
                 done = await rekall.wait_terminal(JOB_S)
                 await wait_for_worker_exit(done["pid"])

@@ -79,6 +79,7 @@ class CodexBackend:
         self.projection: ConversationProjection | None = None
         #: Server requests the engine is waiting on, by id (answered by a follower or a test).
         self.pending: dict[int | str, ServerRequest] = {}
+        self._pending_changed = asyncio.Event()
         #: The engine's latest MCP server startup report for this thread, by server name.
         self.mcp_servers: dict[str, dict[str, Any]] = {}
         self._mcp_changed = asyncio.Event()
@@ -170,16 +171,22 @@ class CodexBackend:
 
     async def side_thread(self, timeout: float = START_TIMEOUT_S) -> str:
         """Another session on the same engine, which this owner does not relay (as another user's
-        terminal would run); approvals ``never``. Returns its thread id once its rekall MCP server started."""
-        thread_id = (await self._running().start_thread(approvalPolicy="never"))["thread"]["id"]
+        terminal would run). Returns its thread id once its rekall MCP server started."""
+        thread_id = (await self._running().start_thread())["thread"]["id"]
         await self._side_event(lambda m: m.method == "mcpServer/startupStatus/updated" and m.params.get("threadId")
                                == thread_id and m.params.get("status") in MCP_STARTUP_OVER, timeout)
         return thread_id
 
-    async def side_turn(self, thread_id: str, text: str, timeout: float) -> dict[str, Any]:
-        """A user turn on a side thread, run to its end; returns the completed turn."""
+    async def side_turn(self, thread_id: str, text: str, timeout: float, *, allow_mcp_call: bool = False) -> dict[str, Any]:
+        """A user turn on a side thread, run to its end; returns the completed turn. ``allow_mcp_call``:
+        its user allows the MCP tool call the engine asks about."""
         start = len(self.side_messages)
-        turn = await self._running().start_turn(thread_id, text)
+        server = self._running()
+        turn = await server.start_turn(thread_id, text)
+        if allow_mcp_call:
+            asked = await self._side_event(lambda m: isinstance(m, ServerRequest) and m.params.get("threadId")
+                                           == thread_id and m.method == "mcpServer/elicitation/request", timeout, start)
+            await server.respond(asked.id, {"action": "accept", "content": None})
         done = await self._side_event(lambda m: m.method == "turn/completed" and m.params.get("threadId") == thread_id
                                       and m.params["turn"]["id"] == turn["id"], timeout, start)
         return done.params["turn"]
@@ -192,6 +199,16 @@ class CodexBackend:
                     return found
                 start = len(self.side_messages)
                 await self._side_changed.wait()
+
+    async def allow_mcp_call(self, timeout: float) -> ServerRequest:
+        """Wait for the engine to ask the owning window's user to allow an MCP tool call
+        (``mcpServer/elicitation/request``), allow it once, and return what was asked."""
+        async with asyncio.timeout(timeout):
+            while (asked := next((r for r in self.pending.values()
+                                  if r.method == "mcpServer/elicitation/request"), None)) is None:
+                await self._pending_changed.wait()
+        await self.answer_request(asked.id, {"action": "accept", "content": None})
+        return asked
 
     async def answer_request(self, request_id: Any, result: Any) -> None:
         """Answer a pending server request (an approval) as the user of the owning window would."""
@@ -252,6 +269,8 @@ class CodexBackend:
         async for message in server.messages():
             if isinstance(message, ServerRequest) and message.params.get("threadId") == self.thread_id:
                 self.pending[message.id] = message
+                self._pending_changed.set()
+                self._pending_changed = asyncio.Event()
             elif message.method == "serverRequest/resolved":
                 self.pending.pop(message.params.get("requestId"), None)
             elif message.method == "mcpServer/startupStatus/updated" and message.params.get("threadId") in (
@@ -316,11 +335,16 @@ class CodexSimHandle(SimHandle):
     def wait_for_mcp_server(self, name: str, timeout: float = START_TIMEOUT_S) -> dict[str, Any]:
         return self.call(lambda owner: self._backend.wait_for_mcp_server(name, timeout), timeout + 5)
 
+    def allow_mcp_call(self, timeout: float = 30.0) -> ServerRequest:
+        return self.call(lambda owner: self._backend.allow_mcp_call(timeout), timeout + 5)
+
     def side_thread(self, timeout: float = START_TIMEOUT_S) -> str:
         return self.call(lambda owner: self._backend.side_thread(timeout), timeout + 5)
 
-    def side_turn(self, thread_id: str, text: str, timeout: float = 30.0) -> dict[str, Any]:
-        return self.call(lambda owner: self._backend.side_turn(thread_id, text, timeout), timeout + 5)
+    def side_turn(self, thread_id: str, text: str, timeout: float = 30.0, *,
+                  allow_mcp_call: bool = False) -> dict[str, Any]:
+        return self.call(lambda owner: self._backend.side_turn(thread_id, text, timeout, allow_mcp_call=allow_mcp_call),
+                         timeout + 5)
 
     def state(self) -> dict[str, Any]:
         """A copy of the thread's conversationState, taken on the simulator's loop."""
@@ -331,13 +355,14 @@ class CodexSimHandle(SimHandle):
 
 
 def start_codex_sim_in_thread(codex_binary: Path, tmp_dir: Path, *, extra_config: str = "",
-                              **owner_options: Any) -> CodexSimHandle:
+                              approval_policy: str = "on-request", **owner_options: Any) -> CodexSimHandle:
     """Start a simulated owner relaying to a real app-server on a private thread; return its handle.
 
     ``tmp_dir`` holds the engine's isolated ``CODEX_HOME``; ``extra_config`` is added to its
-    ``config.toml`` (e.g. ``[mcp_servers.rekall]``). ``owner_options`` go to
+    ``config.toml`` (e.g. ``[mcp_servers.rekall]``), whose ``approval_policy`` is given. ``owner_options`` go to
     :class:`SimulatedOwner` (e.g. ``codex_home=True``). Use as a context manager to stop it.
     """
-    handle = CodexSimHandle(CodexBackend(codex_binary, tmp_dir, extra_config=extra_config), **owner_options)
+    handle = CodexSimHandle(CodexBackend(codex_binary, tmp_dir, extra_config=extra_config,
+                                         approval_policy=approval_policy), **owner_options)
     handle.start(timeout=START_TIMEOUT_S + 5)
     return handle
