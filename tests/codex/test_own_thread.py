@@ -10,8 +10,6 @@ thread sees nothing. Then the same agent schedules its own thread's compaction, 
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -21,9 +19,8 @@ import pytest
 from rekall.store import JobStore
 from tests.codex.daemonkit import Daemon, PeerClient, peer_client
 from tests.codex.test_app_server_job import FILLER, JOB_S, on_thread, run_turn, wait_terminal
-from tests.codex.test_end_to_end import rekall_mcp_server, run_user_turn, turn_finished
+from tests.codex.test_end_to_end import agent_engine, run_user_turn
 from tests.mcpkit import HANDOFF, job_env, rekall_mcp, wait_for_worker_exit
-from tests.support.codex_backend import start_codex_sim_in_thread
 from tests.support.mock_model import MockModel
 
 pytestmark = [pytest.mark.codex, pytest.mark.slow, pytest.mark.anyio]
@@ -83,38 +80,27 @@ async def test_on_the_shared_app_server_an_agent_cannot_compact_another_sessions
 
 async def test_on_the_extensions_path_an_agent_cannot_compact_the_owned_thread_from_another_session(
         codex_binary: Path, tmp_path: Path) -> None:
-    socket_dir = Path(tempfile.mkdtemp(prefix="rk-own-", dir="/tmp"))  # short: a socket path has ~100 bytes
-    socket_path, jobs = socket_dir / "ipc.sock", tmp_path / "jobs"
-    engine_env = {"REKALL_PIPE": str(socket_path), "REKALL_JOBS_DIR": str(jobs), "REKALL_IDLE_STABLE_MS": "50"}
-    try:
-        with start_codex_sim_in_thread(codex_binary, tmp_path / "engine", socket_path=socket_path,
-                                       extra_config=rekall_mcp_server(engine_env)) as sim:
-            assert sim.wait_for_mcp_server("rekall", timeout=JOB_S)["status"] == "ready"
-            sim.mock.queue_text(FILLER)
-            run_user_turn(sim, "Read the parser and tell me everything about it.")
-            owned_before = sim.state()
+    with agent_engine(codex_binary, tmp_path) as (sim, jobs):
+        sim.mock.queue_text(FILLER)
+        run_user_turn(sim, "Read the parser and tell me everything about it.")
+        owned_before = sim.state()
 
-            # Another session on the same engine, its agent naming the thread the owner relays.
-            other = sim.side_thread(timeout=JOB_S)
-            sim.mock.queue_mcp_call("rekall", "schedule_compaction", {"threadId": sim.thread_id, "handoff": HANDOFF})
-            sim.side_turn(other, "Compact the conversation of the VS Code window.", timeout=JOB_S, allow_mcp_call=True)
-            refusal = REFUSED.format(victim=sim.thread_id, caller=other)
-            assert len(sim.mock.requests_containing(refusal)) == 1
-            assert (sim.compact_requests, sim.start_turn_requests) == ([], [])
-            assert sim.state() == owned_before and not jobs.exists()
+        # Another session on the same engine, its agent naming the thread the owner relays.
+        other = sim.side_thread(timeout=JOB_S)
+        sim.mock.queue_mcp_call("rekall", "schedule_compaction", {"threadId": sim.thread_id, "handoff": HANDOFF})
+        sim.side_turn(other, "Compact the conversation of the VS Code window.", timeout=JOB_S, allow_mcp_call=True)
+        refusal = REFUSED.format(victim=sim.thread_id, caller=other)
+        assert len(sim.mock.requests_containing(refusal)) == 1
+        assert (sim.compact_requests, sim.start_turn_requests) == ([], [])
+        assert sim.state() == owned_before and not jobs.exists()
 
-            # The owned thread's own agent is served.
-            sim.mock.queue_mcp_call("rekall", "schedule_compaction", {"threadId": sim.thread_id,
-                                                                      "handoff": OWN_HANDOFF})
-            turn_id = sim.user_turn("Compact this conversation now.")["id"]
-            sim.allow_mcp_call(timeout=JOB_S)  # on-request approvals: the window's user allows it
-            sim.wait_until(lambda owner: turn_finished(owner.backend.snapshot(), turn_id), timeout=JOB_S)
-            async with rekall_mcp(job_env(sim.env, jobs), sim.thread_id) as rekall:
-                done = await rekall.wait_terminal(JOB_S)
-                await wait_for_worker_exit(done["pid"])
-            compacts = len(sim.compact_requests)
-    finally:
-        shutil.rmtree(socket_dir, ignore_errors=True)
+        # The owned thread's own agent is served.
+        sim.mock.queue_mcp_call("rekall", "schedule_compaction", {"threadId": sim.thread_id, "handoff": OWN_HANDOFF})
+        run_user_turn(sim, "Compact this conversation now.", allow_mcp_call=True)
+        async with rekall_mcp(job_env(sim.env, jobs), sim.thread_id) as rekall:
+            done = await rekall.wait_terminal(JOB_S)
+            await wait_for_worker_exit(done["pid"])
+        compacts = len(sim.compact_requests)
 
     assert done["state"] == "completed" and done["platform"] == "extension-ipc", done
     assert compacts == 1

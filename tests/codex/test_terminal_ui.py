@@ -62,31 +62,39 @@ async def wait_idle(observer: Any, thread_id: str) -> None:
             await anyio.sleep(0.1)
 
 
+async def ui_after_a_first_turn(daemon: Daemon, model: MockModel, tmux: Tmux, observer: PeerClient,
+                                approval_policy: str) -> str:
+    """The terminal UI started on the daemon under ``-a approval_policy``, its first turn (which
+    fills the context) over and rekall connected; returns the thread's id."""
+    ui_env = {"CODEX_HOME": str(daemon.codex_home), "HOME": str(tmux.tmp_dir), "PATH": os.environ.get("PATH", ""),
+              "TERM": "xterm-256color", "LANG": "C.UTF-8"}
+    watch_from = len(observer.messages)
+    tmux.start([str(daemon.binary), "--remote", f"unix://{daemon.socket_path}", "-a", approval_policy],
+               cwd=daemon.workspace, env=ui_env)
+    started = await observer.wait_for(lambda m: m.get("method") == "thread/started"
+                                      and m["params"]["thread"].get("threadSource") == "user",
+                                      start=watch_from, timeout=UI_START_S)
+    thread_id = started["params"]["thread"]["id"]
+    await anyio.to_thread.run_sync(lambda: tmux.wait_for_text("›", timeout=UI_START_S))
+
+    model.queue_text(FILLER)
+    await anyio.to_thread.run_sync(lambda: tmux.paste(FIRST_PROMPT, timeout=JOB_S))
+    tmux.press("Enter")
+    await anyio.to_thread.run_sync(lambda: model.wait_for(
+        lambda r: r.kind == "turn" and thread_of(r) == thread_id and "error paths" in r.text, timeout=JOB_S))
+    await wait_rekall_connected(observer, thread_id)
+    # The first turn is over once the daemon lists the thread idle again.
+    await wait_idle(observer, thread_id)
+    return thread_id
+
+
 async def test_the_real_terminal_ui_attached_to_the_daemon_compacts_through_rekall_and_shows_the_continuation(
         app_server_daemon: Daemon, daemon_model: MockModel, tmux: Tmux) -> None:
     daemon = app_server_daemon
     answer = f"CONTINUED-{uuid.uuid4().hex[:8]}"
-    ui_env = {"CODEX_HOME": str(daemon.codex_home), "HOME": str(tmux.tmp_dir), "PATH": os.environ.get("PATH", ""),
-              "TERM": "xterm-256color", "LANG": "C.UTF-8"}
     async with peer_client(daemon.socket_path, name="observer") as observer:
-        watch_from = len(observer.messages)
         # "-a on-request": the UI asks its user before the MCP call (schedule_compaction is destructive).
-        tmux.start([str(daemon.binary), "--remote", f"unix://{daemon.socket_path}", "-a", "on-request"],
-                   cwd=daemon.workspace, env=ui_env)
-        started = await observer.wait_for(lambda m: m.get("method") == "thread/started"
-                                          and m["params"]["thread"].get("threadSource") == "user",
-                                          start=watch_from, timeout=UI_START_S)
-        thread_id = started["params"]["thread"]["id"]
-        await anyio.to_thread.run_sync(lambda: tmux.wait_for_text("›", timeout=UI_START_S))
-
-        daemon_model.queue_text(FILLER)
-        await anyio.to_thread.run_sync(lambda: tmux.paste(FIRST_PROMPT, timeout=JOB_S))
-        tmux.press("Enter")
-        await anyio.to_thread.run_sync(lambda: daemon_model.wait_for(
-            lambda r: r.kind == "turn" and thread_of(r) == thread_id and "error paths" in r.text, timeout=JOB_S))
-        await wait_rekall_connected(observer, thread_id)
-        # The first turn is over once the daemon lists the thread idle again.
-        await wait_idle(observer, thread_id)
+        thread_id = await ui_after_a_first_turn(daemon, daemon_model, tmux, observer, "on-request")
 
         # The agent's turn: the tool call, then its reply; then the continuation's answer.
         daemon_model.queue_mcp_call("rekall", "schedule_compaction", {"threadId": thread_id, "handoff": HANDOFF})
@@ -141,22 +149,8 @@ async def test_the_real_terminal_ui_attached_to_the_daemon_compacts_through_reka
 async def test_under_approval_policy_never_the_real_terminal_ui_shows_codex_refusing_schedule_compaction(
         app_server_daemon: Daemon, daemon_model: MockModel, tmux: Tmux) -> None:
     daemon = app_server_daemon
-    ui_env = {"CODEX_HOME": str(daemon.codex_home), "HOME": str(tmux.tmp_dir), "PATH": os.environ.get("PATH", ""),
-              "TERM": "xterm-256color", "LANG": "C.UTF-8"}
     async with peer_client(daemon.socket_path, name="observer") as observer:
-        watch_from = len(observer.messages)
-        tmux.start([str(daemon.binary), "--remote", f"unix://{daemon.socket_path}", "-a", "never"],
-                   cwd=daemon.workspace, env=ui_env)
-        started = await observer.wait_for(lambda m: m.get("method") == "thread/started"
-                                          and m["params"]["thread"].get("threadSource") == "user",
-                                          start=watch_from, timeout=UI_START_S)
-        thread_id = started["params"]["thread"]["id"]
-        await anyio.to_thread.run_sync(lambda: tmux.wait_for_text("›", timeout=UI_START_S))
-        daemon_model.queue_text("Read it.")
-        await anyio.to_thread.run_sync(lambda: tmux.paste("Read the parser.", timeout=JOB_S))
-        tmux.press("Enter")
-        await wait_rekall_connected(observer, thread_id)
-        await wait_idle(observer, thread_id)
+        thread_id = await ui_after_a_first_turn(daemon, daemon_model, tmux, observer, "never")
 
         daemon_model.queue_mcp_call("rekall", "schedule_compaction", {"threadId": thread_id, "handoff": HANDOFF})
         daemon_model.queue_text("Codex refused the compaction.")
