@@ -66,9 +66,9 @@ class Caller:
         """Refuse unless ``thread_id`` (validated) is the caller's own thread."""
         if self.thread_id is None:
             raise CallerUnknown(f"{tool} acts only on the calling agent's own thread, and {self.unknown_because}, "
-                                f"so rekall cannot tell whether thread {thread_id} is the caller's; nothing was "
-                                "done", hint=f"ask the user to run `{COMMANDS[tool]}` in a terminal, or use a Codex release "
-                                             "that sends its thread with each tool call (0.171.0 does)")
+                                f"so rekall cannot tell whether thread {thread_id} is the caller's; nothing was done",
+                                hint=f"ask the user to run `{COMMANDS[tool]}` in a terminal, or use a Codex "
+                                     "release that sends its thread with each tool call (0.171.0 does)")
         if self.thread_id != thread_id:
             raise NotCallersThread(f"{tool} names thread {thread_id}, but this call comes from thread "
                                    f"{self.thread_id}; an agent acts only on its own thread, so nothing was done",

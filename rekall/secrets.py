@@ -112,7 +112,7 @@ _ASSIGNED = re.compile(r"(?i)" + _KEY + r"[\"']?[ \t]{0,8}(?::=|=>|[:=])[ \t]{0,
 #: "the password for the admin account is …": a few words may come between, then a verb.
 _IN_PROSE = re.compile(
     r"(?i)" + _KEY + r"(?:[ \t]{1,8}(?:for|of|to|on|at|für|pour|de|del|para|per)(?:[ \t]{1,8}[^\s:=]{1,40}){1,4})?"
-    r"[ \t]{1,8}(?:is|was|are|lautet|ist|war|est|était|es|era|è|é|ist)(?:[ \t]{0,8}:)?[ \t]{1,8}" + _VALUE)
+    r"[ \t]{1,8}(?:is|was|are|lautet|ist|war|est|était|es|era|è|é)(?:[ \t]{0,8}:)?[ \t]{1,8}" + _VALUE)
 #: A random-looking value a few words after a word that names a secret, labelled or not.
 _NEAR_A_KEYWORD = re.compile(
     r"(?i)(?<![A-Za-z0-9])(?:api[ _-]?key|secret|token|password|passphrase|access[ _-]?key)s?(?![A-Za-z0-9])"
@@ -135,8 +135,8 @@ available unavailable enabled disabled known unknown same different weak strong 
 too not never only also still now then being to for of by with in at on from the a an your my our their its his
 her this that what whatever see option flag argument parameter field prompt file protected accepted rejected
 refused ignored cached logged printed echoed hidden visible readable ok fine good bad obsolete deprecated new old
-here there inside below above elsewhere please must should will can may optional, nötig erforderlich falsch
-richtig gespeichert geändert requis obligatoire incorrect enregistré modifié requerida obligatoria incorrecta
+here there inside below above elsewhere please must should will can may nötig erforderlich falsch
+richtig gespeichert geändert requis obligatoire enregistré modifié requerida obligatoria incorrecta
 guardada cambiada
 """.split())
 

@@ -144,7 +144,8 @@ REFUSED: tuple[tuple[str, str], ...] = (
     ("session cookie", "_myapp_session=Zk9mWnVwR3JpZ2h0MTIzNDU2Nzg5MA"),
     ("shadow hash", "root:$6$saltsalt$Lk2v9Zq0aB3dE6gH9jK2mN5pQ8sT1vW4yZ7bC0eF3hJ6kL9:19000:0:99999:7:::"),
     ("shadow hash", "bcrypt $2b$12$KIXQJ8h6Lm1Wq3pZsYtFOeJ0u5Yx8Q1v2c3d4e5f6g7h8i9j0k1l2"),
-    ("shadow hash", "deploy:$y$j9T$F5Jx5fExrKuPp53xLKQ..1$X3DX6M94c7o.9agCG9G317fhZg9SqC.5i5rd.RhAtQ7:19523:0:99999:7:::"),
+    ("shadow hash", "deploy:$y$j9T$F5Jx5fExrKuPp53xLKQ..1$X3DX6M94c7o.9agCG9G317fhZg9SqC.5i5rd.RhAtQ7"
+                    ":19523:0:99999:7:::"),
     ("docker auths", '{"auths": {"https://index.docker.io/v1/": {"auth": "ZGVwbG95OnMzY3JldFBhc3M="}}}'),
     ("docker auths", '{"auths":{"ghcr.io":{"identitytoken":"eyJhbGciOiJSUzI1NiJ9abcDEF123"}}}'),
     # unlabelled high-entropy values after a word that names a secret

@@ -177,7 +177,8 @@ class CodexBackend:
                                == thread_id and m.params.get("status") in MCP_STARTUP_OVER, timeout)
         return thread_id
 
-    async def side_turn(self, thread_id: str, text: str, timeout: float, *, allow_mcp_call: bool = False) -> dict[str, Any]:
+    async def side_turn(self, thread_id: str, text: str, timeout: float, *,
+                        allow_mcp_call: bool = False) -> dict[str, Any]:
         """A user turn on a side thread, run to its end; returns the completed turn. ``allow_mcp_call``:
         its user allows the MCP tool call the engine asks about."""
         start = len(self.side_messages)
