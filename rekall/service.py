@@ -157,7 +157,8 @@ async def schedule(
     """Queue one compaction (and, with ``handoff.resume``, one continuation) for ``thread_id``.
 
     ``caller``: the thread an agent's call comes from (:mod:`rekall.caller`); anything but that
-    thread is refused before anything is read, written or sent. ``None``: a person's command."""
+    thread is refused before anything is read, written or sent (when only the owner's view can
+    say, after that read-only look and before anything is written). ``None``: a person's command."""
     import asyncio
 
     from rekall.owners import find_owner
@@ -169,11 +170,13 @@ async def schedule(
     thread_id = valid_thread_id(thread_id)
     if handoff is not None:
         handoff = validate_handoff(handoff)
-    if caller is not None:
-        caller.require(thread_id, "schedule_compaction")
+    if caller is not None and not caller.needs_owner_evidence:
+        caller.require(thread_id, "schedule_compaction")  # before anything is read
     store = await asyncio.to_thread(JobStore.open, env)
 
     platform, seen = await find_owner(thread_id, env, request_timeout_s=REQUEST_TIMEOUT_S.read(env))
+    if caller is not None and caller.needs_owner_evidence:
+        caller.require(thread_id, "schedule_compaction", seen.calls_in_progress)
     mirror = seen.facts
     if mirror.layout_problem:
         raise Refused(f"unsupported {platform.name} thread layout: {mirror.layout_problem}",

@@ -386,13 +386,17 @@ async def test_an_agent_naming_another_thread_is_refused_before_anything_is_read
     ({"threadId": "../../" + THREAD}, "not a thread id"),
     ({"x-codex-turn-metadata": "not an object", "threadId": 7}, "not a thread id"),
 ])
-async def test_a_call_that_does_not_say_which_thread_it_comes_from_acts_on_none(jobs_env, meta, because):
-    async with Client(build_server()) as client:
-        result = await client.call_tool("schedule_compaction", {"threadId": THREAD}, meta=meta)
+async def test_a_call_that_does_not_say_which_thread_it_comes_from_acts_on_none(jobs_env, monkeypatch, meta, because):
+    async with SimulatedOwner() as sim:  # its thread is idle: no call of the tool in progress there
+        for name, value in sim.env.items():
+            monkeypatch.setenv(name, value)
+        async with Client(build_server()) as client:
+            result = await client.call_tool("schedule_compaction", {"threadId": sim.thread_id}, meta=meta)
+        assert sim.compact_requests == []
     text = result.content[0].text
     assert result.is_error and PROMISED_FORM.match(text) and text.startswith("[caller_unknown]"), text
     assert because in text and "rekall schedule THREAD" in text and "../" not in text
-    assert not jobs_env.exists()
+    assert not [p for p in jobs_env.rglob("*") if p.is_file()]  # nothing written
 
 
 async def test_either_of_codexs_thread_fields_alone_names_the_caller(jobs_env):
@@ -408,3 +412,34 @@ async def test_the_read_only_tools_may_read_another_thread(jobs_env):
     async with Client(build_server()) as client:
         result = await client.call_tool("compaction_status", {"threadId": THREAD}, meta=codex_meta(OTHER_THREAD))
     assert not result.is_error and result.structured_content["state"] == "not_scheduled"
+
+
+@pytest.mark.parametrize(("call", "served"), [("inProgress", True), ("completed", False), (None, False)])
+async def test_without_the_callers_thread_in_the_request_the_owner_showing_this_call_in_progress_decides(
+        jobs_env, monkeypatch, call, served):
+    monkeypatch.setattr(service, "_spawn_default", lambda *args, **kwargs: os.getpid())  # no worker needed here
+    async with SimulatedOwner() as sim:
+        for name, value in sim.env.items():
+            monkeypatch.setenv(name, value)
+        sim.backend.user_turn("compact this conversation, then go on")  # the agent's turn, in progress
+        if call is not None:
+            sim.backend.mcp_tool_call("schedule_compaction", status=call)
+        async with Client(build_server()) as client:
+            result = await client.call_tool("schedule_compaction", {"threadId": sim.thread_id}, meta=None)
+        assert sim.compact_requests == []
+    if served:
+        assert not result.is_error and result.structured_content["state"] == "scheduled", result
+    else:
+        text = result.content[0].text
+        assert result.is_error and text.startswith("[caller_unknown]") and PROMISED_FORM.match(text), text
+        assert "its owner shows no turn in progress calling schedule_compaction" in text
+        assert not [p for p in jobs_env.rglob("*") if p.is_file()]  # nothing written
+
+
+async def test_a_cancel_that_does_not_say_which_thread_it_comes_from_is_refused_without_reading_the_owner(jobs_env):
+    async with Client(build_server()) as client:
+        result = await client.call_tool("cancel_compaction", {"threadId": THREAD,
+                                                              "jobId": "0199a5c2-1111-4000-8000-0000000000ff"})
+    text = result.content[0].text
+    assert result.is_error and text.startswith("[caller_unknown]") and "owner shows" not in text
+    assert "rekall cancel JOB" in text

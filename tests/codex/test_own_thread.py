@@ -18,7 +18,7 @@ import pytest
 
 from rekall.store import JobStore
 from tests.codex.daemonkit import Daemon, PeerClient, peer_client
-from tests.codex.test_app_server_job import FILLER, JOB_S, on_thread, run_turn, wait_terminal
+from tests.codex.test_app_server_job import FILLER, JOB_S, run_turn, wait_terminal
 from tests.codex.test_end_to_end import agent_engine, run_user_turn
 from tests.mcpkit import HANDOFF, job_env, rekall_mcp, wait_for_worker_exit
 from tests.support.mock_model import MockModel
@@ -104,3 +104,36 @@ async def test_on_the_extensions_path_an_agent_cannot_compact_the_owned_thread_f
 
     assert done["state"] == "completed" and done["platform"] == "extension-ipc", done
     assert compacts == 1
+
+
+async def test_while_codex_asks_to_allow_the_call_only_the_extensions_path_shows_the_turn_calling_it(
+        app_server_daemon: Daemon, daemon_model: MockModel, codex_binary: Path, tmp_path: Path) -> None:
+    # The owner's evidence (rekall.caller.calls_in_progress) as real Codex gives it, while the call
+    # waits for the user's answer. The relayed state has the turn's mcpToolCall item (inProgress);
+    # the shared app-server's read-only listing of a turn in progress has only its user message,
+    # so there the request's _meta alone can name the caller.
+    from rekall.adapters.app_server.platform import SharedAppServerPlatform
+    from rekall.caller import calls_in_progress
+
+    async with peer_client(app_server_daemon.socket_path, "terminal") as user:
+        thread_id = await session(user)
+        daemon_model.queue_mcp_call("rekall", "schedule_compaction", {"threadId": thread_id, "handoff": OWN_HANDOFF})
+        start = len(user.messages)
+        await user.request("turn/start", {"threadId": thread_id, "input": [{"type": "text", "text": "Compact."}]})
+        await user.wait_for(lambda m: m.get("method") == "mcpServer/elicitation/request"
+                            and m["params"].get("threadId") == thread_id, start=start, timeout=JOB_S)
+        seen = await SharedAppServerPlatform(app_server_daemon.env).observe(thread_id, request_timeout_s=JOB_S)
+        await user.allow_mcp_call(thread_id, start=start, timeout=JOB_S)
+        done = await wait_terminal(app_server_daemon, thread_id)
+        await wait_for_worker_exit(done["pid"])
+
+    with agent_engine(codex_binary, tmp_path) as (sim, jobs):
+        sim.mock.queue_mcp_call("rekall", "schedule_compaction", {"threadId": sim.thread_id, "handoff": OWN_HANDOFF})
+        sim.user_turn("Compact.")
+        sim.wait_until(lambda owner: any(r.method == "mcpServer/elicitation/request"
+                                         for r in owner.backend.pending.values()), timeout=JOB_S)
+        relayed = calls_in_progress(sim.state()["turns"])
+        sim.allow_mcp_call(timeout=JOB_S)
+
+    assert seen.calls_in_progress == frozenset()
+    assert relayed == frozenset({"schedule_compaction"})
