@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 from rekall.errors import InvalidInput
-from rekall.ids import is_uuid
+from rekall.ids import described, is_uuid
 from rekall.store import JobStore, UnknownJob
 
 MIN_PREFIX = 8
@@ -27,9 +27,8 @@ _SHOWN = 5
 def _checked(text: str, field: str) -> str:
     value = text.lower()
     if len(value) < MIN_PREFIX or not _is_prefix(value):
-        shown = repr(text) if len(text) <= 80 else repr(text[:80] + "…")
         raise InvalidInput(f"{field} must be a UUID or a unique prefix of at least {MIN_PREFIX} characters of one; "
-                           f"got {shown}", field=field, code="invalid_id",
+                           f"got {described(text)} that is neither", field=field, code="invalid_id",
                            hint="copy the id from `rekall history` or `rekall status`")
     return value
 

@@ -20,10 +20,15 @@ def is_uuid(value: object) -> bool:
     return isinstance(value, str) and _UUID.match(value) is not None
 
 
+def described(value: object) -> str:
+    """What a rejected id is, without repeating it (it may be a secret pasted by mistake)."""
+    return f"a string of {len(value)} characters" if isinstance(value, str) else f"a {type(value).__name__}"
+
+
 def validate_id(value: object, field: str) -> str:
     """Return ``value`` lower-cased if it is a UUID, else raise naming ``field``."""
     if not is_uuid(value):
-        shown = f"a string of {len(value)} characters" if isinstance(value, str) else f"a {type(value).__name__}"
+        shown = described(value)
         hint = (
             "pass the current CODEX_THREAD_ID explicitly; never guess a thread"
             if field == "threadId"

@@ -21,12 +21,14 @@ from typing_extensions import NotRequired, Required, TypedDict  # pydantic needs
 import anyio
 import attrs
 from mcp.server import MCPServer
+from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.shared.exceptions import MCPError
 from mcp.types import ToolAnnotations
 from pydantic import ConfigDict, Field, TypeAdapter, ValidationError
 
 from rekall import __version__, service
+from rekall.caller import Caller
 from rekall.errors import InternalError, InvalidInput, RekallError, as_rekall_error, tool_error_text
 from rekall.secrets import shown_key
 from rekall.states.status import ALWAYS, Absent, HistoryEntry, JobStatus, wire
@@ -208,6 +210,11 @@ def _argument_errors(exc: ValidationError) -> RekallError:
                         hint="fix the named arguments to match the tool's input schema and call again")
 
 
+def _caller(ctx: Context) -> Caller:
+    """The thread the tool call comes from, as its request's ``_meta`` says (:mod:`rekall.caller`)."""
+    return Caller.from_meta(ctx.request_context.meta)
+
+
 class RekallServer(MCPServer):
     """MCPServer whose every tool error, argument validation included, reads ``[code] message. Next: hint``."""
 
@@ -253,7 +260,7 @@ def build_server() -> MCPServer:
         return await service.probe(threadId)  # type: ignore[return-value]
 
     @server.tool(
-        annotations=ToolAnnotations(title="Schedule one compaction", read_only_hint=False, destructive_hint=False,
+        annotations=ToolAnnotations(title="Schedule one compaction", read_only_hint=False, destructive_hint=True,
                                     idempotent_hint=False, open_world_hint=False),
         description=(
             "Schedules ONE compaction of this conversation, to happen after your current answer ends; call "
@@ -267,8 +274,9 @@ def build_server() -> MCPServer:
             "compaction_status later. " + STATES_TEXT),
     )
     @_tool_errors
-    async def schedule_compaction(threadId: ThreadId, handoff: Handoff | None = None) -> ScheduleResult:
-        return _fit(ScheduleResult, await service.schedule(threadId, dict(handoff) if handoff is not None else None))
+    async def schedule_compaction(threadId: ThreadId, ctx: Context, handoff: Handoff | None = None) -> ScheduleResult:
+        return _fit(ScheduleResult, await service.schedule(threadId, dict(handoff) if handoff is not None else None,
+                                                           caller=_caller(ctx)))
 
     @server.tool(
         annotations=ToolAnnotations(title="Compaction job status", read_only_hint=True, open_world_hint=False),
@@ -284,7 +292,7 @@ def build_server() -> MCPServer:
         return _fit(StatusResult, await anyio.to_thread.run_sync(service.status, threadId))
 
     @server.tool(
-        annotations=ToolAnnotations(title="Cancel a compaction job", read_only_hint=False, destructive_hint=False,
+        annotations=ToolAnnotations(title="Cancel a compaction job", read_only_hint=False, destructive_hint=True,
                                     idempotent_hint=True, open_world_hint=False),
         description=(
             "Cancels the pending dispatches of the exact job (threadId and jobId from schedule_compaction "
@@ -296,8 +304,11 @@ def build_server() -> MCPServer:
         threadId: ThreadId,
         jobId: Annotated[str, Field(description="The jobId returned by schedule_compaction.", min_length=1,
                                     max_length=200)],
+        ctx: Context,
     ) -> CancelResult:
-        return _fit(CancelResult, await anyio.to_thread.run_sync(service.cancel, threadId, jobId))
+        caller = _caller(ctx)
+        return _fit(CancelResult, await anyio.to_thread.run_sync(
+            functools.partial(service.cancel, threadId, jobId, caller=caller)))
 
     return server
 

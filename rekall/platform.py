@@ -52,6 +52,9 @@ class ThreadSnapshot:
     #: The platform's own record of where it found the thread, which ``schedule`` journals and the
     #: worker resumes from (a JSON object only the platform reads; ``None``: nothing to keep).
     settled: Mapping[str, Any] | None = None
+    #: The MCP tools the thread's turn in progress is calling now (``rekall.caller``): read by
+    #: ``observe`` only, empty in a followed thread's snapshots.
+    calls_in_progress: frozenset[str] = frozenset()
 
 
 #: What a GREEN row can show about its platform, for the rows of the others: it serves the thread

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from rekall.caller import Caller
 from rekall.config import REQUEST_TIMEOUT_S, check_settings
 from rekall.errors import RekallError
 from rekall.ids import job_id as valid_job_id, thread_id as valid_thread_id
@@ -151,8 +152,13 @@ async def schedule(
     *,
     env: Mapping[str, str] | None = None,
     spawn: Spawn | None = None,
+    caller: Caller | None = None,
 ) -> dict[str, Any]:
-    """Queue one compaction (and, with ``handoff.resume``, one continuation) for ``thread_id``."""
+    """Queue one compaction (and, with ``handoff.resume``, one continuation) for ``thread_id``.
+
+    ``caller``: the thread an agent's call comes from (:mod:`rekall.caller`); anything but that
+    thread is refused before anything is read, written or sent (when only the owner's view can
+    say, after that read-only look and before anything is written). ``None``: a person's command."""
     import asyncio
 
     from rekall.owners import find_owner
@@ -164,11 +170,15 @@ async def schedule(
     thread_id = valid_thread_id(thread_id)
     if handoff is not None:
         handoff = validate_handoff(handoff)
+    if caller is not None and not caller.needs_owner_evidence:
+        caller.require(thread_id, "schedule_compaction")  # before anything is read
     # The folders are checked now but created only for a job: a schedule refused below (a
     # mistyped CODEX_HOME finds no owner) leaves no jobs directory behind for doctor to praise.
     await asyncio.to_thread(JobStore.open_reader, env)
 
     platform, seen = await find_owner(thread_id, env, request_timeout_s=REQUEST_TIMEOUT_S.read(env))
+    if caller is not None and caller.needs_owner_evidence:
+        caller.require(thread_id, "schedule_compaction", seen.calls_in_progress)
     mirror = seen.facts
     if mirror.layout_problem:
         raise Refused(f"unsupported {platform.name} thread layout: {mirror.layout_problem}",
@@ -257,9 +267,12 @@ def status_with_trail(thread_id: str, *, env: Mapping[str, str] | None = None) -
     return store.status_of(job), [t.dest.value for t in job.transitions]
 
 
-def cancel(thread_id: str, job_id: str, *, env: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """Ask the job's worker to stop before its next dispatch."""
+def cancel(thread_id: str, job_id: str, *, env: Mapping[str, str] | None = None,
+           caller: Caller | None = None) -> dict[str, Any]:
+    """Ask the job's worker to stop before its next dispatch (``caller`` as for :func:`schedule`)."""
     thread_id, job_id = valid_thread_id(thread_id), valid_job_id(job_id)
+    if caller is not None:
+        caller.require(thread_id, "cancel_compaction")
     store = JobStore.open_reader(_env(env))  # the marker goes next to an existing job, never into a new folder
     store.reap_if_dead(thread_id)
     status = store.read_status(thread_id)

@@ -20,6 +20,7 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
 from rekall.states import TERMINAL_STATES
+from tests.support.codex_opening import codex_meta
 
 TERMINAL = {state.value for state in TERMINAL_STATES}
 WAIT_S = 20.0
@@ -50,7 +51,7 @@ class Rekall:
         self.thread_id = thread_id
 
     async def call(self, tool: str, **arguments: Any) -> dict[str, Any]:
-        result = await self.client.call_tool(tool, {"threadId": self.thread_id, **arguments})
+        result = await self._call(tool, arguments)
         if result.is_error:
             raise AssertionError(f"{tool} failed: {result.content[0].text}")
         content = result.structured_content or json.loads(result.content[0].text)
@@ -59,9 +60,14 @@ class Rekall:
         return content
 
     async def call_error(self, tool: str, **arguments: Any) -> str:
-        result = await self.client.call_tool(tool, {"threadId": self.thread_id, **arguments})
+        result = await self._call(tool, arguments)
         assert result.is_error, f"{tool} unexpectedly succeeded: {result.structured_content}"
         return result.content[0].text
+
+    async def _call(self, tool: str, arguments: Mapping[str, Any]) -> Any:
+        """As Codex calls a tool: from this thread, which its ``_meta`` names (``rekall.caller``)."""
+        return await self.client.call_tool(tool, {"threadId": self.thread_id, **arguments},
+                                           meta=codex_meta(self.thread_id))  # type: ignore[arg-type]
 
     async def schedule(self, handoff: Mapping[str, Any] | None = None) -> dict[str, Any]:
         arguments = {} if handoff is None else {"handoff": dict(handoff)}

@@ -133,6 +133,23 @@ def test_the_tool_call_real_codex_sends_with_its_turn_metadata_is_served_without
     assert json.loads(replies[-1])["result"]["structuredContent"]["state"] == "resumed"
 
 
+@pytest.mark.parametrize("tool", ["schedule_compaction", "cancel_compaction"])
+def test_an_acting_call_from_another_thread_is_handed_to_the_sdk_and_refused_on_both_paths(
+        tool, env, jobs_dir, finished_thread):
+    store = JobStore.open_reader({"REKALL_JOBS_DIR": str(jobs_dir)})
+    before = store.read_status(finished_thread)
+    arguments = {"threadId": finished_thread, **({"jobId": before["jobId"]} if tool == "cancel_compaction" else {})}
+    other = new_thread()
+    call = codex_opening.tool_call(codex_opening.LAST_ID + 1, tool, arguments, 3, caller=other)
+    replies, modules = both([*codex_opening.OPENING, call], env)
+    assert sdk_loaded(modules)
+    result = json.loads(replies[-1])["result"]
+    assert result["isError"] is True
+    assert result["content"][0]["text"].startswith(f"[not_callers_thread] {tool} names thread {finished_thread}, "
+                                                   f"but this call comes from thread {other}")
+    assert store.read_status(finished_thread) == before and not list(jobs_dir.rglob("*cancel*"))
+
+
 @pytest.mark.parametrize("bad", [
     "not json", '{"jsonrpc":"2.0","id":7}', '{"jsonrpc":"1.0","id":7,"method":"tools/list"}',
     '{"jsonrpc":"2.0","id":true,"method":"tools/list"}', '{"jsonrpc":"2.0","id":7,"method":"tools/list","params":[]}',

@@ -26,6 +26,7 @@ from rekall.states.status import ALWAYS, NAMES
 from rekall.store.handoff import MAX_HANDOFF_BYTES, MAX_LIST_ITEMS
 from rekall.store.views import unsealed
 from tests.jobkit import new_thread, open_store, run, schedule
+from tests.support.codex_opening import codex_meta
 from tests.store.test_old_status_files import FIXTURE
 
 pytestmark = pytest.mark.anyio
@@ -48,7 +49,8 @@ async def _schemas(client: Client) -> dict[str, dict[str, Any]]:
 
 
 async def _call(client: Client, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
-    result = await client.call_tool(tool, arguments)  # the SDK validates it against outputSchema
+    # The SDK validates it against outputSchema; called as Codex calls it, from the thread named.
+    result = await client.call_tool(tool, arguments, meta=codex_meta(arguments["threadId"]))
     assert not result.is_error, result.content
     return result.structured_content
 

@@ -22,6 +22,7 @@ from rekall.sim import SimulatedOwner, start_sim_in_thread
 from rekall.store import JobStore
 from tests.chaos.rawmcp import RawMcp
 from tests.mcpkit import HANDOFF
+from tests.support.codex_opening import codex_meta
 
 pytestmark = pytest.mark.anyio
 
@@ -41,9 +42,12 @@ async def test_the_server_lists_four_tools_with_annotations_and_structured_outpu
     assert sorted(tools) == sorted(TOOL_NAMES)
     assert tools["probe_compaction"].annotations.read_only_hint is True
     assert tools["compaction_status"].annotations.read_only_hint is True
+    # What they are: a compaction drops the conversation's history for good, a cancel ends a job for good.
     for name in ("schedule_compaction", "cancel_compaction"):
         assert tools[name].annotations.read_only_hint is False
-        assert tools[name].annotations.destructive_hint is False
+        assert tools[name].annotations.destructive_hint is True
+    assert tools["schedule_compaction"].annotations.idempotent_hint is False
+    assert tools["cancel_compaction"].annotations.idempotent_hint is True
     for tool in tools.values():
         assert tool.annotations.open_world_hint is False
         assert tool.output_schema is not None and tool.output_schema["type"] == "object"
@@ -83,6 +87,9 @@ async def test_the_handoff_schema_declares_the_node_limits():
         ({"threadId": THREAD, "handoff": {**HANDOFF, "preserve": ["x"] * 41}}, "preserve"),
         ({"threadId": THREAD, "handoff": {**HANDOFF, "summary": "я" * 32000}}, "32000"),
         ({"threadId": THREAD, "handoff": {**HANDOFF, "summary": "key sk-proj-" + "Ab3" * 14}}, "summary"),
+        ({"threadId": THREAD, "handoff": {**HANDOFF, "nextStep": "stop\x1b[2J"}}, "handoff.nextStep holds an escape"),
+        ({"threadId": THREAD, "handoff": {**HANDOFF, "preserve": ["a\u202eb"]}},
+         "handoff.preserve[0] holds a bidirectional control character"),
     ],
 )
 async def test_invalid_arguments_give_clear_tool_errors(jobs_env, arguments, expected):
@@ -91,7 +98,7 @@ async def test_invalid_arguments_give_clear_tool_errors(jobs_env, arguments, exp
     assert result.is_error
     text = result.content[0].text
     assert expected in text and PROMISED_FORM.match(text), text
-    assert "sk-proj-" not in text  # a credential is named, never echoed
+    assert "sk-proj-" not in text and "\x1b" not in text  # a credential is named, never echoed
 
 
 PROMISED_FORM = re.compile(r"\A\[[a-z_]+\] [^\n]+\. Next: [^\n]+\Z")
@@ -161,7 +168,8 @@ async def test_a_full_disk_inside_a_tool_is_a_coded_error_with_a_next_step(jobs_
 async def test_an_unknown_job_cannot_be_cancelled(jobs_env):
     async with Client(build_server()) as client:
         result = await client.call_tool("cancel_compaction",
-                                         {"threadId": THREAD, "jobId": "0199a5c2-1111-4000-8000-0000000000ff"})
+                                         {"threadId": THREAD, "jobId": "0199a5c2-1111-4000-8000-0000000000ff"},
+                                         meta=codex_meta(THREAD))
     assert result.is_error and "job_identity_mismatch" in result.content[0].text
 
 
@@ -212,7 +220,8 @@ async def test_a_schedule_waiting_for_the_store_guard_does_not_block_other_calls
                 result = {}
 
                 async def schedule() -> None:
-                    result["r"] = await client.call_tool("schedule_compaction", {"threadId": sim.thread_id})
+                    result["r"] = await client.call_tool("schedule_compaction", {"threadId": sim.thread_id},
+                                                         meta=codex_meta(sim.thread_id))
                     done.set()
 
                 async with anyio.create_task_group() as group:
@@ -287,7 +296,8 @@ def test_a_call_in_flight_when_stdin_closes_is_answered_before_the_server_exits(
     with start_sim_in_thread() as sim:
         sim.ignore_follows(1)  # the schedule waits for the thread's snapshot
         call = {"jsonrpc": "2.0", "id": 9, "method": "tools/call",
-                "params": {"name": "schedule_compaction", "arguments": {"threadId": sim.thread_id}}}
+                "params": {"name": "schedule_compaction", "arguments": {"threadId": sim.thread_id},
+                           "_meta": {"threadId": sim.thread_id}}}
         env = {"PATH": "/usr/bin:/bin", "REKALL_JOBS_DIR": str(tmp_path / "jobs"), "HOME": str(tmp_path), **sim.env}
         server = subprocess.Popen([sys.executable, "-m", "rekall", "mcp"], stdin=subprocess.PIPE,
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
@@ -346,3 +356,90 @@ def test_the_servers_stderr_never_repeats_a_rejected_value(raw_server):
     raw_server.call_tool(SECRET, {})
     assert raw_server.close() == 0
     assert SECRET not in raw_server.stderr and SECRET[8:20] not in raw_server.stderr
+
+
+OTHER_THREAD = "0199a5c2-9999-4000-8000-000000000009"
+
+
+@pytest.mark.parametrize("tool", ["schedule_compaction", "cancel_compaction"])
+async def test_an_agent_naming_another_thread_is_refused_before_anything_is_read_written_or_sent(
+        jobs_env, monkeypatch, tool):
+    async with SimulatedOwner() as sim:
+        for name, value in sim.env.items():
+            monkeypatch.setenv(name, value)
+        arguments = {"threadId": sim.thread_id, "handoff": HANDOFF} if tool == "schedule_compaction" else {
+            "threadId": sim.thread_id, "jobId": "0199a5c2-1111-4000-8000-0000000000ff"}
+        async with Client(build_server()) as client:
+            result = await client.call_tool(tool, arguments, meta=codex_meta(OTHER_THREAD))
+        text = result.content[0].text
+        assert result.is_error and PROMISED_FORM.match(text), text
+        assert text.startswith(f"[not_callers_thread] {tool} names thread {sim.thread_id}, but this call comes "
+                               f"from thread {OTHER_THREAD}")
+        assert sim.follow_count == 0 and sim.compact_requests == []  # the other thread was not even read
+    assert not jobs_env.exists()  # nothing written
+
+
+@pytest.mark.parametrize(("meta", "because"), [
+    (None, "names no thread"),
+    ({"progressToken": 1, "callId": "call_1"}, "names no thread"),
+    ({"threadId": THREAD, "x-codex-turn-metadata": {"thread_id": OTHER_THREAD}}, "two different threads"),
+    ({"threadId": "../../" + THREAD}, "not a thread id"),
+    ({"x-codex-turn-metadata": "not an object", "threadId": 7}, "not a thread id"),
+])
+async def test_a_call_that_does_not_say_which_thread_it_comes_from_acts_on_none(jobs_env, monkeypatch, meta, because):
+    async with SimulatedOwner() as sim:  # its thread is idle: no call of the tool in progress there
+        for name, value in sim.env.items():
+            monkeypatch.setenv(name, value)
+        async with Client(build_server()) as client:
+            result = await client.call_tool("schedule_compaction", {"threadId": sim.thread_id}, meta=meta)
+        assert sim.compact_requests == []
+    text = result.content[0].text
+    assert result.is_error and PROMISED_FORM.match(text) and text.startswith("[caller_unknown]"), text
+    assert because in text and "rekall schedule THREAD" in text and "../" not in text
+    assert not [p for p in jobs_env.rglob("*") if p.is_file()]  # nothing written
+
+
+async def test_either_of_codexs_thread_fields_alone_names_the_caller(jobs_env):
+    for meta in ({"threadId": THREAD.upper()}, {"x-codex-turn-metadata": {"thread_id": THREAD}}):
+        async with Client(build_server()) as client:
+            result = await client.call_tool("cancel_compaction", {"threadId": THREAD,
+                                                                  "jobId": "0199a5c2-1111-4000-8000-0000000000ff"},
+                                            meta=meta)
+        assert result.is_error and result.content[0].text.startswith("[job_identity_mismatch]"), result
+
+
+async def test_the_read_only_tools_may_read_another_thread(jobs_env):
+    async with Client(build_server()) as client:
+        result = await client.call_tool("compaction_status", {"threadId": THREAD}, meta=codex_meta(OTHER_THREAD))
+    assert not result.is_error and result.structured_content["state"] == "not_scheduled"
+
+
+@pytest.mark.parametrize(("call", "served"), [("inProgress", True), ("completed", False), (None, False)])
+async def test_without_the_callers_thread_in_the_request_the_owner_showing_this_call_in_progress_decides(
+        jobs_env, monkeypatch, call, served):
+    monkeypatch.setattr(service, "_spawn_default", lambda *args, **kwargs: os.getpid())  # no worker needed here
+    async with SimulatedOwner() as sim:
+        for name, value in sim.env.items():
+            monkeypatch.setenv(name, value)
+        sim.backend.user_turn("compact this conversation, then go on")  # the agent's turn, in progress
+        if call is not None:
+            sim.backend.mcp_tool_call("schedule_compaction", status=call)
+        async with Client(build_server()) as client:
+            result = await client.call_tool("schedule_compaction", {"threadId": sim.thread_id}, meta=None)
+        assert sim.compact_requests == []
+    if served:
+        assert not result.is_error and result.structured_content["state"] == "scheduled", result
+    else:
+        text = result.content[0].text
+        assert result.is_error and text.startswith("[caller_unknown]") and PROMISED_FORM.match(text), text
+        assert "its owner shows no turn in progress calling schedule_compaction" in text
+        assert not [p for p in jobs_env.rglob("*") if p.is_file()]  # nothing written
+
+
+async def test_a_cancel_that_does_not_say_which_thread_it_comes_from_is_refused_without_reading_the_owner(jobs_env):
+    async with Client(build_server()) as client:
+        result = await client.call_tool("cancel_compaction", {"threadId": THREAD,
+                                                              "jobId": "0199a5c2-1111-4000-8000-0000000000ff"})
+    text = result.content[0].text
+    assert result.is_error and text.startswith("[caller_unknown]") and "owner shows" not in text
+    assert "rekall cancel JOB" in text

@@ -329,6 +329,14 @@ class ScriptedBackend:
         self.change([add([*self._turn_path(-1), "items", "-"],
                          {"type": "agentMessage", "id": f"agent-{next(self._ids)}", "text": text})])
 
+    def mcp_tool_call(self, tool: str, *, server: str = "rekall", status: str = "inProgress") -> str:
+        """The agent calls an MCP tool: an ``mcpToolCall`` item in the latest turn (``inProgress``
+        while the call runs, as the engine shows it)."""
+        item_id = f"call-{next(self._ids)}"
+        self.change([add([*self._turn_path(-1), "items", "-"],
+                         {"type": "mcpToolCall", "id": item_id, "server": server, "tool": tool, "status": status})])
+        return item_id
+
     def cosmetic_edit(self) -> None:
         """Add ``text_elements`` to the latest user input (must not move the boundary either)."""
         turns = self.turns()

@@ -32,7 +32,7 @@ _OWNER_SCRIPTS = frozenset({
     "move_owner", "probe_clients", "publish_snapshot", "send_foreign_batch",
 })
 _BACKEND_SCRIPTS = frozenset({
-    "change", "set_runtime", "user_turn", "complete_turn", "stop_turn", "steer", "agent_message",
+    "change", "set_runtime", "user_turn", "complete_turn", "stop_turn", "steer", "agent_message", "mcp_tool_call",
     "cosmetic_edit", "add_request", "resolve_request", "add_unconfirmed_submission", "confirm_submission",
     "set_telemetry", "page_in_history", "load_thread", "answer_request",
 })

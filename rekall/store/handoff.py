@@ -2,9 +2,10 @@
 
 Validation follows the Node version exactly (five keys, all required; at most 32,000 UTF-8
 bytes of compact JSON; lists of at most 40 non-empty strings; ``resume`` a real boolean;
-``nextStep`` non-blank when resuming) and adds one rule: values that look like credentials
-(:mod:`rekall.secrets`) are refused, naming the field and the kind of secret but never
-echoing it.
+``nextStep`` non-blank when resuming) and adds two rules: text holding terminal controls,
+bidirectional or zero-width characters (:mod:`rekall.characters`) is refused naming the field
+and the character's class, and values that look like credentials (:mod:`rekall.secrets`) are
+refused, naming the field and the kind of secret but never echoing it.
 
 The saved record ``{version: 1, threadId, jobId, handoff}`` is pretty JSON (2-space indent,
 no trailing newline, as the Node version writes, and readable by the agent that is pointed
@@ -55,6 +56,7 @@ def _strings(value: Mapping[str, Any]) -> list[tuple[str, str]]:
 def validate_handoff(value: Any) -> dict[str, Any]:
     """A normalised copy of a valid handoff, or ``InvalidInput`` naming the field at fault."""
     # Here, not at the top: reading jobs (status, history) never loads the secret detector.
+    from rekall.characters import unsafe_character
     from rekall.secrets import credential_kind, shown_key
 
     if not isinstance(value, Mapping):
@@ -87,14 +89,25 @@ def validate_handoff(value: Any) -> dict[str, Any]:
             text.encode("utf-8")
         except UnicodeEncodeError:
             raise _invalid(f"{field} is not valid Unicode text (it holds a lone surrogate)", field) from None
+        unsafe = unsafe_character(text)
+        if unsafe is not None:
+            raise _invalid(f"{field} holds {unsafe}; control, escape, bidirectional and zero-width characters "
+                           "are not kept in a handoff", field,
+                           hint="remove the character (write plain text) and schedule again")
     size = len(json.dumps(dict(value), ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
     if size > MAX_HANDOFF_BYTES:
         raise _invalid(f"handoff is {size} UTF-8 bytes of compact JSON; at most {MAX_HANDOFF_BYTES} are allowed",
                        "handoff", hint="shorten the summary or the lists and schedule again")
-    for field, text in _strings(normalised):
-        kind = credential_kind(text)
+    # Each text alone, then each two neighbouring entries joined (a secret split across them).
+    texts = [(field, field, (text,)) for field, text in _strings(normalised)]
+    for key in ("preserve", "discard"):
+        items = normalised[key]
+        texts.extend((f"handoff.{key}[{i}]", f"handoff.{key}[{i}] and [{i + 1}] joined",
+                      (items[i] + items[i + 1], f"{items[i]} {items[i + 1]}")) for i in range(len(items) - 1))
+    for field, where, forms in texts:
+        kind = next((kind for form in forms if (kind := credential_kind(form)) is not None), None)
         if kind is not None:
-            raise _invalid(f"{field} looks like it contains {kind}; secrets must not go into a handoff",
+            raise _invalid(f"{where} looks like it contains {kind}; secrets must not go into a handoff",
                            field, hint="remove the secret (refer to where it is stored instead) and schedule again")
     return normalised
 

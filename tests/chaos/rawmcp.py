@@ -82,7 +82,11 @@ class RawMcp:
         return self.reply(request_id)
 
     def call_tool(self, name: str, arguments: Any) -> dict[str, Any]:
-        return self.request("tools/call", {"name": name, "arguments": arguments})
+        """As Codex calls it: from the thread the arguments name, when they name one (``rekall.caller``)."""
+        params: dict[str, Any] = {"name": name, "arguments": arguments}
+        if isinstance(arguments, dict) and isinstance(arguments.get("threadId"), str):
+            params["_meta"] = {"threadId": arguments["threadId"]}
+        return self.request("tools/call", params)
 
     def close(self) -> int:
         assert self.process.stdin is not None

@@ -198,6 +198,14 @@ class PeerClient:
         assert "error" not in reply, f"{method} failed: {reply['error']}"
         return reply["result"]
 
+    async def allow_mcp_call(self, thread_id: str, *, start: int = 0, timeout: float = 30) -> dict[str, Any]:
+        """As the user of this terminal: wait for Codex to ask to allow an MCP tool call on
+        ``thread_id`` (``mcpServer/elicitation/request``), allow it once, and return the request."""
+        asked = await self.wait_for(lambda m: m.get("method") == "mcpServer/elicitation/request" and "id" in m
+                                    and m["params"].get("threadId") == thread_id, start=start, timeout=timeout)
+        await self.connection.send(json.dumps({"id": asked["id"], "result": {"action": "accept", "content": None}}))
+        return asked
+
     async def wait_for(self, predicate: Callable[[dict[str, Any]], bool], *, start: int = 0,
                        timeout: float = 30) -> dict[str, Any]:
         """The first message at index ``start`` or later that matches."""

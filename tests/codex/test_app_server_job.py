@@ -39,9 +39,12 @@ def on_thread(method: str, thread_id: str):
     return match
 
 
-async def run_turn(user: PeerClient, thread_id: str, text: str) -> dict[str, Any]:
+async def run_turn(user: PeerClient, thread_id: str, text: str, *, allow_mcp_call: bool = False) -> dict[str, Any]:
+    """A user turn, run to its end; ``allow_mcp_call``: the user allows the MCP tool call Codex asks about."""
     start = len(user.messages)
     turn = (await user.request("turn/start", {"threadId": thread_id, "input": [{"type": "text", "text": text}]}))["turn"]
+    if allow_mcp_call:
+        await user.allow_mcp_call(thread_id, start=start, timeout=JOB_S)
     done = await user.wait_for(lambda m: on_thread("turn/completed", thread_id)(m)
                                and m["params"]["turn"]["id"] == turn["id"], start=start, timeout=JOB_S)
     return done["params"]["turn"]
@@ -59,8 +62,8 @@ async def test_the_agent_schedules_its_own_compaction_on_the_shared_app_server_a
         app_server_daemon: Daemon, daemon_model: MockModel) -> None:
     daemon = app_server_daemon
     async with peer_client(daemon.socket_path) as user:
-        # "never": Codex would otherwise ask the user to approve the MCP call (it is not read-only).
-        thread_id = (await user.request("thread/start", {"approvalPolicy": "never"}))["thread"]["id"]
+        # The daemon's on-request approvals: Codex asks the user before the call (a destructive tool).
+        thread_id = (await user.request("thread/start"))["thread"]["id"]
         await user.wait_for(lambda m: m.get("method") == "mcpServer/startupStatus/updated"
                             and m["params"].get("name") == "rekall" and m["params"].get("status") == "ready",
                             timeout=JOB_S)
@@ -69,7 +72,7 @@ async def test_the_agent_schedules_its_own_compaction_on_the_shared_app_server_a
 
         daemon_model.queue_mcp_call("rekall", "schedule_compaction", {"threadId": thread_id, "handoff": HANDOFF})
         seen_from = len(user.messages)
-        await run_turn(user, thread_id, "Compact this conversation now, then write the changelog.")
+        await run_turn(user, thread_id, "Compact this conversation now, then write the changelog.", allow_mcp_call=True)
         done = await wait_terminal(daemon, thread_id)
         await wait_for_worker_exit(done["pid"])
         # The continuation turn the worker started, as the user's terminal saw it.

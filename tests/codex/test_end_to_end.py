@@ -11,6 +11,7 @@ the extension.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import sys
@@ -48,8 +49,12 @@ def turn_finished(state: dict[str, Any], turn_id: str) -> bool:
                                             for t in state["turns"])
 
 
-def run_user_turn(sim: CodexSimHandle, text: str) -> str:
+def run_user_turn(sim: CodexSimHandle, text: str, *, allow_mcp_call: bool = False) -> str:
+    """A user turn in the owning window, run to its end; ``allow_mcp_call``: its user allows the MCP
+    tool call the engine asks about (on-request approvals)."""
     turn_id = sim.user_turn(text)["id"]
+    if allow_mcp_call:
+        sim.allow_mcp_call(timeout=JOB_S)
     sim.wait_until(lambda owner: turn_finished(owner.backend.snapshot(), turn_id), timeout=JOB_S)
     return turn_id
 
@@ -67,6 +72,25 @@ def rekall_mcp_server(env: Mapping[str, str]) -> str:
     return "\n".join(["[mcp_servers.rekall]", f"command = {json.dumps(sys.executable)}", 'args = ["-m", "rekall", "mcp"]',
                       "", "[mcp_servers.rekall.env]",
                       *(f"{k} = {json.dumps(v)}" for k, v in {**env, **account_env()}.items()), ""])
+
+
+@contextlib.contextmanager
+def agent_engine(codex_binary: Path, tmp_path: Path, *, extra_config: str = "",
+                 approval_policy: str = "on-request") -> Iterator[tuple[CodexSimHandle, Path]]:
+    """The codex-backed owner whose engine runs this checkout's ``rekall mcp`` (reaching the owner's
+    socket, jobs in the returned folder), its server ready: the agent (the mock model) can call it."""
+    socket_dir = Path(tempfile.mkdtemp(prefix="rk-e2e-", dir="/tmp"))  # short: a socket path has ~100 bytes
+    socket_path, jobs = socket_dir / "ipc.sock", tmp_path / "jobs"
+    engine_env = {"REKALL_PIPE": str(socket_path), "REKALL_JOBS_DIR": str(jobs), "REKALL_IDLE_STABLE_MS": "50"}
+    try:
+        with start_codex_sim_in_thread(codex_binary, tmp_path / "engine", socket_path=socket_path,
+                                       extra_config=rekall_mcp_server(engine_env) + extra_config,
+                                       approval_policy=approval_policy) as sim:
+            # Codex offers an MCP server's tools to the model only once the server is ready.
+            assert sim.wait_for_mcp_server("rekall", timeout=JOB_S)["status"] == "ready"
+            yield sim, jobs
+    finally:
+        shutil.rmtree(socket_dir, ignore_errors=True)
 
 
 def item_types(state: dict[str, Any]) -> list[list[str]]:
@@ -152,26 +176,20 @@ async def test_a_pending_approval_holds_the_job_in_waiting_for_idle_until_it_is_
 
 async def test_the_agent_schedules_its_own_compaction_through_codex_and_rekall_resumes_after_its_turn(
         codex_binary: Path, tmp_path: Path) -> None:
-    socket_dir = Path(tempfile.mkdtemp(prefix="rk-e2e-", dir="/tmp"))  # short: a socket path has ~100 bytes
-    socket_path, jobs = socket_dir / "ipc.sock", tmp_path / "jobs"
-    engine_env = {"REKALL_PIPE": str(socket_path), "REKALL_JOBS_DIR": str(jobs), "REKALL_IDLE_STABLE_MS": "50"}
-    try:
-        with start_codex_sim_in_thread(codex_binary, tmp_path / "engine", socket_path=socket_path,
-                                       extra_config=rekall_mcp_server(engine_env)) as sim:
-            # Codex offers an MCP server's tools to the model only once the server is ready.
-            assert sim.wait_for_mcp_server("rekall", timeout=JOB_S)["status"] == "ready"
-            sim.mock.queue_text(FILLER)
-            run_user_turn(sim, "Read the parser and tell me everything about it.")
+    with agent_engine(codex_binary, tmp_path) as (sim, jobs):
+        sim.mock.queue_text(FILLER)
+        run_user_turn(sim, "Read the parser and tell me everything about it.")
 
-            sim.mock.queue_mcp_call("rekall", "schedule_compaction", {"threadId": sim.thread_id, "handoff": HANDOFF})
-            run_user_turn(sim, "Compact this conversation now, then write the changelog.")
-            async with rekall_mcp(job_env(sim.env, jobs), sim.thread_id) as rekall:
-                done = await rekall.wait_terminal(JOB_S)
-                await wait_for_worker_exit(done["pid"])
-            state = sim.state()
-            compacts, starts = len(sim.compact_requests), len(sim.start_turn_requests)
-    finally:
-        shutil.rmtree(socket_dir, ignore_errors=True)
+        sim.mock.queue_mcp_call("rekall", "schedule_compaction", {"threadId": sim.thread_id, "handoff": HANDOFF})
+        turn_id = sim.user_turn("Compact this conversation now, then write the changelog.")["id"]
+        # Under on-request approvals the engine asks the window's user first (a destructive tool).
+        asked = sim.allow_mcp_call(timeout=JOB_S)
+        sim.wait_until(lambda owner: turn_finished(owner.backend.snapshot(), turn_id), timeout=JOB_S)
+        async with rekall_mcp(job_env(sim.env, jobs), sim.thread_id) as rekall:
+            done = await rekall.wait_terminal(JOB_S)
+            await wait_for_worker_exit(done["pid"])
+        state = sim.state()
+        compacts, starts = len(sim.compact_requests), len(sim.start_turn_requests)
 
     assert done["state"] == "resumed", done
     # The engine ran: the agent's turn with the tool call, then (only after it) the compaction,
@@ -193,3 +211,28 @@ async def test_the_agent_schedules_its_own_compaction_through_codex_and_rekall_r
     (continuation,) = sim.mock.requests_containing(marker)
     assert json.dumps(HANDOFF, indent=2, ensure_ascii=False) in continuation.text
     assert (compacts, starts) == (1, 1)
+    assert asked.params["serverName"] == "rekall" and '"schedule_compaction"' in asked.params["message"]
+
+
+#: What lets an agent call ``schedule_compaction`` without being asked (the README's way under ``-a never``).
+APPROVE_WITHOUT_ASKING = '[mcp_servers.rekall.tools.schedule_compaction]\napproval_mode = "approve"\n'
+
+
+@pytest.mark.parametrize(("tool_config", "scheduled"), [("", False), (APPROVE_WITHOUT_ASKING, True)])
+async def test_under_approval_policy_never_codex_refuses_schedule_compaction_unless_the_config_approves_it(
+        codex_binary: Path, tmp_path: Path, tool_config: str, scheduled: bool) -> None:
+    with agent_engine(codex_binary, tmp_path, extra_config=tool_config, approval_policy="never") as (sim, jobs):
+        sim.mock.queue_mcp_call("rekall", "schedule_compaction", {"threadId": sim.thread_id,
+                                                                  "handoff": {**HANDOFF, "resume": False}})
+        run_user_turn(sim, "Compact this conversation now.")
+        refused = sim.mock.requests_containing("MCP tool call requires approval, but approval policy is never")
+        pending = sim.pending_request_ids()
+        if scheduled:
+            async with rekall_mcp(job_env(sim.env, jobs), sim.thread_id) as rekall:
+                done = await rekall.wait_terminal(JOB_S)
+                await wait_for_worker_exit(done["pid"])
+
+    assert pending == []  # never asked
+    assert (len(refused), jobs.exists()) == ((0, True) if scheduled else (1, False))
+    if scheduled:
+        assert done["state"] == "completed", done

@@ -21,6 +21,7 @@ from typing import Any
 import anyio
 import pytest
 
+from rekall.store import JobStore
 from tests.codex.daemonkit import Daemon, PeerClient, peer_client
 from tests.codex.test_app_server_job import JOB_S, rekall_cli, wait_terminal
 from tests.codex.tmuxkit import Tmux
@@ -34,6 +35,8 @@ FILLER = "context filler " * 8000
 FIRST_PROMPT = "Read the parser module and tell me everything about its grammar and its error paths. " * 12
 SECOND_PROMPT = "Compact this conversation now, then write the changelog."
 UI_START_S = 60.0
+#: What Codex 0.171.0's terminal UI asks before it calls a destructive MCP tool.
+ALLOW_QUESTION = 'Allow the rekall MCP server to run tool "schedule_compaction"?'
 
 
 def thread_of(request: RecordedRequest) -> str | None:
@@ -59,31 +62,39 @@ async def wait_idle(observer: Any, thread_id: str) -> None:
             await anyio.sleep(0.1)
 
 
+async def ui_after_a_first_turn(daemon: Daemon, model: MockModel, tmux: Tmux, observer: PeerClient,
+                                approval_policy: str) -> str:
+    """The terminal UI started on the daemon under ``-a approval_policy``, its first turn (which
+    fills the context) over and rekall connected; returns the thread's id."""
+    ui_env = {"CODEX_HOME": str(daemon.codex_home), "HOME": str(tmux.tmp_dir), "PATH": os.environ.get("PATH", ""),
+              "TERM": "xterm-256color", "LANG": "C.UTF-8"}
+    watch_from = len(observer.messages)
+    tmux.start([str(daemon.binary), "--remote", f"unix://{daemon.socket_path}", "-a", approval_policy],
+               cwd=daemon.workspace, env=ui_env)
+    started = await observer.wait_for(lambda m: m.get("method") == "thread/started"
+                                      and m["params"]["thread"].get("threadSource") == "user",
+                                      start=watch_from, timeout=UI_START_S)
+    thread_id = started["params"]["thread"]["id"]
+    await anyio.to_thread.run_sync(lambda: tmux.wait_for_text("›", timeout=UI_START_S))
+
+    model.queue_text(FILLER)
+    await anyio.to_thread.run_sync(lambda: tmux.paste(FIRST_PROMPT, timeout=JOB_S))
+    tmux.press("Enter")
+    await anyio.to_thread.run_sync(lambda: model.wait_for(
+        lambda r: r.kind == "turn" and thread_of(r) == thread_id and "error paths" in r.text, timeout=JOB_S))
+    await wait_rekall_connected(observer, thread_id)
+    # The first turn is over once the daemon lists the thread idle again.
+    await wait_idle(observer, thread_id)
+    return thread_id
+
+
 async def test_the_real_terminal_ui_attached_to_the_daemon_compacts_through_rekall_and_shows_the_continuation(
         app_server_daemon: Daemon, daemon_model: MockModel, tmux: Tmux) -> None:
     daemon = app_server_daemon
     answer = f"CONTINUED-{uuid.uuid4().hex[:8]}"
-    ui_env = {"CODEX_HOME": str(daemon.codex_home), "HOME": str(tmux.tmp_dir), "PATH": os.environ.get("PATH", ""),
-              "TERM": "xterm-256color", "LANG": "C.UTF-8"}
     async with peer_client(daemon.socket_path, name="observer") as observer:
-        watch_from = len(observer.messages)
-        # "-a never": the UI would otherwise ask its user to approve the MCP call (it is not read-only).
-        tmux.start([str(daemon.binary), "--remote", f"unix://{daemon.socket_path}", "-a", "never"],
-                   cwd=daemon.workspace, env=ui_env)
-        started = await observer.wait_for(lambda m: m.get("method") == "thread/started"
-                                          and m["params"]["thread"].get("threadSource") == "user",
-                                          start=watch_from, timeout=UI_START_S)
-        thread_id = started["params"]["thread"]["id"]
-        await anyio.to_thread.run_sync(lambda: tmux.wait_for_text("›", timeout=UI_START_S))
-
-        daemon_model.queue_text(FILLER)
-        await anyio.to_thread.run_sync(lambda: tmux.paste(FIRST_PROMPT, timeout=JOB_S))
-        tmux.press("Enter")
-        await anyio.to_thread.run_sync(lambda: daemon_model.wait_for(
-            lambda r: r.kind == "turn" and thread_of(r) == thread_id and "error paths" in r.text, timeout=JOB_S))
-        await wait_rekall_connected(observer, thread_id)
-        # The first turn is over once the daemon lists the thread idle again.
-        await wait_idle(observer, thread_id)
+        # "-a on-request": the UI asks its user before the MCP call (schedule_compaction is destructive).
+        thread_id = await ui_after_a_first_turn(daemon, daemon_model, tmux, observer, "on-request")
 
         # The agent's turn: the tool call, then its reply; then the continuation's answer.
         daemon_model.queue_mcp_call("rekall", "schedule_compaction", {"threadId": thread_id, "handoff": HANDOFF})
@@ -91,6 +102,12 @@ async def test_the_real_terminal_ui_attached_to_the_daemon_compacts_through_reka
         daemon_model.queue_text(answer)
         await anyio.to_thread.run_sync(lambda: tmux.paste(SECOND_PROMPT, timeout=JOB_S))
         tmux.press("Enter")
+        # What the user sees: Codex's question, naming the tool; nothing is scheduled until it is answered.
+        asking = await anyio.to_thread.run_sync(lambda: tmux.wait_for_text(ALLOW_QUESTION, timeout=JOB_S))
+        assert "1. Allow" in asking and "Cancel" in asking
+        assert JobStore.open_reader({"REKALL_JOBS_DIR": str(daemon.jobs_dir)}).read_status(thread_id)["state"] \
+            == "not_scheduled"
+        tmux.press("Enter")  # the first choice: allow this once
         done = await wait_terminal(daemon, thread_id)
         await wait_for_worker_exit(done["pid"])
         pane = await anyio.to_thread.run_sync(lambda: tmux.wait_for_text(answer, timeout=JOB_S))
@@ -127,6 +144,31 @@ async def test_the_real_terminal_ui_attached_to_the_daemon_compacts_through_reka
     title_thread = thread_of(titles[0])
     assert not [r for r in daemon_model.requests if thread_of(r) == title_thread and r.kind != "title"]
     assert "title request" in rekall_cli_refusal(daemon, title_thread)
+
+
+async def test_under_approval_policy_never_the_real_terminal_ui_shows_codex_refusing_schedule_compaction(
+        app_server_daemon: Daemon, daemon_model: MockModel, tmux: Tmux) -> None:
+    daemon = app_server_daemon
+    async with peer_client(daemon.socket_path, name="observer") as observer:
+        thread_id = await ui_after_a_first_turn(daemon, daemon_model, tmux, observer, "never")
+
+        daemon_model.queue_mcp_call("rekall", "schedule_compaction", {"threadId": thread_id, "handoff": HANDOFF})
+        daemon_model.queue_text("Codex refused the compaction.")
+        await anyio.to_thread.run_sync(lambda: tmux.paste(SECOND_PROMPT, timeout=JOB_S))
+        tmux.press("Enter")
+        pane = await anyio.to_thread.run_sync(lambda: tmux.wait_for_text(NEVER_REFUSAL, timeout=JOB_S))
+        await wait_idle(observer, thread_id)
+    print("\n--- the terminal UI's pane ---\n" + "\n".join(line.rstrip() for line in pane.splitlines()))
+
+    # Codex answered the agent itself: nothing reached rekall, nothing was asked of the user.
+    assert ALLOW_QUESTION not in pane
+    assert len(daemon_model.requests_containing(NEVER_REFUSAL)) == 1
+    assert JobStore.open_reader({"REKALL_JOBS_DIR": str(daemon.jobs_dir)}).read_status(thread_id)["state"] \
+        == "not_scheduled"
+
+
+#: What Codex 0.171.0 answers an agent's call of a destructive MCP tool under ``-a never``.
+NEVER_REFUSAL = "MCP tool call requires approval, but approval policy is never"
 
 
 def rekall_cli_refusal(daemon: Daemon, thread_id: str | None) -> str:

@@ -117,3 +117,26 @@ def test_an_unknown_key_is_named_only_when_it_cannot_be_a_value_in_disguise():
     secret_key = "sk-proj-Zq9Xw8Vu7Ts6Rq5Po4Nm3Lk2"
     error = _rejected({**handoff(), secret_key: 1}, "handoff.<key>")
     assert secret_key not in str(error) and secret_key not in str(error.to_dict())
+
+
+@pytest.mark.parametrize(("character", "kind"), [
+    ("\x00", "a C0 control character"), ("\r", "a C0 control character"), ("\x07", "a C0 control character"),
+    ("\x7f", "a C0 control character"), ("\x1b", "an escape character (ESC"), ("\x9b", "a C1 control character"),
+    ("\x85", "a C1 control character"), ("\u202e", "a bidirectional control character"),
+    ("\u2066", "a bidirectional control character"), ("\u200f", "a bidirectional control character"),
+    ("\u200b", "a zero-width character"), ("\u200d", "a zero-width character"), ("\ufeff", "a zero-width character"),
+    ("\u2060", "a zero-width character"),
+])
+@pytest.mark.parametrize("field", ["summary", "nextStep", "preserve", "discard"])
+def test_a_handoff_with_a_control_bidi_or_zero_width_character_is_refused_naming_the_field_and_class(
+        character, kind, field):
+    text = f"Run the tests{character}[31m, then stop."
+    value = handoff(**{field: [text] if field in ("preserve", "discard") else text})
+    error = _rejected(value, f"handoff.{field}[0]" if field in ("preserve", "discard") else f"handoff.{field}")
+    assert kind in error.message and f"U+{ord(character):04X} at character 14" in error.message
+    assert character not in error.message and "[31m" not in error.message
+
+
+def test_tabs_newlines_and_ordinary_unicode_are_kept():
+    text = "Steps:\n\t1. run pytest\n\t2. fix naïve café → 完成 ✅ (العربية, עברית)"
+    assert validate_handoff(handoff(summary=text))["summary"] == text

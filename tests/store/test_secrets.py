@@ -9,7 +9,7 @@ from rekall.secrets import credential_kind
 from rekall.store import validate_handoff
 
 from tests.jobkit import handoff
-from tests.store.secret_corpus import ADVERSARIAL, LEGITIMATE, REFUSED
+from tests.store.secret_corpus import ADVERSARIAL, LEGITIMATE, REFUSED, SPLIT
 
 
 def test_the_corpus_covers_every_family_the_issue_names():
@@ -50,3 +50,21 @@ def test_full_size_texts_built_to_make_patterns_backtrack_are_scanned_and_pass(t
     # Each pattern's runs are bounded or anchored, so this scan is linear; a quadratic
     # pattern would take minutes here (bench/secret_detectors.py reports the time).
     assert credential_kind(text) is None
+
+
+@pytest.mark.parametrize(("first", "second"), SPLIT)
+@pytest.mark.parametrize("where", ["preserve", "discard"])
+def test_a_credential_split_across_two_neighbouring_entries_is_refused_naming_both(first, second, where):
+    assert credential_kind(first) is None and credential_kind(second) is None
+    with pytest.raises(InvalidInput) as caught:
+        validate_handoff(handoff(**{where: ["fine", first, second]}))
+    error = caught.value
+    assert error.field == f"handoff.{where}[1]" and f"handoff.{where}[1] and [2] joined" in error.message
+    assert first not in str(error) and second not in str(error)
+
+
+def test_the_corpus_holds_every_form_issue_31_names():
+    families = {family for family, _ in REFUSED}
+    assert {"passphrase", "env variable", "command line", "netrc", "prose", "vault", "session cookie",
+            "shadow hash", "docker auths", "unlabelled", "obfuscated"} <= families
+    assert len(SPLIT) >= 3

@@ -79,9 +79,13 @@ class CodexBackend:
         self.projection: ConversationProjection | None = None
         #: Server requests the engine is waiting on, by id (answered by a follower or a test).
         self.pending: dict[int | str, ServerRequest] = {}
+        self._pending_changed = asyncio.Event()
         #: The engine's latest MCP server startup report for this thread, by server name.
         self.mcp_servers: dict[str, dict[str, Any]] = {}
         self._mcp_changed = asyncio.Event()
+        #: Notifications about the engine's other threads (sessions the owner does not relay), in order.
+        self.side_messages: list[Any] = []
+        self._side_changed = asyncio.Event()
         self._owner: OwnerPort | None = None
         self._runner: asyncio.Task[None] | None = None
         self._ready: asyncio.Future[None] | None = None
@@ -165,6 +169,48 @@ class CodexBackend:
                 await self._mcp_changed.wait()
         return self.mcp_servers[name]
 
+    async def side_thread(self, timeout: float = START_TIMEOUT_S) -> str:
+        """Another session on the same engine, which this owner does not relay (as another user's
+        terminal would run). Returns its thread id once its rekall MCP server started."""
+        thread_id = (await self._running().start_thread())["thread"]["id"]
+        await self._side_event(lambda m: m.method == "mcpServer/startupStatus/updated" and m.params.get("threadId")
+                               == thread_id and m.params.get("status") in MCP_STARTUP_OVER, timeout)
+        return thread_id
+
+    async def side_turn(self, thread_id: str, text: str, timeout: float, *,
+                        allow_mcp_call: bool = False) -> dict[str, Any]:
+        """A user turn on a side thread, run to its end; returns the completed turn. ``allow_mcp_call``:
+        its user allows the MCP tool call the engine asks about."""
+        start = len(self.side_messages)
+        server = self._running()
+        turn = await server.start_turn(thread_id, text)
+        if allow_mcp_call:
+            asked = await self._side_event(lambda m: isinstance(m, ServerRequest) and m.params.get("threadId")
+                                           == thread_id and m.method == "mcpServer/elicitation/request", timeout, start)
+            await server.respond(asked.id, {"action": "accept", "content": None})
+        done = await self._side_event(lambda m: m.method == "turn/completed" and m.params.get("threadId") == thread_id
+                                      and m.params["turn"]["id"] == turn["id"], timeout, start)
+        return done.params["turn"]
+
+    async def _side_event(self, match: Any, timeout: float, start: int = 0) -> Any:
+        async with asyncio.timeout(timeout):
+            while True:
+                found = next((m for m in self.side_messages[start:] if match(m)), None)
+                if found is not None:
+                    return found
+                start = len(self.side_messages)
+                await self._side_changed.wait()
+
+    async def allow_mcp_call(self, timeout: float) -> ServerRequest:
+        """Wait for the engine to ask the owning window's user to allow an MCP tool call
+        (``mcpServer/elicitation/request``), allow it once, and return what was asked."""
+        async with asyncio.timeout(timeout):
+            while (asked := next((r for r in self.pending.values()
+                                  if r.method == "mcpServer/elicitation/request"), None)) is None:
+                await self._pending_changed.wait()
+        await self.answer_request(asked.id, {"action": "accept", "content": None})
+        return asked
+
     async def answer_request(self, request_id: Any, result: Any) -> None:
         """Answer a pending server request (an approval) as the user of the owning window would."""
         if request_id not in self.pending:
@@ -224,6 +270,8 @@ class CodexBackend:
         async for message in server.messages():
             if isinstance(message, ServerRequest) and message.params.get("threadId") == self.thread_id:
                 self.pending[message.id] = message
+                self._pending_changed.set()
+                self._pending_changed = asyncio.Event()
             elif message.method == "serverRequest/resolved":
                 self.pending.pop(message.params.get("requestId"), None)
             elif message.method == "mcpServer/startupStatus/updated" and message.params.get("threadId") in (
@@ -231,6 +279,11 @@ class CodexBackend:
                 self.mcp_servers[message.params.get("name")] = message.params
                 self._mcp_changed.set()
                 self._mcp_changed = asyncio.Event()
+            if message.params.get("threadId") not in (None, self.thread_id):
+                self.side_messages.append(message)
+                self._side_changed.set()
+                self._side_changed = asyncio.Event()
+                continue  # another session's: the owner relays only its own thread
             self._publish(projection.apply(message))
 
 
@@ -283,6 +336,17 @@ class CodexSimHandle(SimHandle):
     def wait_for_mcp_server(self, name: str, timeout: float = START_TIMEOUT_S) -> dict[str, Any]:
         return self.call(lambda owner: self._backend.wait_for_mcp_server(name, timeout), timeout + 5)
 
+    def allow_mcp_call(self, timeout: float = 30.0) -> ServerRequest:
+        return self.call(lambda owner: self._backend.allow_mcp_call(timeout), timeout + 5)
+
+    def side_thread(self, timeout: float = START_TIMEOUT_S) -> str:
+        return self.call(lambda owner: self._backend.side_thread(timeout), timeout + 5)
+
+    def side_turn(self, thread_id: str, text: str, timeout: float = 30.0, *,
+                  allow_mcp_call: bool = False) -> dict[str, Any]:
+        return self.call(lambda owner: self._backend.side_turn(thread_id, text, timeout, allow_mcp_call=allow_mcp_call),
+                         timeout + 5)
+
     def state(self) -> dict[str, Any]:
         """A copy of the thread's conversationState, taken on the simulator's loop."""
         return self.call(lambda owner: self._backend.snapshot())
@@ -292,13 +356,14 @@ class CodexSimHandle(SimHandle):
 
 
 def start_codex_sim_in_thread(codex_binary: Path, tmp_dir: Path, *, extra_config: str = "",
-                              **owner_options: Any) -> CodexSimHandle:
+                              approval_policy: str = "on-request", **owner_options: Any) -> CodexSimHandle:
     """Start a simulated owner relaying to a real app-server on a private thread; return its handle.
 
     ``tmp_dir`` holds the engine's isolated ``CODEX_HOME``; ``extra_config`` is added to its
-    ``config.toml`` (e.g. ``[mcp_servers.rekall]``). ``owner_options`` go to
+    ``config.toml`` (e.g. ``[mcp_servers.rekall]``), whose ``approval_policy`` is given. ``owner_options`` go to
     :class:`SimulatedOwner` (e.g. ``codex_home=True``). Use as a context manager to stop it.
     """
-    handle = CodexSimHandle(CodexBackend(codex_binary, tmp_dir, extra_config=extra_config), **owner_options)
+    handle = CodexSimHandle(CodexBackend(codex_binary, tmp_dir, extra_config=extra_config,
+                                         approval_policy=approval_policy), **owner_options)
     handle.start(timeout=START_TIMEOUT_S + 5)
     return handle

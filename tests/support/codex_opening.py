@@ -32,11 +32,23 @@ TOOL_CALL = (
 )
 
 
-def tool_call(request_id: int, name: str, arguments: dict, progress_token: int) -> str:
-    """A ``tools/call`` line shaped as Codex sends it (:data:`TOOL_CALL`), with these id, tool, arguments and token."""
+CAPTURED_THREAD = "01a22ed6-f968-76a0-85e5-6eeac45fb37e"
+
+
+def codex_meta(thread_id: str, progress_token: int = 1) -> dict:
+    """The ``_meta`` of :data:`TOOL_CALL` as Codex sends it from thread ``thread_id``."""
+    import json
+
+    return json.loads(json.dumps(json.loads(TOOL_CALL)["params"]["_meta"]).replace(CAPTURED_THREAD, thread_id)) | {
+        "progressToken": progress_token}
+
+
+def tool_call(request_id: int, name: str, arguments: dict, progress_token: int, caller: str | None = None) -> str:
+    """A ``tools/call`` line shaped as Codex sends it (:data:`TOOL_CALL`), with these id, tool, arguments and
+    token, from thread ``caller`` (by default the one the arguments name: an agent acting on its own thread)."""
     import json
 
     captured = json.loads(TOOL_CALL)
-    params = {**captured["params"], "name": name, "arguments": arguments,
-              "_meta": {**captured["params"]["_meta"], "progressToken": progress_token}}
+    caller = caller or arguments.get("threadId") or CAPTURED_THREAD
+    params = {**captured["params"], "name": name, "arguments": arguments, "_meta": codex_meta(caller, progress_token)}
     return json.dumps({**captured, "id": request_id, "params": params}, separators=(",", ":"))

@@ -196,8 +196,9 @@ class MockModel:
                        call_id: str | None = None) -> str:
         """Make Codex call MCP tool ``tool`` of the ``[mcp_servers.<server>]`` it was configured with.
 
-        Codex 0.171 asks for approval (``mcpServer/elicitation/request``) before a tool without
-        ``read_only_hint`` unless ``approval_policy = "never"``.
+        Codex 0.171 asks for approval (``mcpServer/elicitation/request``) before a tool annotated
+        ``destructive_hint`` under ``approval_policy = "on-request"``, and refuses the call under
+        ``"never"`` unless the tool's ``approval_mode`` is ``"approve"`` in ``config.toml``.
         """
         return self.queue_tool_call(tool, arguments, call_id=call_id, namespace=f"mcp__{server}")
 

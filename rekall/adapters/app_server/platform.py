@@ -361,8 +361,11 @@ async def observe_on(server: SharedAppServer, thread_id: str, timeout_s: float) 
         raise _no_rollout(thread_id)
     model = ThreadModel(thread_id)
     model.load(thread, turns)
+    from rekall.caller import calls_in_progress
+
     return ThreadSnapshot(thread_id, model.facts, model.revision, None,
-                          {**details_of(server), "headroomNote": HEADROOM_UNKNOWN})
+                          {**details_of(server), "headroomNote": HEADROOM_UNKNOWN},
+                          calls_in_progress=calls_in_progress(turns))
 
 
 __all__ = ["NAME", "SERVABLE_SESSION", "START_HINT", "AppServerThread", "NotAConversation", "SharedAppServerPlatform",

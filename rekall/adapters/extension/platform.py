@@ -178,7 +178,7 @@ class ExtensionIpc:
                 "observedVersions": {method: sorted(versions)
                                      for method, versions in session.observed_versions.items()},
             })
-            return attrs.evolve(seen, settled=settled)
+            return attrs.evolve(seen, settled=settled, calls_in_progress=_calls_in_progress(session))
         finally:
             await session.aclose()
 
@@ -215,6 +215,14 @@ class ExtensionIpc:
 
 def uses_test_transport(env: Mapping[str, str]) -> bool:
     return env_value(env, "REKALL_PIPE", "CONTEXT_COMPACT_PIPE") is not None
+
+
+def _calls_in_progress(session: ThreadSession) -> frozenset[str]:
+    """What the live turns of the owner's state are calling now (a paginated history: nothing known)."""
+    from rekall.caller import calls_in_progress
+
+    state = session.mirror.state
+    return calls_in_progress(state.get(session.mirror.layout.turns)) if isinstance(state, dict) else frozenset()
 
 
 def settled_by(session: ThreadSession) -> evidence.Settled | None:
