@@ -253,9 +253,11 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{verb}: {message}" if verb else message, hint=f"run `{self.prog} --help` for the usage")
 
 
-def _add(sub: argparse._SubParsersAction, name: str, handler: Handler, help: str) -> argparse.ArgumentParser:
+def _add(sub: argparse._SubParsersAction, name: str, handler: Handler, help: str, *,
+         json_flag: bool = True) -> argparse.ArgumentParser:
     parser = sub.add_parser(name, help=help, description=help)
-    parser.add_argument("--json", action="store_true", help="print JSON for scripts")
+    if json_flag:
+        parser.add_argument("--json", action="store_true", help="print JSON for scripts")
     parser.set_defaults(handler=handler)
     return parser
 
@@ -285,7 +287,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("job", metavar="JOB", help="the job id, or a unique prefix of at least 8 characters")
     p.add_argument("--thread", help="thread id (default: the job's own thread, else $CODEX_THREAD_ID)")
 
-    _add(sub, "mcp", cmd_mcp, "run the MCP server on stdio")
+    # The MCP server speaks JSON-RPC whatever is asked: a --json there would mean nothing, so it is refused.
+    _add(sub, "mcp", cmd_mcp, "run the MCP server on stdio", json_flag=False)
     p = _add(sub, "demo", cmd_demo, "run a full job against the built-in simulated owner")
     p.add_argument("--keep", action="store_true", help="keep the demo's jobs directory afterwards")
     _add(sub, "doctor", cmd_doctor, "check the installation, one row per concern")

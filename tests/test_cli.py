@@ -60,6 +60,18 @@ def test_an_unknown_verb_or_option_exits_2():
     assert main(["status", "--bogus"]) == 2
 
 
+def test_an_unknown_sim_generation_is_a_usage_error_before_anything_listens(tmp_path, capsys):
+    socket_path = tmp_path / "sim.sock"
+    assert main(["sim", "--generation", "99", "--socket", str(socket_path)]) == 2
+    err = capsys.readouterr().err
+    assert "unknown generation '99'" in err and "26.9xx" in err and not socket_path.exists()
+
+
+def test_mcp_refuses_json_as_a_usage_error_it_always_speaks_json_rpc(capsys):
+    assert main(["mcp", "--json"]) == 2
+    assert "unrecognized arguments: --json" in capsys.readouterr().out
+
+
 def test_a_handoff_file_that_is_not_json_is_refused_before_anything_happens(jobs, tmp_path, capsys):
     bad = tmp_path / "handoff.json"
     bad.write_bytes(b"\xff\xfe not utf-8")

@@ -51,5 +51,10 @@ async def _serve(args: argparse.Namespace) -> None:
 
 
 def run_sim(args: argparse.Namespace) -> int:
+    from rekall.sim.protocol import TABLES
+
+    if args.generation not in TABLES:  # before anything starts: a usage error, not a failed run
+        raise UsageError(f"sim: unknown generation {args.generation[:40]!r}",
+                         hint=f"choose one of {', '.join(TABLES)} (`rekall protocol` lists them)")
     asyncio.run(_serve(args))
     return 0
