@@ -276,7 +276,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = _add(sub, "schedule", cmd_schedule, "schedule one compaction (and optionally one continuation)")
     p.add_argument("thread", metavar="THREAD", nargs="?", help="thread id (default: $CODEX_THREAD_ID)")
-    p.add_argument("--handoff", metavar="FILE", help="handoff JSON file: summary, preserve, discard, nextStep, resume")
+    p.add_argument("--handoff", metavar="FILE", help="handoff JSON file (- for standard input): summary, preserve, "
+                   "discard, nextStep, resume")
 
     p = _add(sub, "status", cmd_status, "show the thread's latest job")
     p.add_argument("thread", metavar="THREAD", nargs="?",

@@ -165,6 +165,15 @@ def test_a_never_ending_handoff_file_is_refused_after_a_bounded_read(jobs, capsy
     assert done.returncode == 2 and "larger than 1000000 bytes" in done.stderr and "Traceback" not in done.stderr
 
 
+def test_a_handoff_of_dash_is_read_from_standard_input(sim_env, jobs):
+    handoff = {"summary": "s", "preserve": [], "discard": [], "nextStep": "", "resume": False}
+    done = subprocess.run([sys.executable, "-m", "rekall", "schedule", sim_env.thread_id, "--handoff", "-", "--json"],
+                          input=json.dumps(handoff), capture_output=True, text=True, env=dict(os.environ), timeout=60)
+    assert done.returncode == 0, done.stderr
+    job = json.loads(done.stdout)
+    assert job["handoff"] == handoff and job["state"] in ("scheduled", "waiting_for_idle")
+
+
 def test_argument_errors_are_json_with_json(capsys):
     assert main(["cancel", "--json"]) == 2
     out, err = capsys.readouterr()
