@@ -34,9 +34,9 @@ def _print_json(value: Any) -> None:
 
 
 def _console() -> Console:
-    from rich.console import Console
+    from rekall.render import WholeWords
 
-    return Console()
+    return WholeWords()
 
 
 def _thread_arg(args: argparse.Namespace) -> str:
@@ -342,9 +342,13 @@ def _fail(error: RekallError, as_json: bool) -> int:
     if as_json:
         _print_json({"error": {**error.to_dict(), "message": message, **({"hint": hint} if hint else {})}})
     else:
-        sys.stderr.write(f"rekall: {message}\n")
+        from rekall.wrapping import terminal_width, wrap
+
+        width = terminal_width(sys.stderr)
+        lines = wrap(message, width, first="rekall: ", rest="  ")
         if hint:
-            sys.stderr.write(f"  next: {hint}\n")
+            lines += wrap(hint, width, first="  next: ", rest="        ")
+        sys.stderr.write("".join(line + "\n" for line in lines))
     return error.exit_status
 
 
