@@ -313,6 +313,9 @@ def check_extension(env: Mapping[str, str]) -> Row:
     decided = (f"generation {chosen.adapter.NAME}" if chosen.adapter is not None
                else f"generation from the owner's answer among {' and '.join(a.NAME for a in chosen.candidates)}")
     detail = f"{found}; {decided}: {chosen.reason}"
+    if not chosen.installs:  # nothing is wrong, but nothing was checked: VS Code chats need the extension
+        return Row("extension_protocol", "AMBER", detail, "install the Codex extension for VS Code chats; terminal "
+                   "sessions on the shared app-server do not need it")
     unread = [i for i in chosen.installs if i.table is None]
     if unread:
         return Row("extension_protocol", "AMBER", detail, "rekall did not read exactly one table from an installed "
