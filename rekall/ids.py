@@ -23,7 +23,8 @@ def is_uuid(value: object) -> bool:
 def validate_id(value: object, field: str) -> str:
     """Return ``value`` lower-cased if it is a UUID, else raise naming ``field``."""
     if not is_uuid(value):
-        shown = f"a string of {len(value)} characters" if isinstance(value, str) else f"a {type(value).__name__}"
+        shown = (f"a string of {len(value)} character{'' if len(value) == 1 else 's'}" if isinstance(value, str)
+                 else f"a {type(value).__name__}")
         hint = (
             "pass the current CODEX_THREAD_ID explicitly; never guess a thread"
             if field == "threadId"
