@@ -39,10 +39,17 @@ def _tokens(value: Any) -> str:
     return f"{value:,}" if isinstance(value, int) else "unknown"
 
 
+def reclaimed_words(fraction: float, digits: int = 0) -> str:
+    """``fraction`` of the context reclaimed, in words: a count that grew reclaimed nothing."""
+    if fraction < 0:
+        return f"nothing reclaimed: the count grew {-fraction:.{digits}%}"
+    return f"{fraction:.{digits}%} reclaimed"
+
+
 def _compaction_words(f: JobStatus) -> str:
     words = f"compacted {_tokens(f.contextTokensBefore)} → {_tokens(f.contextTokensAfter)} tokens"
     if isinstance(f.reclaimedFraction, (int, float)):
-        words += f" ({f.reclaimedFraction:.0%} reclaimed)"
+        words += f" ({reclaimed_words(f.reclaimedFraction)})"
     if known(f.compactionDurationMs) is not None:
         words += f" in {_ms(f.compactionDurationMs)}"
     return words

@@ -107,6 +107,10 @@ class Fields:
 def _fmt(key: str, value: Any) -> str:
     if isinstance(value, bool):
         return "yes" if value else "no"
+    if isinstance(value, float) and key == "reclaimedFraction":
+        from rekall.explain import reclaimed_words
+
+        return reclaimed_words(value, 1).removesuffix(" reclaimed")  # its label already says "reclaimed"
     if isinstance(value, float) and key.endswith("Fraction"):
         return f"{value:.1%}"
     if isinstance(value, float):
@@ -292,6 +296,8 @@ def watch_job(read: Callable[[], tuple[Mapping[str, Any], list[str]]], console: 
             time.sleep(interval_s)
             job, trail = read()
             live.update(view())
+    if not console.is_terminal:
+        console.line()  # a terminal's Live ends its last line; written to a file or a pipe, it does not
     return job
 
 
