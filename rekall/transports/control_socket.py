@@ -29,6 +29,7 @@ from pathlib import Path
 import attrs
 
 from rekall.config import APP_SERVER_SOCKET_VAR, DEFAULT_APP_SERVER_SOCKET, app_server_socket
+from rekall.homes import codex_home_origin
 from rekall.transports.base import EndpointInsecure, EndpointMissing
 from rekall.transports.endpoint import Wording, absolute_codex_home, check_private_dir, check_socket_file, exists
 from rekall.transports.socketstream import SocketStream
@@ -80,11 +81,13 @@ def resolve_control_socket(
     configured = app_server_socket(env)
     if configured is not None:
         path, source = configured, APP_SERVER_SOCKET_VAR
+        looked = f"at the path {APP_SERVER_SOCKET_VAR} names"
     else:
         path, source = Path(absolute_codex_home(env)) / DEFAULT_APP_SERVER_SOCKET, "CODEX_HOME"
+        looked = f"under {codex_home_origin(env)}"
     if not exists(lstat, path.parent) or not exists(lstat, path):
-        raise EndpointMissing(f"no shared Codex app-server: {path} does not exist (the app-server is not running)",
-                              hint=START_HINT)
+        raise EndpointMissing(f"no shared Codex app-server: {path} does not exist, so none listens there; "
+                              f"rekall looked {looked}", hint=START_HINT)
     checks = [f"folder {path.parent}: a real directory, owned by uid {uid}, mode "
               f"{_mode(check_private_dir(path.parent, uid=uid, lstat=lstat, wording=WORDING))}"]
     target = path

@@ -89,7 +89,8 @@ def test_a_daemon_that_never_started_is_a_clear_missing_error(root: Path) -> Non
     with pytest.raises(EndpointMissing) as caught:
         resolve_control_socket({"CODEX_HOME": str(home)})
     assert str(home / "app-server-control" / "app-server-control.sock") in caught.value.message
-    assert "not running" in caught.value.message and caught.value.hint == START_HINT
+    assert "so none listens there" in caught.value.message and caught.value.hint == START_HINT
+    assert f"rekall looked under CODEX_HOME {home}, from this process's environment" in caught.value.message
     assert "codex app-server daemon start" in START_HINT
 
 
