@@ -99,6 +99,12 @@ def resolve_control_socket(
                                   "(a stale link: the app-server is not running)", hint=START_HINT)
         checks.append(f"target folder {target.parent}: a real directory, owned by uid {uid}, mode "
                       f"{_mode(check_private_dir(target.parent, uid=uid, lstat=lstat, wording=WORDING))}")
+        if configured is not None and stat.S_ISLNK(lstat(str(target)).st_mode):
+            # The daemon is fine: the variable names a link to its link, a chain rekall never follows.
+            raise EndpointInsecure(f"{APP_SERVER_SOCKET_VAR} names {path}, a link to {target}, which is itself a "
+                                   "link; rekall reads one link and never follows a chain",
+                                   hint=f"set {APP_SERVER_SOCKET_VAR} to {target} itself, or unset it to use "
+                                        f"$CODEX_HOME/{DEFAULT_APP_SERVER_SOCKET.as_posix()}")
     st = check_socket_file(target, uid=uid, lstat=lstat, wording=WORDING)
     checks.append(f"socket {target}: a socket, owned by uid {uid}, mode {_mode(st)}")
     return ControlSocket(str(path), source, str(target), tuple(checks))
