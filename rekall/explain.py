@@ -81,8 +81,10 @@ _CANCEL_WORDS = {
 def _unknown_words(f: JobStatus) -> str:
     if not known(f.outcomeMayBeUnknown):
         return ""
-    return (" The outcome may be unknown: a request may have reached the extension, and its effect was "
-            "not observed; check the thread before scheduling again.")
+    from rekall.adapters.registry import owner_words
+
+    return (f" The outcome may be unknown: a request may have reached {owner_words(known(f.platform))}, and its "
+            "effect was not observed; check the thread before scheduling again.")
 
 
 def _unknown_before_words(f: JobStatus) -> str:

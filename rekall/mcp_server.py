@@ -67,7 +67,7 @@ Entries = Annotated[list[Annotated[str, Field(min_length=1)]], Field(max_length=
 
 
 class Handoff(TypedDict):
-    """Guides the resumed agent. It does not alter the extension's own compaction prompt."""
+    """Guides the resumed agent. It does not alter Codex's own compaction prompt."""
 
     __pydantic_config__ = ConfigDict(extra="forbid")  # type: ignore[misc]
 

@@ -175,7 +175,7 @@ def print_cancelled(result: Mapping[str, Any], console: Console) -> None:
         return
     console.print(Text(f"Cancellation requested for job {result['jobId']} (it was {result['state']}).",
                        style="bold"))
-    console.print(Text("Pending steps will not run; a request the extension already received cannot be "
+    console.print(Text("Pending steps will not run; a request the thread's owner already received cannot be "
                        "retracted. See how it ended:"))
     console.print(Text(f"  rekall status {result['threadId']}"), soft_wrap=True)
 
@@ -201,7 +201,10 @@ def _probe_refusals(result: Mapping[str, Any]) -> list[str]:
     schema = compat.get("publicSchema") or {}
     found = []
     if runtime.get("status") == "incompatible":
-        found.append(f"schedule refuses: the extension's state layout is not supported ({runtime.get('problem')})")
+        from rekall.adapters.registry import owner_words
+
+        found.append(f"schedule refuses: {owner_words(result.get('platform'))}'s state layout is not supported "
+                     f"({runtime.get('problem')})")
     if result.get("latestUserTurnStopped"):
         found.append("schedule refuses: the latest user turn was stopped or failed; ask the user how to continue")
     if schema.get("status") not in (None, "compatible", "not_checked"):

@@ -145,3 +145,9 @@ def test_a_compaction_that_grew_the_context_says_nothing_was_reclaimed_not_a_neg
 
     print_job({"threadId": new_thread(), "state": "completed", **grew}, Console(file=out, width=100))
     assert "-5" not in out.getvalue() and "the count grew 5.0%" in out.getvalue()
+
+
+def test_an_app_server_jobs_unknown_outcome_speaks_of_the_shared_app_server_not_the_extension():
+    words = describe_outcome("failed", {"platform": "app-server", "errorCode": "request_timeout",
+                                        "error": "no answer", "outcomeMayBeUnknown": True})
+    assert "a request may have reached the shared app-server" in words and "extension" not in words

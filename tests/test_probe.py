@@ -105,7 +105,6 @@ def test_an_unknown_thread_is_refused_after_the_short_owner_answer_wait_not_the_
         done = probe(sim.env, stranger, "--json")
     error = json.loads(done.stdout)["error"]
     assert error["code"] == "no_owner" and f"no client answered following within {OWNER_ANSWER_S:g} s" in error["message"]
-    assert OWNER_ANSWER_S < 1
 
 
 @pytest.mark.codex
