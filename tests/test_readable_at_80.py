@@ -177,3 +177,15 @@ def test_an_error_on_stderr_wraps_at_80_columns_between_words_and_commands(
     assert all(line.count("`") % 2 == 0 for line in lines), "a command in backticks was split"
     assert lines[0].startswith("rekall: ") and any(line.startswith("  next: ") for line in lines)
     assert len(said[1000].splitlines()) == 2  # the message and the next step, each one line
+
+
+def test_probe_is_readable_at_80_columns(jobs: Path, capsys: pytest.CaptureFixture[str],
+                                         monkeypatch: pytest.MonkeyPatch):
+    from rekall.sim import start_sim_in_thread
+
+    with start_sim_in_thread() as sim:
+        for name, value in sim.env.items():
+            monkeypatch.setenv(name, value)
+        thread = sim.thread_id
+        text = check_readable(["probe", thread], capsys, monkeypatch)
+    assert thread in text
