@@ -152,8 +152,9 @@ def _durations(row: dict[str, Any]) -> str:
 def print_history(rows: list[dict[str, Any]], console: Console, *, left_out: int = 0) -> None:
     """One short block per job: when, state, short ids (any 8+ character prefix works as an id),
     the outcome in words (with the warning when the outcome may be unknown), and durations."""
-    from rekall.render import Indented
     from rich.text import Text
+
+    from rekall.render import Indented
 
     if not rows:
         console.print("No jobs yet." if not left_out else f"No jobs shown; {left_out} left out.")

@@ -330,5 +330,5 @@ def print_report(report: Report, console: Console) -> None:
     console.print(Text.assemble("verdict: ", Text(report.verdict, style=_LEVEL_STYLE[report.verdict])))
 
 
-__all__ = ["Fields", "Indented", "WholeWords", "job_table", "print_cancelled", "print_job", "print_probe", "print_report", "print_scheduled",
-           "state_text", "watch_exit_status", "watch_job"]
+__all__ = ["Fields", "Indented", "WholeWords", "job_table", "print_cancelled", "print_job", "print_probe", "print_report",
+           "print_scheduled", "state_text", "watch_exit_status", "watch_job"]

@@ -151,8 +151,8 @@ def test_a_long_path_in_an_outcome_is_printed_whole_on_its_own_line(capsys: pyte
         thread = new_thread()
         job = schedule(store, thread).job_id
         with store.open_lifecycle(thread, job) as lifecycle:
-            run_lifecycle(lifecycle, clock, [*script(job, "failed")[:1],
-                                             ("fail", {"errorCode": "handoff_changed", "error": f"cannot read {deep}"})])
+            failure = {"errorCode": "handoff_changed", "error": f"cannot read {deep}"}
+            run_lifecycle(lifecycle, clock, [*script(job, "failed")[:1], ("fail", failure)])
         store.release_lock(thread, job)
         for argv in (["status", thread], ["explain", job], ["history"]):
             text = check_readable(argv, capsys, monkeypatch)

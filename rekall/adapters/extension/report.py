@@ -59,5 +59,6 @@ def _text(report: dict[str, Any], width: int | None = None) -> str:
 
 def run_protocol(*, as_json: bool) -> int:
     report = protocol_report()
-    sys.stdout.write(json.dumps(report, indent=2) + "\n" if as_json else _text(report, terminal_width(sys.stdout) or 80))
+    width = terminal_width(sys.stdout) or 80  # rich's width too when the output is no terminal
+    sys.stdout.write(json.dumps(report, indent=2) + "\n" if as_json else _text(report, width))
     return 1 if report["choice"]["refusal"] else 0

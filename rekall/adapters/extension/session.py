@@ -716,7 +716,8 @@ async def connect_thread(
     session = ThreadSession(
         thread_id, endpoint=endpoint, transport=transport, env=env, explicit_endpoint=explicit,
         client_type=client_type, request_timeout_s=request_timeout_s, snapshot_timeout_s=snapshot_timeout_s,
-        owner_answer_s=owner_answer_s, peer_uid_lookup=peer_uid_lookup, adapter=module, candidates=candidates, max_resyncs=max_resyncs, tap=tap)
+        owner_answer_s=owner_answer_s, peer_uid_lookup=peer_uid_lookup, adapter=module, candidates=candidates,
+        max_resyncs=max_resyncs, tap=tap)
     await session._open(emit=False, early=early)
     return session
 
