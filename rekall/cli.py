@@ -330,7 +330,10 @@ class _NoteHandler(logging.Handler):
     """
 
     def emit(self, record: logging.LogRecord) -> None:
-        sys.stderr.write(f"rekall: note: {record.getMessage()}\n")
+        from rekall.wrapping import terminal_width, wrap
+
+        lines = wrap(record.getMessage(), terminal_width(sys.stderr), first="rekall: note: ", rest="  ")
+        sys.stderr.write("".join(line + "\n" for line in lines))
 
 
 _NOTES = _NoteHandler(logging.WARNING)
