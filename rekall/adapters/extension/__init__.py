@@ -86,6 +86,7 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "ADAPTERS",
     "NAME",
+    "OWNER",
     "RESPONSE_MARGIN_S",
     "ConnectionLostError",
     "HandshakeFailed",
