@@ -34,9 +34,9 @@ def _print_json(value: Any) -> None:
 
 
 def _console() -> Console:
-    from rich.console import Console
+    from rekall.render import WholeWords
 
-    return Console()
+    return WholeWords()
 
 
 def _thread_arg(args: argparse.Namespace) -> str:
@@ -253,9 +253,11 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{verb}: {message}" if verb else message, hint=f"run `{self.prog} --help` for the usage")
 
 
-def _add(sub: argparse._SubParsersAction, name: str, handler: Handler, help: str) -> argparse.ArgumentParser:
+def _add(sub: argparse._SubParsersAction, name: str, handler: Handler, help: str, *,
+         json_flag: bool = True) -> argparse.ArgumentParser:
     parser = sub.add_parser(name, help=help, description=help)
-    parser.add_argument("--json", action="store_true", help="print JSON for scripts")
+    if json_flag:
+        parser.add_argument("--json", action="store_true", help="print JSON for scripts")
     parser.set_defaults(handler=handler)
     return parser
 
@@ -274,7 +276,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = _add(sub, "schedule", cmd_schedule, "schedule one compaction (and optionally one continuation)")
     p.add_argument("thread", metavar="THREAD", nargs="?", help="thread id (default: $CODEX_THREAD_ID)")
-    p.add_argument("--handoff", metavar="FILE", help="handoff JSON file: summary, preserve, discard, nextStep, resume")
+    p.add_argument("--handoff", metavar="FILE", help="handoff JSON file (- for standard input): summary, preserve, "
+                   "discard, nextStep, resume")
 
     p = _add(sub, "status", cmd_status, "show the thread's latest job")
     p.add_argument("thread", metavar="THREAD", nargs="?",
@@ -285,7 +288,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("job", metavar="JOB", help="the job id, or a unique prefix of at least 8 characters")
     p.add_argument("--thread", help="thread id (default: the job's own thread, else $CODEX_THREAD_ID)")
 
-    _add(sub, "mcp", cmd_mcp, "run the MCP server on stdio")
+    # The MCP server speaks JSON-RPC whatever is asked: a --json there would mean nothing, so it is refused.
+    _add(sub, "mcp", cmd_mcp, "run the MCP server on stdio", json_flag=False)
     p = _add(sub, "demo", cmd_demo, "run a full job against the built-in simulated owner")
     p.add_argument("--keep", action="store_true", help="keep the demo's jobs directory afterwards")
     _add(sub, "doctor", cmd_doctor, "check the installation, one row per concern")
@@ -326,7 +330,10 @@ class _NoteHandler(logging.Handler):
     """
 
     def emit(self, record: logging.LogRecord) -> None:
-        sys.stderr.write(f"rekall: note: {record.getMessage()}\n")
+        from rekall.wrapping import terminal_width, wrap
+
+        lines = wrap(record.getMessage(), terminal_width(sys.stderr), first="rekall: note: ", rest="  ")
+        sys.stderr.write("".join(line + "\n" for line in lines))
 
 
 _NOTES = _NoteHandler(logging.WARNING)
@@ -338,9 +345,13 @@ def _fail(error: RekallError, as_json: bool) -> int:
     if as_json:
         _print_json({"error": {**error.to_dict(), "message": message, **({"hint": hint} if hint else {})}})
     else:
-        sys.stderr.write(f"rekall: {message}\n")
+        from rekall.wrapping import terminal_width, wrap
+
+        width = terminal_width(sys.stderr)
+        lines = wrap(message, width, first="rekall: ", rest="  ")
         if hint:
-            sys.stderr.write(f"  next: {hint}\n")
+            lines += wrap(hint, width, first="  next: ", rest="        ")
+        sys.stderr.write("".join(line + "\n" for line in lines))
     return error.exit_status
 
 

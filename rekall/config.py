@@ -7,12 +7,17 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import NamedTuple
 
 from rekall.errors import InvalidInput
 from rekall.homes import env_value
+
+#: A setting's text: ASCII digits with at most one decimal point. ``float`` alone would also take
+#: ``1_000``, other scripts' digits, exponents and surrounding spaces.
+_PLAIN_NUMBER = re.compile(r"(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)\Z", re.ASCII)
 
 #: Reconnect delays after a lost connection (the backoff); the last one repeats until the
 #: reconnect window is spent.
@@ -65,16 +70,14 @@ class NumberSetting(NamedTuple):
 
     @property
     def allowed(self) -> str:
-        return f"a number greater than 0 and at most {self.maximum:g} ({self.unit})"
+        return (f"a number greater than 0 and at most {self.maximum:g} ({self.unit}), "
+                "written with the digits 0-9 and at most one decimal point")
 
     def read(self, env: Mapping[str, str]) -> float:
         raw = env_value(env, self.name)
         if raw is None:
             return self.default
-        try:
-            value = float(raw)
-        except ValueError:
-            value = math.nan
+        value = float(raw) if _PLAIN_NUMBER.match(raw) else math.nan
         if not (math.isfinite(value) and 0 < value <= self.maximum):
             # The value is not repeated: errors name the variable and the rule.
             raise InvalidInput(f"{self.name} must be {self.allowed}", field=self.name, code="invalid_setting",

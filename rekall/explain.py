@@ -39,10 +39,17 @@ def _tokens(value: Any) -> str:
     return f"{value:,}" if isinstance(value, int) else "unknown"
 
 
+def reclaimed_words(fraction: float, digits: int = 0) -> str:
+    """``fraction`` of the context reclaimed, in words: a count that grew reclaimed nothing."""
+    if fraction < 0:
+        return f"nothing reclaimed: the count grew {-fraction:.{digits}%}"
+    return f"{fraction:.{digits}%} reclaimed"
+
+
 def _compaction_words(f: JobStatus) -> str:
     words = f"compacted {_tokens(f.contextTokensBefore)} → {_tokens(f.contextTokensAfter)} tokens"
     if isinstance(f.reclaimedFraction, (int, float)):
-        words += f" ({f.reclaimedFraction:.0%} reclaimed)"
+        words += f" ({reclaimed_words(f.reclaimedFraction)})"
     if known(f.compactionDurationMs) is not None:
         words += f" in {_ms(f.compactionDurationMs)}"
     return words
@@ -74,8 +81,10 @@ _CANCEL_WORDS = {
 def _unknown_words(f: JobStatus) -> str:
     if not known(f.outcomeMayBeUnknown):
         return ""
-    return (" The outcome may be unknown: a request may have reached the extension, and its effect was "
-            "not observed; check the thread before scheduling again.")
+    from rekall.adapters.registry import owner_words
+
+    return (f" The outcome may be unknown: a request may have reached {owner_words(known(f.platform))}, and its "
+            "effect was not observed; check the thread before scheduling again.")
 
 
 def _unknown_before_words(f: JobStatus) -> str:
@@ -249,11 +258,15 @@ def print_explanation(explanation: Mapping[str, Any], console: Console, *, show_
     from rich.panel import Panel
     from rich.text import Text
 
+    from rekall.render import longest_word
+
     state = explanation["state"]
     console.print(Text(f"job {explanation['jobId']}", style="bold"))
     console.print(Text("thread ", style="dim") + Text(explanation["threadId"]))
     console.print(Text("state ", style="dim") + Text(state, style="bold"))
-    console.print(Panel(Text(explanation["outcome"]), expand=False))
+    outcome = Text(explanation["outcome"])
+    # A box cuts a word longer than its inside into pieces: such an outcome (a long path) goes unboxed.
+    console.print(Panel(outcome, expand=False) if longest_word(outcome) <= console.width - 4 else outcome)
     print_timeline(explanation, console)
     console.print(Text("Path: " + " → ".join(explanation["path"])))
     console.print()

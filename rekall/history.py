@@ -152,8 +152,9 @@ def _durations(row: dict[str, Any]) -> str:
 def print_history(rows: list[dict[str, Any]], console: Console, *, left_out: int = 0) -> None:
     """One short block per job: when, state, short ids (any 8+ character prefix works as an id),
     the outcome in words (with the warning when the outcome may be unknown), and durations."""
-    from rich.padding import Padding
     from rich.text import Text
+
+    from rekall.render import Indented
 
     if not rows:
         console.print("No jobs yet." if not left_out else f"No jobs shown; {left_out} left out.")
@@ -167,10 +168,10 @@ def print_history(rows: list[dict[str, Any]], console: Console, *, left_out: int
         if row.get("outcomeMayBeUnknown"):
             head.append("  outcome may be unknown", style="bold yellow")
         console.print(head)
-        console.print(Padding(Text(row["outcome"]), (0, 0, 0, 2)))
+        console.print(Indented(Text(row["outcome"]), 2))
         durations = _durations(row)
         if durations:
-            console.print(Padding(Text(durations, style="dim"), (0, 0, 0, 2)))
+            console.print(Indented(Text(durations, style="dim"), 2))
     if left_out:
         console.print()
         console.print(Text(f"{left_out} older job{'s' if left_out != 1 else ''} left out; "

@@ -57,6 +57,17 @@ def codex_home(env: Mapping[str, str]) -> Path:
     return user_home(env) / ".codex"
 
 
+def codex_home_origin(env: Mapping[str, str]) -> str:
+    """Which ``CODEX_HOME`` rekall used and where it came from, for an error that says where it looked.
+
+    An MCP server registered by hand gets only the variables its registration forwards, so the
+    default may not be the folder the user's Codex runs with: saying so names the likely mistake."""
+    if env_value(env, "CODEX_HOME"):
+        return f"CODEX_HOME {codex_home(env)}, from this process's environment"
+    return (f"CODEX_HOME {codex_home(env)}, the default, as CODEX_HOME is not set in this process's environment; "
+            "if Codex runs with another one, forward it to rekall (env_vars in its MCP registration)")
+
+
 def absolute_path(env: Mapping[str, str], name: str, value: Path) -> Path:
     """Refuse a relative path: the MCP server and a shell have different working directories,
     so a relative path would name two different folders."""

@@ -22,7 +22,9 @@ def is_uuid(value: object) -> bool:
 
 def described(value: object) -> str:
     """What a rejected id is, without repeating it (it may be a secret pasted by mistake)."""
-    return f"a string of {len(value)} characters" if isinstance(value, str) else f"a {type(value).__name__}"
+    if not isinstance(value, str):
+        return f"a {type(value).__name__}"
+    return f"a string of {len(value)} character{'' if len(value) == 1 else 's'}"
 
 
 def validate_id(value: object, field: str) -> str:

@@ -69,7 +69,7 @@ Entries = Annotated[list[Annotated[str, Field(min_length=1)]], Field(max_length=
 
 
 class Handoff(TypedDict):
-    """Guides the resumed agent. It does not alter the extension's own compaction prompt."""
+    """Guides the resumed agent. It does not alter Codex's own compaction prompt."""
 
     __pydantic_config__ = ConfigDict(extra="forbid")  # type: ignore[misc]
 
@@ -310,7 +310,19 @@ def build_server() -> MCPServer:
         return _fit(CancelResult, await anyio.to_thread.run_sync(
             functools.partial(service.cancel, threadId, jobId, caller=caller)))
 
+    _refuse_unknown_arguments(server)
     return server
+
+
+def _refuse_unknown_arguments(server: MCPServer) -> None:
+    """Every tool refuses an argument it does not take, and its input schema says so
+    (``additionalProperties: false``): the SDK's argument models ignore unknown names, so a
+    misspelt ``threadid`` would be dropped without a word."""
+    for tool in server._tool_manager.list_tools():
+        model = tool.fn_metadata.arg_model
+        model.model_config["extra"] = "forbid"
+        model.model_rebuild(force=True)
+        tool.parameters = model.model_json_schema(by_alias=True)
 
 
 TOOL_NAMES = ("probe_compaction", "schedule_compaction", "compaction_status", "cancel_compaction")

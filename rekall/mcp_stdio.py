@@ -4,9 +4,12 @@ The SDK's stdio transport drops a line it cannot validate without a reply, so a 
 that sent a malformed request with an id would wait forever. Here every line is checked
 first: a valid message goes on to the SDK; anything else gets the JSON-RPC error it calls
 for (``-32700`` for text that is not UTF-8 JSON, ``-32600`` for JSON that is not a valid
-message or nests too deeply, with the request's id whenever one can be read). Overlong
-lines are refused without being held in memory, deep nesting before it is decoded. Replies and the SDK's own output share one writer, so lines
-never interleave.
+message, nests too deeply, repeats a key in an object or is over-long, with the request's id
+whenever one can be read: an id that is not a string or an integer cannot, so its error has a
+null id). Overlong lines are refused without being held in memory, deep nesting before it is
+decoded. A request before ``initialize`` (other than ``ping``, as MCP's lifecycle allows) is
+told to initialize first. Replies and the SDK's own output share one writer, so lines never
+interleave.
 
 When stdin closes, calls still in flight are answered before the server exits: their
 answers are awaited for at most :data:`DRAIN_S` seconds, then each still-open call gets a
@@ -32,6 +35,8 @@ from mcp.server.stdio import stdio_server
 from rekall import safejson
 from rekall.mcp_light import MAX_LINE_BYTES, claim_stdio
 PARSE_ERROR, INVALID_REQUEST, INTERNAL_ERROR = -32700, -32600, -32603
+#: The requests MCP allows before the session is initialized (its lifecycle: initialize, and ping).
+BEFORE_INITIALIZE = frozenset({"initialize", "ping"})
 #: How long calls in flight when stdin closes may take to finish (a schedule waits at most
 #: about 25 s: the store's guard, then the owner's snapshot).
 DRAIN_S = 30.0
@@ -134,8 +139,14 @@ def check_line(line: bytes) -> tuple[str | None, tuple[Any, int, str] | None]:
         value = safejson.loads(text)
     except safejson.TooDeep as exc:
         return None, (safejson.top_level_id(text), INVALID_REQUEST, f"Invalid Request: {exc}")
+    except safejson.DuplicateKey as exc:  # decoded again, keys repeated and all, only to read the id
+        return None, (_readable_id(json.loads(text)), INVALID_REQUEST, f"Invalid Request: {exc}")
     except json.JSONDecodeError as exc:
         return None, (None, PARSE_ERROR, f"Parse error: {safejson.decode_reason(exc)} at offset {exc.pos}")
+    if isinstance(value, dict) and "id" in value and _readable_id(value) is None and "method" in value:
+        # The SDK reads a request whose id is an object, a float or null as a notification and never
+        # answers; JSON-RPC says: Invalid Request, with a null id as the id cannot be read.
+        return None, (None, INVALID_REQUEST, f"Invalid Request: {_why(value)}")
     try:
         types.jsonrpc_message_adapter.validate_json(text, by_name=False)
     except ValueError:
@@ -157,6 +168,8 @@ class CheckedLines:
         self._drain_s = drain_s
         #: Lines already read from the wire (by the light path), read before the wire's next line.
         self._replay = list(replay or [])
+        #: Whether an initialize request went through: MCP allows only a ping before it.
+        self._initialized = False
 
     async def _next_line(self) -> bytes:
         if self._replay:
@@ -171,7 +184,8 @@ class CheckedLines:
                 return
             if len(line) > self._max and not line.endswith(b"\n"):
                 await anyio.to_thread.run_sync(self._skip_rest_of_line)
-                await self._writer.error(None, INVALID_REQUEST,
+                # The line's start is kept: its id, when written before params as clients do, is answered.
+                await self._writer.error(safejson.top_level_id(line.decode("utf-8", "replace")), INVALID_REQUEST,
                                          f"Invalid Request: line longer than {self._max} bytes")
                 continue
             if not line.strip():
@@ -181,7 +195,14 @@ class CheckedLines:
                 await self._writer.error(*problem)
             elif text is not None:
                 message = json.loads(text)
-                if "method" in message and (request_id := _readable_id(message)) is not None:
+                request_id = _readable_id(message) if "method" in message else None
+                if request_id is not None and not self._initialized and message["method"] not in BEFORE_INITIALIZE:
+                    await self._writer.error(request_id, INVALID_REQUEST,
+                                             f"Invalid Request: initialize first: {message['method'][:80]!r} came "
+                                             "before the session's initialize request")
+                    continue
+                self._initialized = self._initialized or message.get("method") == "initialize"
+                if request_id is not None:
                     self._writer.open_ids.add(request_id)  # a request: it must be answered
                 yield text
 

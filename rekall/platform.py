@@ -102,7 +102,7 @@ class Row:
 class Absence:
     """What a platform that is not there at all adds to another platform's answer."""
 
-    #: Appended to the answer's message (``no shared app-server is running either``).
+    #: Appended to the answer's message (``and no shared Codex app-server: … does not exist …``).
     note: str
     #: Appended to its hint: where such a thread could live instead.
     hint: str

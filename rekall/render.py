@@ -33,11 +33,46 @@ UNSUCCESSFUL_STATES = frozenset(s.value for s in TERMINAL_STATES - SUCCESSFUL_EN
 #: A job or thread id (36 characters) must fit on one line next to its label.
 _ID_WIDTH = 36
 
+class WholeWords(Console):
+    """A console that wraps the text it prints only between words: a word longer than the line
+    (a path, a long id) is printed whole on its own line, where rich would fold it into pieces.
+    The terminal then wraps it, and a copy of it stays one word. Text inside other renderables
+    (panels, tables) is laid out by them."""
+
+    def print(self, *objects: Any, crop: bool = False, **kwargs: Any) -> None:
+        if kwargs.get("soft_wrap"):  # the caller wants the line left whole, for the terminal to wrap
+            super().print(*objects, crop=crop, **kwargs)
+            return
+        super().print(*(Indented(item) if isinstance(item, Text) else item for item in objects), crop=crop, **kwargs)
+
+
+class Indented:
+    """``text`` wrapped between words (:func:`rekall.wrapping.line_spans`), each line indented,
+    its styles kept: rich either folds a word longer than the line into pieces or, told not to,
+    stops wrapping altogether; here such a word is kept whole on its own line."""
+
+    def __init__(self, text: Text, indent: int = 0) -> None:
+        self.text, self.indent = text, indent
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        from rekall.wrapping import line_spans
+
+        for start, end in line_spans(self.text.plain, options.max_width - self.indent):
+            line = Text(" " * self.indent, no_wrap=True, overflow="ignore")
+            line.append_text(self.text[start:end])
+            yield line
+
+
+def longest_word(value: RenderableType) -> int:
+    return max(map(len, value.plain.split()), default=0) if isinstance(value, Text) else 0
+
+
 class Fields:
     """Label and value pairs: side by side when an id fits next to the widest label, else stacked.
 
     A rich grid squeezes its value column on a narrow terminal and cuts ids short; stacking
-    keeps every value whole at any width.
+    keeps every value whole at any width. A row whose value holds a word longer than the value
+    column (a path) is stacked alone, so that the word is printed whole on its own line.
     """
 
     def __init__(self, rows: Iterable[tuple[str, RenderableType]]) -> None:
@@ -45,22 +80,37 @@ class Fields:
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
         label_width = max((len(label) for label, _ in self.rows), default=0)
-        if options.max_width - label_width - 2 >= _ID_WIDTH:
-            table = Table.grid(padding=(0, 2))
-            table.add_column(style="dim", justify="right", no_wrap=True)
-            table.add_column()
-            for label, value in self.rows:
-                table.add_row(label, value)
-            yield table
-            return
+        value_width = options.max_width - label_width - 2
+        side_by_side: list[tuple[str, RenderableType]] = []
         for label, value in self.rows:
-            yield Text(label, style="dim")
-            yield Padding(value, (0, 0, 0, 2))
+            if value_width >= _ID_WIDTH and longest_word(value) <= value_width:
+                side_by_side.append((label, value))
+                continue
+            if side_by_side:
+                yield self._grid(side_by_side, label_width)
+                side_by_side = []
+            yield Text(label.rjust(label_width) if value_width >= _ID_WIDTH else label, style="dim")
+            yield Indented(value, 2) if isinstance(value, Text) else Padding(value, (0, 0, 0, 2))
+        if side_by_side:
+            yield self._grid(side_by_side, label_width)
+
+    @staticmethod
+    def _grid(rows: list[tuple[str, RenderableType]], label_width: int) -> Table:
+        table = Table.grid(padding=(0, 2))
+        table.add_column(style="dim", justify="right", no_wrap=True, min_width=label_width)
+        table.add_column()
+        for label, value in rows:
+            table.add_row(label, value)
+        return table
 
 
 def _fmt(key: str, value: Any) -> str:
     if isinstance(value, bool):
         return "yes" if value else "no"
+    if isinstance(value, float) and key == "reclaimedFraction":
+        from rekall.explain import reclaimed_words
+
+        return reclaimed_words(value, 1).removesuffix(" reclaimed")  # its label already says "reclaimed"
     if isinstance(value, float) and key.endswith("Fraction"):
         return f"{value:.1%}"
     if isinstance(value, float):
@@ -125,7 +175,7 @@ def print_cancelled(result: Mapping[str, Any], console: Console) -> None:
         return
     console.print(Text(f"Cancellation requested for job {result['jobId']} (it was {result['state']}).",
                        style="bold"))
-    console.print(Text("Pending steps will not run; a request the extension already received cannot be "
+    console.print(Text("Pending steps will not run; a request the thread's owner already received cannot be "
                        "retracted. See how it ended:"))
     console.print(Text(f"  rekall status {result['threadId']}"), soft_wrap=True)
 
@@ -151,7 +201,10 @@ def _probe_refusals(result: Mapping[str, Any]) -> list[str]:
     schema = compat.get("publicSchema") or {}
     found = []
     if runtime.get("status") == "incompatible":
-        found.append(f"schedule refuses: the extension's state layout is not supported ({runtime.get('problem')})")
+        from rekall.adapters.registry import owner_words
+
+        found.append(f"schedule refuses: {owner_words(result.get('platform'))}'s state layout is not supported "
+                     f"({runtime.get('problem')})")
     if result.get("latestUserTurnStopped"):
         found.append("schedule refuses: the latest user turn was stopped or failed; ask the user how to continue")
     if schema.get("status") not in (None, "compatible", "not_checked"):
@@ -246,6 +299,8 @@ def watch_job(read: Callable[[], tuple[Mapping[str, Any], list[str]]], console: 
             time.sleep(interval_s)
             job, trail = read()
             live.update(view())
+    if not console.is_terminal:
+        console.line()  # a terminal's Live ends its last line; written to a file or a pipe, it does not
     return job
 
 
@@ -269,11 +324,11 @@ def print_report(report: Report, console: Console) -> None:
     for row in report.rows:
         console.print(Text.assemble(Text(f"{row.level:<6}", style=_LEVEL_STYLE[row.level]),
                                     Text(row.name, style="bold")))
-        console.print(Padding(Text(row.detail), (0, 0, 0, 6)))
+        console.print(Indented(Text(row.detail), 6))
         if row.hint:
-            console.print(Padding(Text("next: " + row.hint, style="dim"), (0, 0, 0, 6)))
+            console.print(Indented(Text("next: " + row.hint, style="dim"), 6))
     console.print(Text.assemble("verdict: ", Text(report.verdict, style=_LEVEL_STYLE[report.verdict])))
 
 
-__all__ = ["Fields", "job_table", "print_cancelled", "print_job", "print_probe", "print_report", "print_scheduled",
-           "state_text", "watch_exit_status", "watch_job"]
+__all__ = ["Fields", "Indented", "WholeWords", "job_table", "print_cancelled", "print_job", "print_probe", "print_report",
+           "print_scheduled", "state_text", "watch_exit_status", "watch_job"]

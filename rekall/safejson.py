@@ -50,14 +50,36 @@ def decode_error_text(exc: json.JSONDecodeError) -> str:
     return f"{decode_reason(exc)} at line {exc.lineno} column {exc.colno}"
 
 
-def loads(text: str, *, max_depth: int = MAX_DEPTH) -> Any:
-    """``json.loads(text)``, refusing nesting deeper than ``max_depth`` before decoding.
+class DuplicateKey(ValueError):
+    """An object names one key twice: JSON leaves its meaning open, and ``json`` would keep the last silently."""
 
-    Raises :class:`TooDeep` or ``json.JSONDecodeError`` (both ``ValueError``).
+    def __init__(self, key: str) -> None:
+        from rekall.secrets import shown_key  # only when refusing: a key may be a value in disguise
+
+        super().__init__(f"the key {shown_key(key)} twice in one object")
+        self.key = key
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    value = dict(pairs)
+    if len(value) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise DuplicateKey(key)
+            seen.add(key)
+    return value
+
+
+def loads(text: str, *, max_depth: int = MAX_DEPTH) -> Any:
+    """``json.loads(text)``, refusing nesting deeper than ``max_depth`` before decoding and a key
+    repeated in one object.
+
+    Raises :class:`TooDeep`, :class:`DuplicateKey` or ``json.JSONDecodeError`` (all ``ValueError``).
     """
     if exceeds_depth(text, max_depth):
         raise TooDeep(max_depth)
-    return json.loads(text)
+    return json.loads(text, object_pairs_hook=_unique_keys)
 
 
 _TOP_LEVEL_ID = re.compile(r'\A\s*\{(?:\s*"(?:jsonrpc|method)"\s*:\s*"[^"\\]{0,200}"\s*,)*'

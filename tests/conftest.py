@@ -80,6 +80,7 @@ def isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, user_home: Pat
     """Point CODEX_HOME at an empty private folder and drop inherited rekall variables."""
     for name in _ISOLATED:
         monkeypatch.delenv(name, raising=False)
+    monkeypatch.delenv("COLUMNS", raising=False)  # a terminal's width would wrap errors on stderr
     home = tmp_path / "codex-home"
     home.mkdir(mode=0o700)
     monkeypatch.setenv("CODEX_HOME", str(home))

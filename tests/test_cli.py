@@ -60,6 +60,18 @@ def test_an_unknown_verb_or_option_exits_2():
     assert main(["status", "--bogus"]) == 2
 
 
+def test_an_unknown_sim_generation_is_a_usage_error_before_anything_listens(tmp_path, capsys):
+    socket_path = tmp_path / "sim.sock"
+    assert main(["sim", "--generation", "99", "--socket", str(socket_path)]) == 2
+    err = capsys.readouterr().err
+    assert "unknown generation '99'" in err and "26.9xx" in err and not socket_path.exists()
+
+
+def test_mcp_refuses_json_as_a_usage_error_it_always_speaks_json_rpc(capsys):
+    assert main(["mcp", "--json"]) == 2
+    assert "unrecognized arguments: --json" in capsys.readouterr().out
+
+
 def test_a_handoff_file_that_is_not_json_is_refused_before_anything_happens(jobs, tmp_path, capsys):
     bad = tmp_path / "handoff.json"
     bad.write_bytes(b"\xff\xfe not utf-8")
@@ -151,6 +163,15 @@ def test_a_deeply_nested_handoff_file_is_a_clear_error_not_a_traceback(jobs, tmp
 def test_a_never_ending_handoff_file_is_refused_after_a_bounded_read(jobs, capsys):
     done = run("schedule", THREAD, "--handoff", "/dev/zero", timeout=60)
     assert done.returncode == 2 and "larger than 1000000 bytes" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_handoff_of_dash_is_read_from_standard_input(sim_env, jobs):
+    handoff = {"summary": "s", "preserve": [], "discard": [], "nextStep": "", "resume": False}
+    done = subprocess.run([sys.executable, "-m", "rekall", "schedule", sim_env.thread_id, "--handoff", "-", "--json"],
+                          input=json.dumps(handoff), capture_output=True, text=True, env=dict(os.environ), timeout=60)
+    assert done.returncode == 0, done.stderr
+    job = json.loads(done.stdout)
+    assert job["handoff"] == handoff and job["state"] in ("scheduled", "waiting_for_idle")
 
 
 def test_argument_errors_are_json_with_json(capsys):

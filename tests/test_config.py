@@ -28,6 +28,17 @@ def test_a_bad_setting_is_rejected_naming_the_variable_and_its_range_not_the_val
     assert repr(raw) not in str(caught.value) and (len(raw) < 3 or raw not in str(caught.value))
 
 
+@pytest.mark.parametrize("raw", ["1_000", "\u0661\u0662", "\uff15", " 5", "5 ", "+5", "1e3", "0x10", "5.", ".5"])
+def test_a_setting_is_a_plain_ascii_number_or_refused(raw):
+    # float() takes all of these; only the last two are digits 0-9 with one point.
+    if raw in ("5.", ".5"):
+        assert WorkerSettings.from_env({"REKALL_DEADLINE_S": raw}).deadline_s == float(raw)
+        return
+    with pytest.raises(InvalidInput) as caught:
+        WorkerSettings.from_env({"REKALL_DEADLINE_S": raw})
+    assert "digits 0-9 and at most one decimal point" in caught.value.message
+
+
 @pytest.mark.parametrize("setting", SETTINGS, ids=lambda s: s.name)
 def test_check_settings_checks_every_declared_setting_and_accepts_its_bounds(setting):
     check_settings({setting.name: f"{setting.maximum:g}"})

@@ -448,3 +448,10 @@ def test_a_row_must_carry_a_hint_exactly_when_it_is_not_green() -> None:
         Row("x", "AMBER", "detail")
     with pytest.raises(ValueError):
         Row("x", "GREEN", "detail", "hint")
+
+
+async def test_with_no_extension_installed_the_extension_protocol_row_is_amber_not_green(tmp_path: Path) -> None:
+    report = await diagnose(base_env(tmp_path, PATH="/usr/bin:/bin"))
+    row = by_name(report)["extension_protocol"]
+    assert row.level == "AMBER" and row.detail.startswith("no installed extension found")
+    assert "terminal sessions" in str(row.hint)

@@ -133,3 +133,21 @@ def test_the_explanation_prints_for_people(store: JobStore, clock: FakeClock):
     assert "Resume skipped: 61%" in text and "✓ resume_without_headroom" in text
     assert "note: owner_moved" in text and "[bold]o3" in text  # data is printed, not interpreted as markup
     assert "Path: scheduled → waiting_for_idle → requesting → accepted → skipped" in text
+
+
+def test_a_compaction_that_grew_the_context_says_nothing_was_reclaimed_not_a_negative_share():
+    grew = {"contextTokensBefore": 100_000, "contextTokensAfter": 105_000, "reclaimedFraction": -0.05,
+            "compactionDurationMs": 900}
+    words = describe_outcome("completed", grew)
+    assert "-5%" not in words and "nothing reclaimed: the count grew 5%" in words
+    out = io.StringIO()
+    from rekall.render import print_job
+
+    print_job({"threadId": new_thread(), "state": "completed", **grew}, Console(file=out, width=100))
+    assert "-5" not in out.getvalue() and "the count grew 5.0%" in out.getvalue()
+
+
+def test_an_app_server_jobs_unknown_outcome_speaks_of_the_shared_app_server_not_the_extension():
+    words = describe_outcome("failed", {"platform": "app-server", "errorCode": "request_timeout",
+                                        "error": "no answer", "outcomeMayBeUnknown": True})
+    assert "a request may have reached the shared app-server" in words and "extension" not in words

@@ -170,11 +170,14 @@ def test_an_acting_call_from_another_thread_is_handed_to_the_sdk_and_refused_on_
     request(7, "resources/read", {"uri": "file:///x"}),
     request(7, "tools/call", {"name": "compaction_status", "arguments": {"threadId": new_thread()},
                               "_meta": {"progressToken": None}}),
+    '{"jsonrpc":"2.0","id":{"a":7},"method":"tools/list"}',
+    '{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"compaction_status","arguments":'
+    '{"threadId":"019a0000-0000-7000-8000-000000000000","threadId":"019a0000-0000-7000-8000-000000000001"}}}',
 ], ids=["not-json", "no-method", "jsonrpc-1", "bool-id", "list-params", "unknown-method", "ping", "empty-thread",
         "no-thread", "int-thread", "bad-thread", "long-thread", "extra-argument", "unknown-tool", "cancel",
         "second-initialize", "cursor", "bool-token", "float-token", "list-meta", "reserved-meta", "reserved-meta-call",
         "resources-read",
-        "null-token-call"])
+        "null-token-call", "object-id", "duplicate-key"])
 def test_every_other_request_hands_the_session_to_the_sdk_which_answers_as_if_it_had_served_it_all(bad, env):
     # The SDK must hold the light path's handshake: the tools/list after the hand-over is answered, not refused.
     lines = [*initialize("2025-06-18"), request(2, "tools/list"), bad, request(8, "tools/list"),
@@ -183,6 +186,30 @@ def test_every_other_request_hands_the_session_to_the_sdk_which_answers_as_if_it
     assert sdk_loaded(modules)
     assert [json.loads(line).get("id") for line in replies].count(1) == 1  # the replayed initialize is not answered twice
     assert any(json.loads(line).get("id") == 8 and "result" in json.loads(line) for line in replies)
+
+
+def test_the_edge_of_a_session_is_answered_as_json_rpc_and_mcp_say(env):
+    thread = "019a0000-0000-7000-8000-000000000000"
+    lines = [status_call(1, {"threadId": thread}), *initialize("2025-06-18", request_id=2),
+             '{"jsonrpc":"2.0","id":{"a":3},"method":"tools/list"}',
+             '{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"compaction_status","arguments":'
+             f'{{"threadId":"{thread}","threadId":"{new_thread()}"}}}}}}',
+             status_call(5, {"threadId": thread, "verbose": True}),
+             request(6, "tools/call", {"name": "probe_compaction", "arguments": {"threadId": thread, "x": 1}}),
+             request(7, "tools/list")]
+    replies = [json.loads(line) for line in both(lines, env)[0]]
+    by_id = {json.dumps(reply.get("id")): reply for reply in replies}
+    assert by_id["1"]["error"]["code"] == -32600 and "initialize first" in by_id["1"]["error"]["message"]
+    # An id that is not a string or an integer cannot be read: Invalid Request with a null id.
+    assert by_id["null"]["error"] == {"code": -32600, "message": "Invalid Request: id must be a string or an integer"}
+    assert by_id["4"]["error"]["code"] == -32600 and "threadId twice in one object" in by_id["4"]["error"]["message"]
+    for unknown in ("5", "6"):
+        assert by_id[unknown]["result"]["isError"] is True
+        assert by_id[unknown]["result"]["content"][0]["text"].startswith("[invalid_arguments]")
+        assert "extra inputs are not permitted" in by_id[unknown]["result"]["content"][0]["text"]
+    tools = by_id["7"]["result"]["tools"]
+    assert all(tool["inputSchema"]["additionalProperties"] is False for tool in tools)
+    assert len(replies) == 7  # one answer each, the notification none
 
 
 @pytest.mark.parametrize("first", [request(1, "tools/list"), status_call(1, {"threadId": new_thread()}),

@@ -282,7 +282,8 @@ def test_malformed_json_rpc_never_kills_the_stdio_server(tmp_path):
     assert replies[3]["result"]["isError"] is True
     assert replies[3]["result"]["content"][0]["text"].startswith("[unknown_tool]")
     assert replies[4]["result"]["isError"] is True
-    assert replies[7]["error"]["code"] == -32601
+    assert replies[7]["error"]["code"] == -32600  # sent before initialize
+    assert "initialize first" in replies[7]["error"]["message"]
     # Each garbage line was answered too (with id null: none could be read), and the server
     # stayed up for everything after it.
     nulls = [m for m in replies_without_id if m["error"]["code"] in (-32700, -32600)]

@@ -57,8 +57,32 @@ async def test_with_no_shared_app_server_the_extensions_answer_stands_and_names_
     with anyio.fail_after(20), pytest.raises(RekallError) as caught:
         await find_owner(IDLE_THREAD["id"], env, request_timeout_s=5)
     assert caught.value.code == "endpoint_missing"  # the extension's own code, as before
-    assert caught.value.message.endswith("; no shared app-server is running either")
+    # Each platform says where it looked, and which CODEX_HOME that was, and why (here: from the environment).
+    assert f"rekall looked under CODEX_HOME {tmp_path}, from this process's environment" in caught.value.message
+    assert f"; and no shared Codex app-server: {tmp_path}/app-server-control/app-server-control.sock does not " \
+           "exist" in caught.value.message
     assert "codex app-server daemon start" in caught.value.hint and "plain `codex`" in caught.value.hint
+
+
+async def test_a_default_codex_home_is_named_as_the_default_with_the_likely_mistake(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    (home / ".codex").mkdir(parents=True)
+    env = {"HOME": str(home), "TMPDIR": str(tmp_path)}  # as a hand registration forwarding no CODEX_HOME
+    with anyio.fail_after(20), pytest.raises(RekallError) as caught:
+        await find_owner(IDLE_THREAD["id"], env, request_timeout_s=5)
+    assert f"CODEX_HOME {home}/.codex, the default, as CODEX_HOME is not set" in caught.value.message
+    assert "forward it to rekall" in caught.value.message
+
+
+async def test_a_thread_a_running_shared_app_server_has_not_loaded_is_not_told_to_start_one(
+        folder: Path, tmp_path: Path) -> None:
+    other = {**IDLE_THREAD, "id": "019a0000-0000-7000-8000-0000000000ee"}
+    async with fake_app_server(folder / "app.sock", Script(thread__loaded__list=loaded(other["id"]))):
+        env = {**env_for(folder / "app.sock"), "CODEX_HOME": str(tmp_path), "TMPDIR": str(tmp_path)}
+        with anyio.fail_after(20), pytest.raises(RekallError) as caught:
+            await find_owner(IDLE_THREAD["id"], env, request_timeout_s=5)
+    assert "does not have thread" in caught.value.message
+    assert "start the shared app-server" not in str(caught.value.hint) and "daemon start" not in str(caught.value.hint)
 
 
 def test_a_job_names_its_platform_and_an_unknown_one_is_refused() -> None:

@@ -95,6 +95,19 @@ def test_probe_of_a_thread_nobody_owns_fails_with_no_owner_and_a_next_step() -> 
     assert error["code"] == "no_owner" and stranger in error["message"] and "never guess" in error["hint"]
 
 
+def test_an_unknown_thread_is_refused_after_the_short_owner_answer_wait_not_the_snapshot_timeout() -> None:
+    # No installed extension: the generation is undecided, discovery answers no-client-found, and
+    # only a generation without discovery could still own the thread; its owner answers a follow at once.
+    from rekall.adapters.extension.platform import OWNER_ANSWER_S
+
+    stranger = "0199a5c2-0000-7000-8000-0000000000ab"
+    with start_sim_in_thread() as sim:
+        done = probe(sim.env, stranger, "--json")
+    error = json.loads(done.stdout)["error"]
+    assert error["code"] == "no_owner"
+    assert f"no client answered following within {OWNER_ANSWER_S:g} s" in error["message"]
+
+
 @pytest.mark.codex
 def test_probe_through_the_real_endpoint_lists_the_schema_checks_and_caches_them(tmp_path: Path) -> None:
     real = real_codex()

@@ -25,7 +25,7 @@ from rekall.states import JobState
 from rekall.states.table import TRANSITIONS
 from rekall.testing import FakeClock
 
-from tests.jobkit import new_thread, open_store, schedule, scheduled_run
+from tests.jobkit import new_thread, open_store, run_lifecycle, schedule, scheduled_run, script
 
 _FRAME = re.compile(r"[│┃║╭╮╰╯┏┓┗┛┡┩┢┪╇╈╋━─═┳┻┼┬┴├┤]")
 
@@ -132,3 +132,60 @@ def test_the_demo_reads_whole_at_80_columns():
     assert not any(len(line) > 80 and not unwrapped_on_purpose(line) for line in text.splitlines())
     assert "journal:" not in text  # its directory is removed at the end: no path to a file that is gone
     assert "private directory was removed" in text
+
+
+def test_states_and_protocol_are_readable_at_80_columns(jobs: Path, capsys: pytest.CaptureFixture[str],
+                                                         monkeypatch: pytest.MonkeyPatch):
+    check_readable(["states"], capsys, monkeypatch)
+    check_readable(["protocol"], capsys, monkeypatch)
+
+
+def test_a_long_path_in_an_outcome_is_printed_whole_on_its_own_line(capsys: pytest.CaptureFixture[str],
+                                                                    monkeypatch: pytest.MonkeyPatch):
+    root = Path(tempfile.mkdtemp(prefix="r80-"))
+    try:
+        deep = root / ("a-folder-name-long-enough-to-fill-a-line-" * 3) / "handoff.json"
+        monkeypatch.setenv("REKALL_JOBS_DIR", str(root / "jobs"))
+        clock = FakeClock()
+        store = open_store(root / "jobs", clock)
+        thread = new_thread()
+        job = schedule(store, thread).job_id
+        with store.open_lifecycle(thread, job) as lifecycle:
+            failure = {"errorCode": "handoff_changed", "error": f"cannot read {deep}"}
+            run_lifecycle(lifecycle, clock, [*script(job, "failed")[:1], ("fail", failure)])
+        store.release_lock(thread, job)
+        for argv in (["status", thread], ["explain", job], ["history"]):
+            text = check_readable(argv, capsys, monkeypatch)
+            assert str(deep) in text, f"{argv}: the path was split or cut"
+            assert "…" not in text.replace("processStartTime", "").split("Timeline")[0]
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.mark.parametrize("argv", [["probe", "019a0000-0000-7000-8000-000000000000"], ["status", "../../etc/passwd"],
+                                  ["schedule", "019a0000-0000-7000-8000-000000000000", "--handoff", "/nonexistent/h"]])
+def test_an_error_on_stderr_wraps_at_80_columns_between_words_and_commands(
+        jobs: Path, argv: list[str], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch):
+    said = {}
+    for width in (80, 1000):
+        monkeypatch.setenv("COLUMNS", str(width))
+        assert main(argv) in (1, 2)
+        said[width] = capsys.readouterr().err
+    assert words(said[80]) == words(said[1000])
+    lines = said[80].splitlines()
+    assert all(len(line) <= 80 or len(line.split()) <= 2 for line in lines), lines  # a prefix and one long word
+    assert all(line.count("`") % 2 == 0 for line in lines), "a command in backticks was split"
+    assert lines[0].startswith("rekall: ") and any(line.startswith("  next: ") for line in lines)
+    assert len(said[1000].splitlines()) == 2  # the message and the next step, each one line
+
+
+def test_probe_is_readable_at_80_columns(jobs: Path, capsys: pytest.CaptureFixture[str],
+                                         monkeypatch: pytest.MonkeyPatch):
+    from rekall.sim import start_sim_in_thread
+
+    with start_sim_in_thread() as sim:
+        for name, value in sim.env.items():
+            monkeypatch.setenv(name, value)
+        thread = sim.thread_id
+        text = check_readable(["probe", thread], capsys, monkeypatch)
+    assert thread in text

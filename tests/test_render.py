@@ -74,6 +74,7 @@ def test_the_watch_reads_until_the_job_ends(mocker):
     final = watch_job(read, Console(file=out, width=80, color_system=None), interval_s=0)
     assert final["state"] == "failed" and read.call_count == 2
     assert "scheduled → failed" in out.getvalue()
+    assert out.getvalue().endswith("\n")
 
 
 def _probe(**options: Any) -> dict[str, Any]:

@@ -4,6 +4,7 @@ Each entry is a platform's package. The package says, at its top level and witho
 protocol (the worker's first follow goes out before the event loop is imported):
 
 * ``NAME``: what the journal records (``extension-ipc``);
+* optionally ``OWNER``: how a message for people names the owner of a thread there (``the extension``);
 * ``open_platform(env, resume)``: the :class:`rekall.platform.Platform`, resuming from a
   :class:`rekall.adapters.resume.ResumeToken` when it has one;
 * optionally ``follow_early(thread_id, env, resume, request_timeout_s=...)``: the worker's first
@@ -29,6 +30,11 @@ UNNAMED: str = extension.NAME
 
 def packages() -> list[ModuleType]:
     return list(PLATFORMS)
+
+
+def owner_words(name: str | None) -> str:
+    """The owner of a job's thread, in the words of the platform ``name`` the job recorded."""
+    return getattr(package_named(name), "OWNER", None) or "the thread's owner"
 
 
 def package_named(name: str | None) -> ModuleType | None:

@@ -11,6 +11,7 @@ from typing import Any
 
 from rekall.errors import UsageError
 from rekall.sim.owner import SimulatedOwner
+from rekall.sim.protocol import DEFAULT_GENERATION, TABLES
 
 
 def _backend(name: str) -> Any:
@@ -35,7 +36,7 @@ async def _serve(args: argparse.Namespace) -> None:
         loop.add_signal_handler(signum, stop.set)
     async with SimulatedOwner(_backend(getattr(args, "backend", "scripted")),
                               socket_path=getattr(args, "socket", None),
-                              generation=getattr(args, "generation", None) or "26.9xx") as sim:
+                              generation=getattr(args, "generation", None) or DEFAULT_GENERATION) as sim:
         info = {"socket": str(sim.socket_path), "threadId": sim.thread_id, "ownerId": sim.owner_id,
                 "generation": sim.generation, "env": sim.env}
         if getattr(args, "json", False):
@@ -51,5 +52,9 @@ async def _serve(args: argparse.Namespace) -> None:
 
 
 def run_sim(args: argparse.Namespace) -> int:
+    generation = getattr(args, "generation", None) or DEFAULT_GENERATION
+    if generation not in TABLES:  # before anything starts: a usage error, not a failed run
+        raise UsageError(f"sim: unknown generation {generation[:40]!r}",
+                         hint=f"choose one of {', '.join(TABLES)} (`rekall protocol` lists them)")
     asyncio.run(_serve(args))
     return 0

@@ -111,7 +111,7 @@ class JobStatus(_Record):
     errorCode: Maybe[str | None] = _field("A stable error code when the job failed or timed out.", by=STORE,
                                           label="error code", always=True)
     outcomeMayBeUnknown: Maybe[bool] = _field(
-        "A request may have reached the extension without its effect being observed.", by=STORE, always=True)
+        "A request may have reached the thread's owner without its effect being observed.", by=STORE, always=True)
     handoffPath: Maybe[str] = _field("Where the sealed handoff record is saved.", by=STORE)
     handoffSha256: Maybe[str] = _field("SHA-256 of the handoff record, verified before use.", by=STORE)
     contextTokensAtSchedule: Maybe[int | None] = _field("Tokens in use when scheduled.", by=ANCHOR)

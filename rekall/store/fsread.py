@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import errno
 import os
+import select
+import stat
+import time
 from pathlib import Path
 
 O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
@@ -22,6 +25,18 @@ class TooLarge(OSError):
         super().__init__(errno.EFBIG, f"{size:,} bytes, over the limit of {limit:,}")
         self.path, self.size, self.limit = path, size, limit
 
+
+class ReadTimedOut(OSError):
+    """A pipe, FIFO or terminal did not deliver its data and close within the wait."""
+
+    def __init__(self, path: Path | str, wait_s: float) -> None:
+        super().__init__(errno.ETIMEDOUT, f"no end of data within {wait_s:g} s")
+        self.path, self.wait_s = path, wait_s
+
+
+#: How long a read of something that is not a regular file (a FIFO, a pipe, a terminal) waits for
+#: the writer to finish: a FIFO nobody writes to would otherwise hold the command forever.
+STREAM_WAIT_S = 30.0
 
 #: Every file rekall reads has a size limit (``read_private(limit=...)``), so a huge or
 #: hostile file costs at most its limit in memory. Each is far above what rekall writes.
@@ -39,19 +54,53 @@ def read_private(path: Path, *, limit: int) -> bytes:
     return read_limited(path, limit=limit, follow=False)
 
 
-def read_limited(path: Path | str, *, limit: int, follow: bool = True) -> bytes:
-    """:func:`read_private` for a file the user names (``--handoff FILE``), which may be a symlink."""
-    fd = os.open(path, os.O_RDONLY | (0 if follow else O_NOFOLLOW) | O_CLOEXEC | O_BINARY)
+def read_limited(path: Path | str, *, limit: int, follow: bool = True, wait_s: float = STREAM_WAIT_S) -> bytes:
+    """:func:`read_private` for a file the user names (``--handoff FILE``), which may be a symlink.
+
+    Opened without blocking, so that a FIFO with no writer opens at once; its read is then bounded
+    by ``wait_s`` (:class:`ReadTimedOut`)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | (0 if follow else O_NOFOLLOW) | O_CLOEXEC | O_BINARY)
     try:
-        size = os.fstat(fd).st_size
-        if size > limit:
-            raise TooLarge(path, size, limit)
-        data = _read_at_most(fd, limit + 1, size)
-        if len(data) > limit:
-            raise TooLarge(path, len(data), limit)
-        return data
+        return read_fd_limited(fd, path, limit=limit, wait_s=wait_s)
     finally:
         os.close(fd)
+
+
+def read_fd_limited(fd: int, path: Path | str, *, limit: int, wait_s: float = STREAM_WAIT_S) -> bytes:
+    """Up to ``limit`` bytes from the open ``fd`` (``TooLarge`` past it); ``path`` names it in errors."""
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        data = _read_stream(fd, path, limit + 1, wait_s)
+    elif info.st_size > limit:
+        raise TooLarge(path, info.st_size, limit)
+    else:
+        data = _read_at_most(fd, limit + 1, info.st_size)
+    if len(data) > limit:
+        raise TooLarge(path, len(data), limit)
+    return data
+
+
+def _read_stream(fd: int, path: Path | str, cap: int, wait_s: float) -> bytes:
+    """Up to ``cap`` bytes, to the end of the stream, each read waited for until one deadline.
+    The descriptor's blocking mode is left as it is (standard input is shared with the shell)."""
+    deadline = time.monotonic() + wait_s
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    chunks: list[bytes] = []
+    total = 0
+    while total < cap:
+        left = deadline - time.monotonic()
+        if left <= 0 or not poller.poll(left * 1000):
+            raise ReadTimedOut(path, wait_s)
+        try:
+            chunk = os.read(fd, min(65536, cap - total))
+        except BlockingIOError:  # woken with nothing to read after all
+            continue
+        if not chunk:
+            break
+        chunks.append(chunk)
+        total += len(chunk)
+    return b"".join(chunks)
 
 
 def _read_at_most(fd: int, cap: int, size: int) -> bytes:

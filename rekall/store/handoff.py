@@ -26,7 +26,7 @@ from typing import Any, NamedTuple
 from rekall import safejson
 from rekall.errors import InvalidInput
 from rekall.store.errors import HandoffChanged
-from rekall.store.fsread import TooLarge, read_limited, read_private
+from rekall.store.fsread import STREAM_WAIT_S, ReadTimedOut, TooLarge, read_fd_limited, read_limited, read_private
 
 HANDOFF_KEYS = ("summary", "preserve", "discard", "nextStep", "resume")
 MAX_HANDOFF_BYTES = 32_000
@@ -174,38 +174,50 @@ def verify_sealed(path: Path, thread_id: str, job_id: str, expected_sha256: str 
     return Verified(record, digest, data, path)
 
 
-def read_handoff_file(path: str | Path) -> dict[str, Any]:
-    """The JSON object in ``path`` (for ``--handoff FILE``), with errors naming the problem.
+def read_handoff_file(path: str | Path, *, wait_s: float = STREAM_WAIT_S) -> dict[str, Any]:
+    """The JSON object in ``path`` (for ``--handoff FILE``; ``-`` is standard input), with errors
+    naming the problem.
 
     At most ``_MAX_FILE_BYTES + 1`` bytes are read, whatever size the file reports (``/dev/zero``
-    reports 0; :func:`read_limited`), and nesting is bounded before decoding.
+    reports 0; :func:`read_limited`); a FIFO, pipe or terminal must deliver them and close within
+    ``wait_s``; nesting is bounded before decoding, and a key repeated in an object is refused.
     """
     field = "--handoff"
+    where = "the handoff on standard input" if str(path) == "-" else f"the handoff file {path}"
     try:
-        data = read_limited(path, limit=_MAX_FILE_BYTES)
+        data = read_fd_limited(0, "-", limit=_MAX_FILE_BYTES, wait_s=wait_s) if str(path) == "-" \
+            else read_limited(path, limit=_MAX_FILE_BYTES, wait_s=wait_s)
     except TooLarge:
         data = None
+    except ReadTimedOut as exc:
+        raise InvalidInput(f"{where} did not arrive: nothing wrote it and closed it within {exc.wait_s:g} s",
+                           field=field, hint="write the handoff and close the stream (`rekall schedule --handoff - "
+                                             "< handoff.json`), or pass a regular file") from exc
     except OSError as exc:
         raise InvalidInput(f"cannot read the handoff file {path}: {exc.strerror or exc}", field=field,
-                           hint="pass the path of an existing JSON file") from exc
+                           hint="pass the path of an existing JSON file, or - for standard input") from exc
     if data is None:
-        raise InvalidInput(f"the handoff file {path} is larger than {_MAX_FILE_BYTES} bytes", field=field,
+        raise InvalidInput(f"{where} is larger than {_MAX_FILE_BYTES} bytes", field=field,
                            hint=f"a handoff holds at most {MAX_HANDOFF_BYTES} bytes of JSON")
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
-        raise InvalidInput(f"the handoff file {path} is not UTF-8 (byte {exc.start} is invalid)", field=field,
+        raise InvalidInput(f"{where} is not UTF-8 (byte {exc.start} is invalid)", field=field,
                            hint="save the file as UTF-8 and try again") from exc
     try:
         value = safejson.loads(text)
     except safejson.TooDeep as exc:
-        raise InvalidInput(f"the handoff file {path} is {exc}", field=field,
+        raise InvalidInput(f"{where} is {exc}", field=field,
                            hint="a handoff is an object of strings and lists of strings") from exc
+    except safejson.DuplicateKey as exc:
+        raise InvalidInput(f"{where} has {exc}", field=field,
+                           hint="keep one of the values: JSON readers disagree on which one a repeated key means") \
+            from exc
     except json.JSONDecodeError as exc:
-        raise InvalidInput(f"the handoff file {path} is not JSON: {safejson.decode_error_text(exc)}",
+        raise InvalidInput(f"{where} is not JSON: {safejson.decode_error_text(exc)}",
                            field=field, hint="fix the JSON (an object with the five handoff keys)") from exc
     if not isinstance(value, dict):
-        raise InvalidInput(f"the handoff file {path} holds JSON {_json_kind(value)}, not an object", field=field,
+        raise InvalidInput(f"{where} holds JSON {_json_kind(value)}, not an object", field=field,
                            hint="write an object with summary, preserve, discard, nextStep and resume, "
                                 "or leave out --handoff to schedule without one")
     return value

@@ -20,7 +20,7 @@ from rekall.errors import StoreError
 from rekall.ids import thread_id as valid_thread
 from rekall.states import JobState
 from rekall.states.rules import outcome_may_be_unknown
-from rekall.states.status import JobStatus, wire
+from rekall.states.status import JobStatus, known, wire
 from rekall.store.errors import LockBusy
 from rekall.store.locks import job_liveness
 from rekall.store.owner import Liveness, LockOwner
@@ -131,7 +131,8 @@ def _reap_orphan_if_dead(store: JobStore, thread: str) -> dict[str, Any] | None:
     # A worker releases its lock last, once its end is journaled, or when the journal refused that
     # record: a job that is not over and whose lock is gone is the second case (a full disk).
     job = mark_worker_lost(store, latest, unjournaled_end(latest.state.value, "its worker released the lock "
-                                                                           "without journaling how the job ended"))
+                                                                           "without journaling how the job ended",
+                                                          _owner(latest)))
     return {"jobId": job.job_id, "reaped": job.job_id not in store.unrecorded, "lockRemoved": False,
             "state": job.state.value}
 
@@ -146,7 +147,8 @@ def mark_worker_lost(store: JobStore, job: Replay, error: str | None = None) -> 
     before = job.state
     try:
         with store.open_lifecycle(job.thread_id, job.job_id) as lifecycle:
-            lifecycle.fire("fail", errorCode="worker_lost", error=error or _lost_words(before), delivery="unknown")
+            lifecycle.fire("fail", errorCode="worker_lost", error=error or _lost_words(before, _owner(job)),
+                           delivery="unknown")
     except (OSError, StoreError) as exc:
         problem = exc.message if isinstance(exc, StoreError) else f"{exc.strerror or exc}"
         log.error("job %s: its worker is gone, and this could not be journaled: %s", job.job_id, problem)
@@ -155,9 +157,10 @@ def mark_worker_lost(store: JobStore, job: Replay, error: str | None = None) -> 
     return store.catalog.load(job.thread_id, job.job_id)
 
 
-def unjournaled_end(state: str, problem: str) -> str:
-    """The words for a worker gone while the journal could not take a record after ``state``."""
-    may_have = {"requesting": "the compaction request may have reached the extension",
+def unjournaled_end(state: str, problem: str, owner: str) -> str:
+    """The words for a worker gone while the journal could not take a record after ``state``
+    (``owner``: the thread's owner in its platform's words)."""
+    may_have = {"requesting": f"the compaction request may have reached {owner}",
                 "accepted": "the compaction may still complete",
                 "resuming": "a continuation may have started"}.get(state, "nothing was sent after it")
     return f"the worker process is gone and the journal could not be written after `{state}` ({problem}); {may_have}"
@@ -169,15 +172,21 @@ def unrecorded_loss(job: Replay, problem: str) -> dict[str, Any]:
     state = job.state.value
     return wire(JobStatus(
         status="failed", state="failed", errorCode="worker_lost",
-        error=unjournaled_end(state, problem),
+        error=unjournaled_end(state, problem, _owner(job)),
         outcomeMayBeUnknown=outcome_may_be_unknown(job.state, {"delivery": "unknown"}),
         lastJournaledState=state, journalUnwritable=problem))
 
 
-def _lost_words(state: JobState) -> str:
+def _owner(job: Replay) -> str:
+    from rekall.adapters.registry import owner_words
+
+    return owner_words(known(job.view.status.platform))
+
+
+def _lost_words(state: JobState, owner: str) -> str:
     """What a dead worker had done, in the words its ``worker_lost`` record keeps."""
     done = {
-        JobState.ACCEPTED: ", after the extension accepted the compaction request; the compaction may still "
+        JobState.ACCEPTED: f", after {owner} accepted the compaction request; the compaction may still "
                            "complete",
         JobState.WAITING_FOR_RESUME_IDLE: ", after the compaction completed: the thread was compacted, and the "
                                           "continuation did not run",

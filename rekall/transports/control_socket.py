@@ -29,6 +29,7 @@ from pathlib import Path
 import attrs
 
 from rekall.config import APP_SERVER_SOCKET_VAR, DEFAULT_APP_SERVER_SOCKET, app_server_socket
+from rekall.homes import codex_home_origin
 from rekall.transports.base import EndpointInsecure, EndpointMissing
 from rekall.transports.endpoint import Wording, absolute_codex_home, check_private_dir, check_socket_file, exists
 from rekall.transports.socketstream import SocketStream
@@ -80,11 +81,13 @@ def resolve_control_socket(
     configured = app_server_socket(env)
     if configured is not None:
         path, source = configured, APP_SERVER_SOCKET_VAR
+        looked = f"at the path {APP_SERVER_SOCKET_VAR} names"
     else:
         path, source = Path(absolute_codex_home(env)) / DEFAULT_APP_SERVER_SOCKET, "CODEX_HOME"
+        looked = f"under {codex_home_origin(env)}"
     if not exists(lstat, path.parent) or not exists(lstat, path):
-        raise EndpointMissing(f"no shared Codex app-server: {path} does not exist (the app-server is not running)",
-                              hint=START_HINT)
+        raise EndpointMissing(f"no shared Codex app-server: {path} does not exist, so none listens there; "
+                              f"rekall looked {looked}", hint=START_HINT)
     checks = [f"folder {path.parent}: a real directory, owned by uid {uid}, mode "
               f"{_mode(check_private_dir(path.parent, uid=uid, lstat=lstat, wording=WORDING))}"]
     target = path
@@ -96,6 +99,12 @@ def resolve_control_socket(
                                   "(a stale link: the app-server is not running)", hint=START_HINT)
         checks.append(f"target folder {target.parent}: a real directory, owned by uid {uid}, mode "
                       f"{_mode(check_private_dir(target.parent, uid=uid, lstat=lstat, wording=WORDING))}")
+        if configured is not None and stat.S_ISLNK(lstat(str(target)).st_mode):
+            # The daemon is fine: the variable names a link to its link, a chain rekall never follows.
+            raise EndpointInsecure(f"{APP_SERVER_SOCKET_VAR} names {path}, a link to {target}, which is itself a "
+                                   "link; rekall reads one link and never follows a chain",
+                                   hint=f"set {APP_SERVER_SOCKET_VAR} to {target} itself, or unset it to use "
+                                        f"$CODEX_HOME/{DEFAULT_APP_SERVER_SOCKET.as_posix()}")
     st = check_socket_file(target, uid=uid, lstat=lstat, wording=WORDING)
     checks.append(f"socket {target}: a socket, owned by uid {uid}, mode {_mode(st)}")
     return ControlSocket(str(path), source, str(target), tuple(checks))

@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Literal, NamedTuple
 
-from rekall.homes import codex_home, env_value
+from rekall.homes import codex_home, codex_home_origin, env_value
 from rekall.transports.base import EndpointInsecure, EndpointMissing, EndpointUnsupported
 
 WINDOWS_PIPE = r"\\.\pipe\codex-ipc"
@@ -105,7 +105,8 @@ def resolve_endpoint(
         check_private_socket(legacy, uid=uid, lstat=lstat)
         return Endpoint("legacy", str(legacy), note=f"primary {primary} does not exist")
     raise EndpointMissing(
-        f"no Codex IPC socket: {primary} does not exist (legacy {legacy} does not exist either)",
+        f"no Codex IPC socket: {primary} does not exist, nor the legacy {legacy}; rekall looked under "
+        f"{codex_home_origin(env)}",
         hint="open the thread in the Codex VS Code extension so that it starts its IPC router, "
         "and make sure CODEX_HOME matches the extension's",
     )

@@ -129,7 +129,9 @@ def test_overlong_lines_are_refused_and_a_huge_handoff_is_answered_and_the_serve
                                                      "handoff": huge})
     text = reply["result"]["content"][0]["text"]
     assert reply["result"]["isError"] and "32000" in text and "x" * 50 not in text
-    assert [e["error"]["code"] for e in server.anonymous_errors[before:]] == [-32600, -32600]
+    # The overlong ping wrote its id before its params: its refusal carries it; the other line has none to read.
+    assert server.reply("overlong")["error"]["code"] == -32600
+    assert [e["error"]["code"] for e in server.anonymous_errors[before:]] == [-32600]
     LEDGER.fault("huge MCP line", 3)
     assert server.request("ping")["result"] == {}
 

@@ -47,10 +47,10 @@ def test_daemon_stop_leaves_the_pid_update_loop_and_the_kit_ends_it_by_pid(
         assert daemon_processes(home) == [helper]
         assert b"pid-update-loop" in Path(f"/proc/{helper}/cmdline").read_bytes()
         assert not os.path.lexists(link) and not target.exists()
-        with pytest.raises(EndpointMissing, match="not running"):
+        with pytest.raises(EndpointMissing, match="so none listens there"):
             resolve_control_socket({"CODEX_HOME": str(home)})
         after = {row.name: row for row in asyncio.run(diagnose(env_of(home, tmp_path))).rows}
-        assert after["app_server_socket"].level == "GREEN" and "is not running" in after["app_server_socket"].detail
+        assert after["app_server_socket"].level == "GREEN" and "so none listens there" in after["app_server_socket"].detail
         assert after["app_server"].detail == "not applicable: no shared app-server runs"
     finally:
         stop_daemon(daemon)

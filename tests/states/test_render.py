@@ -40,13 +40,13 @@ def test_the_mermaid_diagram_has_an_edge_per_row_and_source_labelled_with_its_gu
 
 def test_the_markdown_names_every_trigger_guard_and_state():
     page = render("markdown")
-    assert "```mermaid" in page and "| trigger | from | to | guard | note |" in page
+    assert "```mermaid" in page and "## Transitions" in page
     for row in TRANSITIONS:
         assert f"`{row.trigger}`" in page
         if row.guard:
             assert f"`{row.guard_name}`" in page
     for state in JobState:
-        assert f"| `{state.value}` |" in page
+        assert f"- `{state.value}` (" in page
     assert "headroom_lost" in page  # the folded trigger is documented
 
 
@@ -55,6 +55,14 @@ def test_the_json_lists_states_transitions_and_evidence():
     assert [s["name"] for s in data["states"]] == [s.value for s in JobState]
     assert len(data["transitions"]) == len(TRANSITIONS)
     assert {k["name"] for k in data["triggers"]["idle_stable"]["evidence"]} >= {"tokens", "boundaryFingerprint"}
+
+
+def test_the_page_fits_80_columns_with_every_code_span_on_one_line():
+    page = render("markdown")
+    diagram = page[page.index("```mermaid"):page.index("```\n", page.index("```mermaid") + 3)]
+    prose = page.replace(diagram, "")
+    assert max(map(len, prose.splitlines())) <= 80  # the diagram's statements must stay whole lines: Mermaid
+    assert all(line.count("`") % 2 == 0 for line in prose.splitlines() if not line.startswith("```"))
 
 
 def test_an_unknown_format_is_a_usage_error():

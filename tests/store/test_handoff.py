@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import json
+import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -110,6 +112,34 @@ def test_a_handoff_file_that_reports_no_size_but_never_ends_is_refused_after_a_b
     # /dev/zero reports a size of 0; only the bytes actually read can bound it.
     with pytest.raises(InvalidInput, match="larger than 1000000 bytes"):
         read_handoff_file("/dev/zero")
+
+
+def test_a_fifo_nobody_writes_to_is_refused_once_the_wait_is_over(tmp_path: Path):
+    fifo = tmp_path / "handoff.fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(InvalidInput, match=r"did not arrive: nothing wrote it and closed it within 0.2 s") as caught:
+        read_handoff_file(fifo, wait_s=0.2)
+    assert caught.value.field == "--handoff" and "--handoff -" in str(caught.value.hint)
+
+
+def test_a_fifo_that_is_written_and_closed_is_read_whole(tmp_path: Path):
+    fifo = tmp_path / "handoff.fifo"
+    os.mkfifo(fifo)
+    text = json.dumps(handoff())
+    writer = threading.Thread(target=fifo.write_text, args=(text,))
+    writer.start()
+    try:
+        assert read_handoff_file(fifo, wait_s=30) == handoff()
+    finally:
+        writer.join(timeout=30)
+
+
+def test_a_key_given_twice_in_a_handoff_file_is_refused_not_silently_the_last(tmp_path: Path):
+    path = tmp_path / "handoff.json"
+    path.write_text('{"summary": "first", "summary": "second", "preserve": [], "discard": [], '
+                    '"nextStep": "", "resume": false}')
+    with pytest.raises(InvalidInput, match="has the key summary twice in one object"):
+        read_handoff_file(path)
 
 
 def test_an_unknown_key_is_named_only_when_it_cannot_be_a_value_in_disguise():

@@ -36,6 +36,13 @@ def test_a_bad_id_is_rejected_before_any_path_is_built(store: JobStore, thread: 
     assert snapshot(store.root) == before
 
 
+@pytest.mark.parametrize(("value", "said"), [("x", "a string of 1 character that"), ("xy", "a string of 2 characters")])
+def test_a_bad_id_is_described_by_its_length_in_plain_grammar(store, value, said):
+    with pytest.raises(InvalidInput) as caught:
+        store.read_status(value)
+    assert said in caught.value.message and value not in caught.value.message.split("got ")[1]
+
+
 def test_an_unknown_job_is_reported_not_guessed(store: JobStore, thread: str):
     with pytest.raises(UnknownJob):
         store.open_lifecycle(thread, new_thread())

@@ -7,7 +7,7 @@ import pytest
 from rekall.states import JobState
 from rekall.store import JobStore, LockBusy
 
-from tests.jobkit import dead_pid, idle, me, schedule
+from tests.jobkit import FINGERPRINT, dead_pid, idle, me, schedule
 
 
 @pytest.mark.parametrize(("steps", "was", "unknown"), [
@@ -62,3 +62,20 @@ def test_a_job_that_lost_its_lock_but_whose_worker_runs_blocks_scheduling(store:
     store.lock_path(thread).unlink()
     with pytest.raises(LockBusy, match="without its lock"):
         schedule(store, thread)
+
+
+@pytest.mark.parametrize(("platform", "owner"), [("app-server", "the shared app-server"),
+                                                 ("extension-ipc", "the extension"), (None, "the extension")])
+def test_a_lost_workers_record_names_the_owner_in_its_platforms_words(store: JobStore, thread: str, platform, owner):
+    extra = {"platform": platform} if platform else {}
+    job = store.create_job(thread, handoff=None, user_fingerprint=FINGERPRINT, extra=extra).job_id
+    gone = dead_pid()
+    with store.open_lifecycle(thread, job) as lifecycle:
+        lifecycle.fire("worker_started", **{**me(job), "pid": gone, "processStartTime": None})
+        lifecycle.fire("idle_stable", **idle(90_000))
+        lifecycle.fire("compaction_accepted", ownerId="o1")
+    store.set_lock_owner(thread, job, gone, None)
+    store.reap_if_dead(thread)
+    error = store.read_status(thread)["error"]
+    assert f"after {owner} accepted the compaction request" in error
+    assert platform != "app-server" or "extension" not in error

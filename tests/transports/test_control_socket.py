@@ -89,8 +89,20 @@ def test_a_daemon_that_never_started_is_a_clear_missing_error(root: Path) -> Non
     with pytest.raises(EndpointMissing) as caught:
         resolve_control_socket({"CODEX_HOME": str(home)})
     assert str(home / "app-server-control" / "app-server-control.sock") in caught.value.message
-    assert "not running" in caught.value.message and caught.value.hint == START_HINT
+    assert "so none listens there" in caught.value.message and caught.value.hint == START_HINT
+    assert f"rekall looked under CODEX_HOME {home}, from this process's environment" in caught.value.message
     assert "codex app-server daemon start" in START_HINT
+
+
+def test_a_variable_naming_a_link_to_the_daemons_link_is_told_to_fix_the_variable(root: Path) -> None:
+    env, link, _target, sock = daemon_layout(root)
+    mine = private_dir(root / "mine") / "app.sock"
+    mine.symlink_to(link)
+    with sock, pytest.raises(EndpointInsecure) as caught:
+        resolve_control_socket({**env, "REKALL_APP_SERVER_SOCKET": str(mine)})
+    assert f"REKALL_APP_SERVER_SOCKET names {mine}, a link to {link}, which is itself a link" in caught.value.message
+    assert caught.value.hint.startswith(f"set REKALL_APP_SERVER_SOCKET to {link} itself, or unset it")
+    assert "restart" not in caught.value.hint and "daemon" not in caught.value.hint
 
 
 def test_a_stale_link_says_the_app_server_is_not_running(root: Path) -> None:

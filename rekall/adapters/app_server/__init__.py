@@ -20,6 +20,8 @@ if TYPE_CHECKING:
 
 #: What the journal records (the registry's name for this platform).
 NAME = "app-server"
+#: How a message for people names the owner of a thread on this platform.
+OWNER = "the shared app-server"
 
 
 def open_platform(env: Mapping[str, str], resume: ResumeToken | None) -> Platform:
@@ -29,4 +31,4 @@ def open_platform(env: Mapping[str, str], resume: ResumeToken | None) -> Platfor
     return SharedAppServerPlatform(env)
 
 
-__all__ = ["NAME", "open_platform"]
+__all__ = ["NAME", "OWNER", "open_platform"]

@@ -45,9 +45,10 @@ log = logging.getLogger("rekall.codex.platform")
 TURNS_OBSERVED = 10
 #: How 0.171.0 says a thread has no first turn yet (``thread/resume``; ``thread/turns/list``).
 NO_ROLLOUT = ("no rollout found", "is not materialized yet")
+#: A plain ``codex`` session is the usual reason a terminal thread is not found.
+PLAIN_CODEX = "a plain `codex` session runs its own app-server, which rekall cannot reach"
 SERVABLE_SESSION = ("start the shared app-server with `codex app-server daemon start`, then attach the terminal "
-                    "with `codex --remote unix://`; a plain `codex` session runs its own app-server, which rekall "
-                    "cannot reach")
+                    "with `codex --remote unix://`; " + PLAIN_CODEX)
 HEADROOM_UNKNOWN = ("unknown until a worker follows the thread: thread/read reports no token usage on the "
                     "shared app-server")
 
@@ -87,7 +88,7 @@ def _reached_error(exc: BaseException) -> RekallError:
 def _not_loaded(thread_id: str, socket_path: str) -> ThreadNotServed:
     return ThreadNotServed(f"the shared app-server at {socket_path} does not have thread {thread_id} loaded",
                            hint="open the thread in a client of that server (`codex --remote unix://`, then "
-                                "resume it there), or check the thread id; " + SERVABLE_SESSION)
+                                "resume it there), or check the thread id; " + PLAIN_CODEX)
 
 
 def _check_conversation(thread_id: str, thread: Mapping[str, Any]) -> None:
@@ -324,7 +325,8 @@ class SharedAppServerPlatform:
     def absent(self, error: RekallError) -> Absence | None:
         if not isinstance(error, EndpointMissing):
             return None
-        return Absence("no shared app-server is running either", f"for a terminal session: {SERVABLE_SESSION}")
+        # Its own words, which say where rekall looked (and which CODEX_HOME that was).
+        return Absence(f"and {error.message}", f"for a terminal session: {SERVABLE_SESSION}")
 
     def with_notes(self, error: RekallError, notes: Sequence[Absence]) -> RekallError:
         return noted(error, notes)

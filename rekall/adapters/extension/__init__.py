@@ -40,6 +40,8 @@ if TYPE_CHECKING:
 
 #: What the journal records (the registry's name for this platform).
 NAME = "extension-ipc"
+#: How a message for people names the owner of a thread on this platform.
+OWNER = "the extension"
 
 
 def open_platform(env: Mapping[str, str], resume: ResumeToken | None) -> Platform:
@@ -84,6 +86,7 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "ADAPTERS",
     "NAME",
+    "OWNER",
     "RESPONSE_MARGIN_S",
     "ConnectionLostError",
     "HandshakeFailed",

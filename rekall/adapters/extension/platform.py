@@ -37,6 +37,12 @@ _COMPARED = frozenset(COMPARED_METHODS)
 #: Bounds for the doctor's IPC checks: a healthy router answers in milliseconds.
 ROUTER_TIMEOUT_S = 5.0
 OWNER_TIMEOUT_S = 8.0
+#: How long a read-only look (probe, schedule's preflight) waits for an owner to answer our follow
+#: after owner discovery answered no-client-found while the generation was undecided: only a
+#: generation without discovery (26.721) could still own the thread, and its owner sends the
+#: thread's state at once. An unknown thread must not hold probe for the whole snapshot timeout
+#: (12 s); the worker, following a thread that schedule found, still waits all of it.
+OWNER_ANSWER_S = 0.8
 
 
 def _failure(exc: RekallError) -> Failure:
@@ -128,7 +134,7 @@ class ExtensionIpc:
 
     async def connect(self, thread_id: str, *, request_timeout_s: float, write_cache: bool,
                       snapshot_timeout_s: float = 12.0, endpoint: Endpoint | None = None,
-                      reuse: bool = True) -> ThreadSession:
+                      reuse: bool = True, owner_answer_s: float | None = None) -> ThreadSession:
         """Connect speaking the generation the evidence supports (:mod:`rekall.adapters.extension.choice`);
         on the connection the worker's first follow made, if it was made for this thread."""
         early, self.early = self.early, None  # used once: a reconnect connects anew
@@ -143,7 +149,8 @@ class ExtensionIpc:
         self.last_choice = decision.chosen
         adapter, earlier = decision.adapter, decision.earlier
         session = await connect_thread(thread_id, env=self.env, endpoint=endpoint, request_timeout_s=request_timeout_s,
-                                       snapshot_timeout_s=snapshot_timeout_s, adapter=adapter,
+                                       snapshot_timeout_s=snapshot_timeout_s, owner_answer_s=owner_answer_s,
+                                       adapter=adapter,
                                        candidates=decision.candidates or None, early=early)
         if earlier is not None and session.owner_id != earlier.owner:
             # Another owner answered than the one whose answer was remembered (a reload, perhaps
@@ -151,7 +158,8 @@ class ExtensionIpc:
             await session.aclose()
             evidence.forget(earlier.router, thread_id)
             return await self.connect(thread_id, request_timeout_s=request_timeout_s, write_cache=write_cache,
-                                      snapshot_timeout_s=snapshot_timeout_s, endpoint=endpoint, reuse=False)
+                                      snapshot_timeout_s=snapshot_timeout_s, endpoint=endpoint, reuse=False,
+                                      owner_answer_s=owner_answer_s)
         reason = decision.reason
         session.generation_reason = reason if adapter is not None else f"{reason}: {session.generation_reason}"
         session.generation_settled = decision.source
@@ -163,7 +171,8 @@ class ExtensionIpc:
         return IpcThread(await self.connect(thread_id, request_timeout_s=request_timeout_s, write_cache=True))
 
     async def observe(self, thread_id: str, *, request_timeout_s: float) -> ThreadSnapshot:
-        session = await self.connect(thread_id, request_timeout_s=request_timeout_s, write_cache=False)
+        session = await self.connect(thread_id, request_timeout_s=request_timeout_s, write_cache=False,
+                                     owner_answer_s=OWNER_ANSWER_S)
         try:
             # The generation settled, with its evidence: probe shows it, schedule journals it.
             settled = None if (found := settled_by(session)) is None else found.to_json()
@@ -321,6 +330,9 @@ def check_extension(env: Mapping[str, str]) -> Row:
     decided = (f"generation {chosen.adapter.NAME}" if chosen.adapter is not None
                else f"generation from the owner's answer among {' and '.join(a.NAME for a in chosen.candidates)}")
     detail = f"{found}; {decided}: {chosen.reason}"
+    if not chosen.installs:  # nothing is wrong, but nothing was checked: VS Code chats need the extension
+        return Row("extension_protocol", "AMBER", detail, "install the Codex extension for VS Code chats; terminal "
+                   "sessions on the shared app-server do not need it")
     unread = [i for i in chosen.installs if i.table is None]
     if unread:
         return Row("extension_protocol", "AMBER", detail, "rekall did not read exactly one table from an installed "

@@ -10,6 +10,7 @@ from typing import Any
 
 from rekall.adapters.extension import generations as gen
 from rekall.adapters.extension.choice import choose
+from rekall.wrapping import terminal_width, wrap
 
 
 def protocol_report(env: Any = None) -> dict[str, Any]:
@@ -25,34 +26,39 @@ def protocol_report(env: Any = None) -> dict[str, Any]:
     }
 
 
-def _text(report: dict[str, Any]) -> str:
-    lines = ["Known generations (base versions; a follower request with an envelope hostId is sent at base + 1):"]
+def _text(report: dict[str, Any], width: int | None = None) -> str:
+    """The report for people, wrapped between words at ``width`` (a line's continuation indented
+    under its head, so that a path or a method name is never split)."""
+    lines: list[tuple[int, str]] = [
+        (0, "Known generations (base versions; a follower request with an envelope hostId is sent at base + 1):")]
     for g in report["generations"]:
         table = ", ".join(f"{m} {v}" for m, v in g["baseVersions"].items())
-        lines += [f"  {g['name']} ({g['builds']}): {table}",
-                  f"    owner discovery: {'yes' if g['ownerDiscovery'] else 'no'}; follower requests: "
-                  f"{g['followerRouting']}; start-turn: {g['startTurn']}; from {g['source']}"]
+        lines += [(2, f"{g['name']} ({g['builds']}): {table}"),
+                  (4, f"owner discovery: {'yes' if g['ownerDiscovery'] else 'no'}; follower requests: "
+                      f"{g['followerRouting']}; start-turn: {g['startTurn']}; from {g['source']}")]
     if not report["installs"]:
-        lines.append("No installed extension found (VS Code, Insiders, Server, Remote-SSH folders, Codex Desktop, "
-                     "the codex binary's extension).")
+        lines.append((0, "No installed extension found (VS Code, Insiders, Server, Remote-SSH folders, Codex Desktop, "
+                         "the codex binary's extension)."))
     for install in report["installs"]:
-        lines.append(f"Installed: {install['what']} {install['version']} at {install['path']}")
+        lines.append((0, f"Installed: {install['what']} {install['version']} at {install['path']}"))
         if install["table"] is None:
-            lines.append(f"  no table: {install['problem']}")
+            lines.append((2, f"no table: {install['problem']}"))
             continue
-        lines.append("  table: " + ", ".join(f"{m} {v}" for m, v in install["table"].items()))
+        lines.append((2, "table: " + ", ".join(f"{m} {v}" for m, v in install["table"].items())))
         for name, differences in install["differences"].items():
-            lines.append(f"  vs {name}: " + ("matches" if not differences else "; ".join(differences)))
+            lines.append((2, f"vs {name}: " + ("matches" if not differences else "; ".join(differences))))
     choice = report["choice"]
     if choice["refusal"]:
-        lines.append(f"Refused: {choice['refusal']}")
+        lines.append((0, f"Refused: {choice['refusal']}"))
     else:
         decided = choice["generation"] or f"the owner's answer among {' and '.join(choice['candidates'])}"
-        lines.append(f"Chosen: {decided} ({choice['reason']})")
-    return "\n".join(lines) + "\n"
+        lines.append((0, f"Chosen: {decided} ({choice['reason']})"))
+    return "".join(f"{shown}\n" for indent, text in lines
+                   for shown in wrap(text, width, first=" " * indent, rest=" " * (indent + 2)))
 
 
 def run_protocol(*, as_json: bool) -> int:
     report = protocol_report()
-    sys.stdout.write(json.dumps(report, indent=2) + "\n" if as_json else _text(report))
+    width = terminal_width(sys.stdout) or 80  # rich's width too when the output is no terminal
+    sys.stdout.write(json.dumps(report, indent=2) + "\n" if as_json else _text(report, width))
     return 1 if report["choice"]["refusal"] else 0

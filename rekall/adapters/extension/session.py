@@ -106,6 +106,7 @@ class ThreadSession:
         client_type: str = "codex-rekall",
         request_timeout_s: float = 10.0,
         snapshot_timeout_s: float = 12.0,
+        owner_answer_s: float | None = None,
         peer_uid_lookup: PeerUidLookup = peer_uid,
         adapter: Adapter | None = None,
         candidates: Sequence[Adapter] | None = None,
@@ -131,6 +132,10 @@ class ThreadSession:
         self.client_type = client_type
         self.request_timeout_s = request_timeout_s
         self.snapshot_timeout_s = snapshot_timeout_s
+        #: How long to wait for any client to answer our follow after owner discovery answered
+        #: no-client-found (``None``: the snapshot timeout). Only an owner answers, so silence is how
+        #: the router's clients say "none".
+        self.owner_answer_s = owner_answer_s
         self.max_resyncs = max_resyncs
         self.tap = tap
 
@@ -313,13 +318,13 @@ class ThreadSession:
         try:
             if not followed:
                 await self._send(link, self._follow_message())
-            async with asyncio.timeout(self.snapshot_timeout_s):
+            async with asyncio.timeout(self._snapshot_wait_s()):
                 await waiter
         except TimeoutError:
             if self.owner_id is None and not self._adapter.owner_discovery:
                 asked = "owner discovery answered no-client-found and " if self._owner_unanswered else ""
                 raise NoOwner(f"no client owns thread {self.thread_id}: {asked}no client answered following within "
-                              f"{self.snapshot_timeout_s:g} s (in generation {self._adapter.NAME}, which has no owner "
+                              f"{self._snapshot_wait_s():g} s (in generation {self._adapter.NAME}, which has no owner "
                               "discovery, the owner answers following)",
                               hint="open the thread in a VS Code window with the Codex extension; "
                                    "never guess an owner") from None
@@ -332,6 +337,11 @@ class ThreadSession:
         finally:
             if self._snapshot_waiter is waiter:
                 self._snapshot_waiter = None
+
+    def _snapshot_wait_s(self) -> float:
+        if self.owner_id is None and self._owner_unanswered and self.owner_answer_s is not None:
+            return self.owner_answer_s
+        return self.snapshot_timeout_s
 
     def _snapshot_timeout_text(self) -> str:
         text = f"no snapshot of thread {self.thread_id} from owner {self.owner_id} within {self.snapshot_timeout_s:g} s"
@@ -673,6 +683,7 @@ async def connect_thread(
     client_type: str = "codex-rekall",
     request_timeout_s: float = 10.0,
     snapshot_timeout_s: float = 12.0,
+    owner_answer_s: float | None = None,
     transport: Transport | None = None,
     peer_uid_lookup: PeerUidLookup = peer_uid,
     max_resyncs: int = MAX_RESYNCS_PER_CONNECTION,
@@ -705,7 +716,8 @@ async def connect_thread(
     session = ThreadSession(
         thread_id, endpoint=endpoint, transport=transport, env=env, explicit_endpoint=explicit,
         client_type=client_type, request_timeout_s=request_timeout_s, snapshot_timeout_s=snapshot_timeout_s,
-        peer_uid_lookup=peer_uid_lookup, adapter=module, candidates=candidates, max_resyncs=max_resyncs, tap=tap)
+        owner_answer_s=owner_answer_s, peer_uid_lookup=peer_uid_lookup, adapter=module, candidates=candidates,
+        max_resyncs=max_resyncs, tap=tap)
     await session._open(emit=False, early=early)
     return session
 
