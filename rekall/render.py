@@ -209,6 +209,8 @@ def _probe_refusals(result: Mapping[str, Any]) -> list[str]:
         found.append("schedule refuses: the latest user turn was stopped or failed; ask the user how to continue")
     if schema.get("status") not in (None, "compatible", "not_checked"):
         found.append("schedule refuses: the public app-server schema check did not pass (see schema problem)")
+    if isinstance(schema.get("refusal"), Mapping):
+        found.append(f"schedule refuses: {schema['refusal'].get('message')}")
     if result.get("idle") is False:
         reason = result.get("busyReason") or "no reason given"
         found.append(f"the thread is busy ({reason}); rekall waits for it to be idle before compacting")

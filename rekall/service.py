@@ -200,6 +200,8 @@ async def schedule(
     if schema.get("status") not in ("compatible", "not_checked"):
         raise Refused("the installed Codex app-server schema is not compatible with rekall",
                       hint="run `rekall doctor` for the failing checks")
+    if "refusal" in schema:  # not checked, and not a release rekall was measured with
+        raise Refused(schema["refusal"]["message"], hint=schema["refusal"]["hint"])
 
     store = await asyncio.to_thread(JobStore.open, env)
     created = await asyncio.to_thread(store.create_job, thread_id, handoff=handoff, user_fingerprint=fingerprint,

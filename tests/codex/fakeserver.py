@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 from websockets.asyncio.server import ServerConnection, unix_serve
 
+from rekall.adapters.app_server.releases import NEWEST
+
 Behaviour = Callable[[ServerConnection, dict], Awaitable[None]]
 
 
@@ -24,15 +26,23 @@ def folder() -> Iterator[Path]:
     shutil.rmtree(path, ignore_errors=True)
 
 
+#: The version the fake states by default: the newest release rekall supports.
+FAKE_VERSION = NEWEST
+
+
 @asynccontextmanager
-async def fake_app_server(path: Path, after_initialize: Behaviour | None = None) -> AsyncIterator[None]:
-    """Answers ``initialize`` like the daemon, then hands each later request to ``after_initialize``."""
+async def fake_app_server(path: Path, after_initialize: Behaviour | None = None, *,
+                          version: str = FAKE_VERSION, methods: list[str] | None = None) -> AsyncIterator[None]:
+    """Answers ``initialize`` like the daemon (stating ``version``), then hands each later request
+    to ``after_initialize``. ``methods`` collects the method of every message received, in order."""
 
     async def serve(ws: ServerConnection) -> None:
         async for raw in ws:
             message = json.loads(raw)
+            if methods is not None and "method" in message:
+                methods.append(message["method"])
             if message.get("method") == "initialize":
-                await ws.send(json.dumps({"id": message["id"], "result": {"userAgent": "fake/9.9.9 (test)"}}))
+                await ws.send(json.dumps({"id": message["id"], "result": {"userAgent": f"fake/{version} (test)"}}))
             elif "id" in message and after_initialize is not None:
                 await after_initialize(ws, message)
 

@@ -20,7 +20,7 @@ from websockets.asyncio.server import ServerConnection
 from rekall import events as ev
 from rekall.adapters.app_server.platform import NotAConversation, SharedAppServerPlatform, ThreadNotServed
 from rekall.errors import IpcError
-from tests.codex.fakeserver import env_for, fake_app_server, folder  # noqa: F401 (a fixture)
+from tests.codex.fakeserver import FAKE_VERSION, env_for, fake_app_server, folder  # noqa: F401 (a fixture)
 
 pytestmark = pytest.mark.anyio
 
@@ -75,7 +75,7 @@ async def test_observing_reads_and_never_resumes(folder: Path) -> None:
             seen = await SharedAppServerPlatform(env_for(folder / "app.sock")).observe(T, request_timeout_s=5)
     assert script.sent == ["thread/loaded/list", "thread/read", "thread/turns/list"]
     assert seen.facts.idle and seen.facts.tokens is None and seen.owner_id is None
-    assert seen.details["serverVersion"] == "9.9.9" and "headroomNote" in seen.details
+    assert seen.details["serverVersion"] == FAKE_VERSION and "headroomNote" in seen.details
 
 
 async def test_the_terminal_uis_title_thread_is_never_taken_for_the_conversation(folder: Path) -> None:

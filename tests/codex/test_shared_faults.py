@@ -19,7 +19,7 @@ from rekall.transports import EndpointMissing, PeerMismatch
 from rekall.transports.base import ByteStream
 from rekall.transports.control_socket import START_HINT
 from rekall.transports.websocket import WebSocketChannel, open_websocket
-from tests.codex.fakeserver import env_for, fake_app_server, folder  # noqa: F401 (a fixture)
+from tests.codex.fakeserver import FAKE_VERSION, env_for, fake_app_server, folder  # noqa: F401 (a fixture)
 
 pytestmark = pytest.mark.anyio
 
@@ -47,7 +47,7 @@ async def test_the_handshake_reports_the_socket_checks_and_the_server_version(fo
     async with fake_app_server(folder / "app.sock"):
         with anyio.fail_after(10):
             async with open_shared_app_server(env_for(folder / "app.sock")) as server:
-                assert server.server_version == "9.9.9"
+                assert server.server_version == FAKE_VERSION
                 assert server.socket.peer_check == f"uid {os.geteuid()} matches ours"
                 assert server.socket.source == "REKALL_APP_SERVER_SOCKET"
                 assert server.channel.max_message_bytes == 64 * 1024 * 1024  # the default bound

@@ -28,6 +28,7 @@ import attrs
 
 from rekall import events as ev
 from rekall.adapters.app_server import NAME
+from rekall.adapters.app_server.releases import UnsupportedCodex
 from rekall.adapters.app_server.rpc import AppServerClosed, AppServerError, AppServerTimeout
 from rekall.adapters.app_server.shared import SharedAppServer, open_shared_app_server
 from rekall.adapters.app_server.thread_model import TITLE_SOURCE, ThreadModel
@@ -76,7 +77,7 @@ def _reached_error(exc: BaseException) -> RekallError:
     """What went wrong talking to the server, as an :class:`IpcError` (the worker's reconnect rule
     handles those): a refusal keeps the server's words, anything else is a lost connection."""
     exc = unwrap(exc)
-    if isinstance(exc, IpcError):
+    if isinstance(exc, IpcError | UnsupportedCodex):
         return exc
     if isinstance(exc, AppServerError):
         return IpcError(exc.message, hint=exc.hint, code=exc.code)
@@ -299,6 +300,9 @@ class SharedAppServerPlatform:
 
     def __init__(self, env: Mapping[str, str] | None = None) -> None:
         self.env = os.environ if env is None else env
+        #: The version the server stated when this platform last observed a thread (``None``
+        #: before): :meth:`compatibility` judges it against the declared range.
+        self.server_version: str | None = None
 
     async def follow(self, thread_id: str, *, request_timeout_s: float) -> AppServerThread:
         thread = AppServerThread(self.env, thread_id, request_timeout_s)
@@ -308,6 +312,7 @@ class SharedAppServerPlatform:
     async def observe(self, thread_id: str, *, request_timeout_s: float) -> ThreadSnapshot:
         try:
             async with open_shared_app_server(self.env, timeout_s=request_timeout_s) as server:
+                self.server_version = server.server_version
                 return await observe_on(server, thread_id, request_timeout_s)
         except BaseException as exc:
             raise _reached_error(exc) from None
@@ -320,7 +325,7 @@ class SharedAppServerPlatform:
     def compatibility(self) -> dict[str, Any]:
         from rekall.adapters.app_server.served import schema_report
 
-        return schema_report(self.env)
+        return schema_report(self.env, self.server_version)
 
     def absent(self, error: RekallError) -> Absence | None:
         if not isinstance(error, EndpointMissing):

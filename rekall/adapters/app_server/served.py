@@ -20,6 +20,7 @@ from typing import Any
 
 import attrs
 
+from rekall.adapters.app_server.releases import RANGE, Release, UnsupportedCodex
 from rekall.homes import env_value
 from rekall.errors import RekallError
 from rekall.platform import Row
@@ -69,15 +70,25 @@ def served_by(env: Mapping[str, str], *, proc: Path = Path("/proc")) -> ServedBy
     return ServedBy(pid, on_path, f"the `codex` on PATH ({why}: it may not be the binary serving the socket)")
 
 
-def schema_report(env: Mapping[str, str]) -> dict[str, Any]:
-    """The public schema check for the shared app-server's binary (cached by binary identity)."""
+def schema_report(env: Mapping[str, str], server_version: str | None) -> dict[str, Any]:
+    """The public schema check for the shared app-server's binary (cached by binary identity), with
+    where the server's own version stands (``release``). A schema that could not be checked is
+    taken on trust only for a release in the declared range: otherwise the report carries the
+    ``refusal`` that ``schedule`` raises."""
     from rekall.codex.schema import check_compatibility, default_cache_dir
 
+    release = Release.of(server_version)
     served = served_by(env)
     if served.binary is None:
-        return {"status": "not_checked", "reason": "no_binary", "note": served.note}
-    report = check_compatibility(Path(served.binary), cache_dir=default_cache_dir(env), suite="app-server").to_json()
-    report.update(binaryPath=served.binary, binaryNote=served.note)
+        report: dict[str, Any] = {"status": "not_checked", "reason": "no_binary", "note": served.note}
+    else:
+        report = check_compatibility(Path(served.binary), cache_dir=default_cache_dir(env),
+                                     suite="app-server").to_json()
+        report.update(binaryPath=served.binary, binaryNote=served.note)
+    report["release"] = release.to_json()
+    if report["status"] == "not_checked" and release.standing != "supported":
+        report["refusal"] = {"message": f"{release.words}, and its schema could not be checked ({served.note})",
+                             "hint": f"put the Codex that serves the socket on PATH, or run Codex {RANGE}"}
     return report
 
 
@@ -112,9 +123,11 @@ async def diagnose(env: Mapping[str, str]) -> list[Row]:
             for name in later]
     rows = [Row.green("app_server_socket", "; ".join(socket.checks))]
     served = served_by(env)
+    version: str | None = None
     try:
         async with asyncio.timeout(DOCTOR_TIMEOUT_S):
             async with open_shared_app_server(env, socket=socket, timeout_s=DOCTOR_TIMEOUT_S) as server:
+                version = server.server_version
                 who = (f"the daemon (pid {served.daemon_pid})" if served.daemon_managed
                        else "an app-server not managed by `codex app-server daemon`")
                 rows.append(Row.green("app_server", f"initialize answered on {socket.target}: Codex "
@@ -131,10 +144,12 @@ async def diagnose(env: Mapping[str, str]) -> list[Row]:
         inner = unwrap(exc)
         if not isinstance(inner, RekallError):
             raise
+        if isinstance(inner, UnsupportedCodex):
+            version = inner.release.version
         rows.append(Row.failed("app_server", inner))
     if thread is not None and rows[-1].name == "app_server":  # the server did not answer
         rows.append(Row.not_checked("app_server_thread", "the app-server did not answer", "fix the app_server row first"))
-    rows.append(await asyncio.to_thread(_schema_row, env))
+    rows.append(await asyncio.to_thread(_schema_row, env, version))
     return rows
 
 
@@ -148,13 +163,16 @@ async def _thread_row(observe_on: Any, server: Any, thread: str) -> Row:
                                           f"{facts.runtime_status}, {'idle' if facts.idle else facts.busy_reason}")
 
 
-def _schema_row(env: Mapping[str, str]) -> Row:
+def _schema_row(env: Mapping[str, str], version: str | None) -> Row:
     try:
-        report = schema_report(env)
+        report = schema_report(env, version)
     except RekallError as exc:
         return Row.failed("app_server_schema", exc)
+    if "refusal" in report:
+        return Row("app_server_schema", "RED", report["refusal"]["message"],
+                   f"{report['refusal']['hint']}; schedule refuses until then")
     if report["status"] == "not_checked":
-        return Row("app_server_schema", "AMBER", f"not checked: {report['note']}",
+        return Row("app_server_schema", "AMBER", f"not checked: {report['note']}; {Release.of(version).words}",
                    "put the Codex that serves the socket on PATH")
     binary = f"{report['binaryPath']} ({report['binaryNote']})"
     if report["status"] != "compatible":

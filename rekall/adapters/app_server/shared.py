@@ -20,6 +20,7 @@ from typing import Any
 import anyio
 
 from rekall import __version__
+from rekall.adapters.app_server.releases import UnsupportedCodex, refuse_older
 from rekall.adapters.app_server.rpc import DEFAULT_TIMEOUT_S, MAX_MESSAGE_BYTES, AppServerClosed, AppServerError, RpcClient
 from rekall.transports.base import TransportError
 from rekall.transports.framing import FrameError
@@ -117,7 +118,8 @@ async def open_shared_app_server(
 ) -> AsyncIterator[SharedAppServer]:
     """Check the control socket, connect, upgrade to WebSocket and complete the handshake.
 
-    On exit the WebSocket is closed (code 1000); the server and its threads keep running.
+    A server older than the releases rekall supports is refused here, before any thread request
+    (:class:`~rekall.adapters.app_server.releases.UnsupportedCodex`). On exit the WebSocket is closed (code 1000); the server and its threads keep running.
     """
     socket = resolve_control_socket(env) if socket is None else socket
     socket, stream = await connect_control_socket(socket, peer_uid_lookup=peer_uid_lookup,
@@ -125,18 +127,26 @@ async def open_shared_app_server(
     channel = await open_websocket(stream, where=socket.target, max_message_bytes=max_message_bytes,
                                    timeout_s=timeout_s)
     server = SharedAppServer(channel, socket)
+    refused: UnsupportedCodex | None = None
     async with anyio.create_task_group() as tg:
         tg.start_soon(server._read_loop)
         try:
             await server.initialize(client_name, __version__, experimental_api=experimental_api,
                                     opt_out_notifications=opt_out_notifications)
-            yield server
+            try:
+                refuse_older(server.server_version)
+            except UnsupportedCodex as exc:
+                refused = exc  # raised once the connection is closed, outside the task group
+            else:
+                yield server
         finally:
             server._close_with("rekall closed its connection to the shared app-server")
             with anyio.CancelScope(shield=True), anyio.move_on_after(_CLOSE_GRACE_S):
                 await channel.aclose()
             await channel.stream.aclose()  # idempotent; in case the goodbye did not finish in time
             tg.cancel_scope.cancel()
+    if refused is not None:
+        raise refused
 
 
 __all__ = ["SharedAppServer", "open_shared_app_server"]

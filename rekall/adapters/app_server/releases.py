@@ -1,0 +1,95 @@
+"""The Codex releases rekall supports on the shared app-server: a declared range, from measurements.
+
+``bench/codex_releases.py`` measured every stable npm release of ``@openai/codex`` from 0.136.0
+on (the schema checks, the daemon, whole jobs; docs/app-server.md has the table). From
+:data:`OLDEST` to :data:`NEWEST` everything passes. Below :data:`OLDEST` the daemon needs the
+standalone installer (0.151 to 0.155) or serves ``thread/turns/list`` only behind the
+experimental API (0.150 and older), so the server's version decides, right after
+``initialize`` and before any thread request:
+
+* older than :data:`OLDEST`: refused, naming the version and the range;
+* from :data:`OLDEST` to :data:`NEWEST` (stable releases): supported;
+* newer, a pre-release, or a version the server does not state: not measured, so only a
+  schema check that passed lets ``schedule`` go ahead (a schema that could not be checked
+  refuses).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Literal, NamedTuple
+
+from rekall.errors import CodexError
+
+OLDEST = "0.156.0"
+NEWEST = "0.171.0"
+#: ``X.Y.Z`` with an optional pre-release tail (``0.172.0-alpha.3``); npm's stable releases have none.
+_VERSION = re.compile(r"^(\d+)\.(\d+)\.(\d+)(-[0-9A-Za-z.-]+)?$")
+
+Standing = Literal["supported", "older", "unmeasured", "unknown"]
+
+
+def _numbers(version: str) -> tuple[int, int, int]:
+    match = _VERSION.match(version)
+    assert match is not None, version
+    return int(match[1]), int(match[2]), int(match[3])
+
+
+class Release(NamedTuple):
+    """A server's version and where it stands against the declared range."""
+
+    version: str | None
+    standing: Standing
+
+    @classmethod
+    def of(cls, version: str | None) -> Release:
+        match = _VERSION.match(version) if version else None
+        if match is None:
+            return cls(version, "unknown")
+        numbers = (int(match[1]), int(match[2]), int(match[3]))
+        # A pre-release comes before its release: 0.156.0-alpha.2 is older than 0.156.0.
+        if (numbers, not match[4]) < (_numbers(OLDEST), True):
+            return cls(version, "older")
+        if numbers > _numbers(NEWEST) or match[4]:
+            return cls(version, "unmeasured")
+        return cls(version, "supported")
+
+    @property
+    def words(self) -> str:
+        """The standing in a sentence that names the version and the range."""
+        if self.standing == "supported":
+            return f"Codex {self.version} is in the range rekall supports ({RANGE})"
+        if self.standing == "older":
+            return f"Codex {self.version} is older than rekall supports ({OLDEST} or newer); update Codex"
+        if self.standing == "unmeasured":
+            return f"Codex {self.version} is not a release rekall was measured with ({RANGE})"
+        shown = "" if self.version is None else f" ({self.version!r})"
+        return f"the shared app-server did not state its Codex version{shown}; rekall was measured with {RANGE}"
+
+    def to_json(self) -> dict[str, str | None]:
+        return {"version": self.version, "standing": self.standing, "supported": RANGE}
+
+
+RANGE = f"{OLDEST} to {NEWEST}"
+
+
+class UnsupportedCodex(CodexError):
+    """The shared app-server runs a Codex release older than the range rekall supports."""
+
+    code = "codex_unsupported"
+
+    def __init__(self, release: Release) -> None:
+        super().__init__(release.words, hint="update Codex, then restart the shared app-server "
+                                             "(`codex app-server daemon restart`)")
+        self.release = release
+
+
+def refuse_older(version: str | None) -> Release:
+    """The server's release, or :class:`UnsupportedCodex` when it is older than the range."""
+    release = Release.of(version)
+    if release.standing == "older":
+        raise UnsupportedCodex(release)
+    return release
+
+
+__all__ = ["NEWEST", "OLDEST", "RANGE", "Release", "UnsupportedCodex", "refuse_older"]
