@@ -526,6 +526,8 @@ class _Rules:
         moved = self.user_moved_on()
         evidence: dict[str, Any] = {"compactionId": compaction_id, "tokens": facts.tokens, "window": facts.window,
                                     "revision": self.seen.revision}
+        if facts.tokens_before_compaction is not None:  # the platform's own count from before it
+            evidence["tokensBefore"] = facts.tokens_before_compaction
         if moved is not None:  # the user's input came after ours completed: no continuation, no headroom to wait for
             evidence["userMovedOn"] = moved
         elif self.job.resume and not self.telemetry_reflects_compaction():
@@ -538,7 +540,9 @@ class _Rules:
 
     def telemetry_reflects_compaction(self) -> bool:
         """Token telemetry may trail the completed item by a frame; wait briefly for it."""
-        tokens, before = self.seen.facts.tokens, self.job.tokens_before
+        facts = self.seen.facts
+        tokens = facts.tokens
+        before = self.job.tokens_before if facts.tokens_before_compaction is None else facts.tokens_before_compaction
         return tokens is not None and (before is None or tokens < before)
 
 

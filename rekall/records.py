@@ -41,6 +41,9 @@ class ThreadFacts:
     latest_user_turn_id: Any = None
     tokens: int | None = None
     window: int | None = None
+    #: The owner's own count from before its latest compaction, where the platform reports one (the
+    #: app-server's first ``thread/tokenUsage/updated`` of the compaction turn); ``None`` elsewhere.
+    tokens_before_compaction: int | None = None
     layout_problem: str | None = NO_STATE
 
     @property

@@ -123,6 +123,9 @@ TRIGGERS: Mapping[str, TriggerSpec] = {
             Key("revision", "int|null"),
             # The user's input came after it (no continuation then): why, as for a cancel.
             Key("userMovedOn", "str", required=False, choices=USER_MOVED_ON),
+            # The owner's own count from before the compaction, where the platform reports one
+            # (the app-server's first count of the compaction turn); else the request's count counts.
+            Key("tokensBefore", "int|null", required=False),
         )),
         TriggerSpec("turn_started", "The owner returned the started continuation turn.", (
             Key("turnId", "str"), Key("turnStatus", "str|null", required=False),

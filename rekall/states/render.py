@@ -104,8 +104,9 @@ def markdown() -> str:
         "",
         *_item(f"**Headroom** (a continuation needs it, checked at completion and again before the turn): "
                f"unsafe `missing_token_telemetry` when tokens is not an int >= 0 or the window is not > 0; "
-               f"unsafe `stale_or_unreclaimed_token_telemetry` when the tokens before the request are known "
-               f"and the count is not below them; otherwise safe when at most {limit} of the window is used "
+               f"unsafe `stale_or_unreclaimed_token_telemetry` when the tokens before the compaction are known "
+               f"(the owner's own count from before it where the platform reports one, else the count at the "
+               f"request) and the count is not below them; otherwise safe when at most {limit} of the window is used "
                f"(exactly {limit} passes), else `more_than_60_percent_used`."),
         *_item("**outcomeMayBeUnknown** (on `cancel`, `deadline`, `fail`, and `worker_lost`): false from "
                "`scheduled`, `waiting_for_idle` and `waiting_for_resume_idle`; true from `requesting` and "

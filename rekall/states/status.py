@@ -130,8 +130,10 @@ class JobStatus(_Record):
                                                  by=LIFECYCLE)
     requestedAt: Maybe[str] = _field("When the compaction was requested.", by=LIFECYCLE,
                                      label="compaction requested")
-    contextTokensBefore: Maybe[int | None] = _field("Tokens in use when the compaction was requested.",
-                                                    by=LIFECYCLE, label="tokens before")
+    contextTokensBefore: Maybe[int | None] = _field(
+        "Tokens in use before the compaction: the count when it was requested, replaced at completion by "
+        "the owner's own count from before it where the platform reports one (the shared app-server).",
+        by=LIFECYCLE, label="tokens before")
     modelContextWindowBefore: Maybe[int | None] = _field("The context window when requested.", by=LIFECYCLE)
     acceptedAt: Maybe[str] = _field("When the owner accepted the request (not completion).", by=LIFECYCLE,
                                     label="accepted")

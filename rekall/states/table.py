@@ -51,8 +51,15 @@ def resume_not_requested(job: JobView, ev: Evidence) -> bool:
     return not job.resume
 
 
+def _tokens_before(job: JobView, ev: Evidence) -> Any:
+    """The count before the compaction: the owner's own when the platform reported one with the
+    completion (the app-server), else the job's (the count when the request was sent)."""
+    said = ev.get("tokensBefore")
+    return known(job.status.contextTokensBefore) if said is None else said
+
+
 def _headroom(job: JobView, ev: Evidence) -> Headroom:
-    return check_headroom(ev.get("tokens"), ev.get("window"), known(job.status.contextTokensBefore))
+    return check_headroom(ev.get("tokens"), ev.get("window"), _tokens_before(job, ev))
 
 
 def resume_overtaken_by_user(job: JobView, ev: Evidence) -> bool:
@@ -115,7 +122,7 @@ def _accepted(job: JobView, ev: Evidence, now: Instant) -> dict[str, Any]:
 
 
 def _completion(job: JobView, ev: Evidence, now: Instant) -> dict[str, Any]:
-    before, after = known(job.status.contextTokensBefore), ev["tokens"]
+    before, after = _tokens_before(job, ev), ev["tokens"]
     reclaimed = fraction = None
     if isinstance(before, int) and isinstance(after, int):
         reclaimed = before - after
@@ -123,6 +130,7 @@ def _completion(job: JobView, ev: Evidence, now: Instant) -> dict[str, Any]:
     return wire(JobStatus(
         compactionId=ev["compactionId"],
         compactionCompletedAt=now.iso,
+        contextTokensBefore=before,
         contextTokensAfter=after,
         modelContextWindowAfter=ev["window"],
         tokensReclaimed=reclaimed,

@@ -59,6 +59,14 @@ class Daemon:
     def socket_path(self) -> Path:
         return Path(self.status["socketPath"])
 
+    @property
+    def version(self) -> str:
+        """The release of the binary the daemon was started from (``codex --version``): what the
+        server states in ``initialize``, whichever release the test session runs."""
+        from rekall.codex.schema import binary_identity
+
+        return binary_identity(self.binary).version
+
     def daemon_command(self, verb: str, timeout: float = STOP_TIMEOUT_S) -> subprocess.CompletedProcess[str]:
         return subprocess.run([str(self.binary), "app-server", "daemon", verb], env=app_server_env(self.codex_home),
                               capture_output=True, text=True, timeout=timeout, cwd=self.codex_home)

@@ -28,7 +28,7 @@ from rekall.states import JobState
 from rekall.store import JobStore
 from rekall.worker import Worker
 from tests.codex.fakeserver import env_for, fake_app_server, folder  # noqa: F401 (a fixture)
-from tests.codex.test_platform import IDLE_THREAD, USAGE, T, loaded, ok, then
+from tests.codex.test_platform import IDLE_THREAD, T, loaded, ok, then
 from tests.mcpkit import HANDOFF, wait_for_worker_exit
 
 pytestmark = pytest.mark.anyio
@@ -38,13 +38,18 @@ COMPACT_ONLY = {**HANDOFF, "resume": False}
 WAIT_S = 30.0
 
 
-def compaction_frames(tokens_after: int) -> list[dict[str, Any]]:
-    """What the daemon sends for a compaction turn (its order: usage, then the item's completion)."""
+def compaction_frames(tokens_after: int, tokens_before: int = 35921) -> list[dict[str, Any]]:
+    """What the daemon sends for a compaction turn, in its order: the count from before the
+    compaction, the compaction request's own, the compacted size, then the item's completion."""
     item = {"type": "contextCompaction", "id": "cmp-1"}
+
+    def usage(tokens: int) -> dict[str, Any]:
+        return {"method": "thread/tokenUsage/updated", "params": {"threadId": T, "turnId": "c1", "tokenUsage": {
+            "last": {"totalTokens": tokens}, "modelContextWindow": 258400}}}
+
     return [{"method": "turn/started", "params": {"threadId": T, "turn": {"id": "c1", "status": "inProgress", "items": []}}},
             {"method": "item/started", "params": {"threadId": T, "turnId": "c1", "item": item}},
-            {"method": "thread/tokenUsage/updated", "params": {"threadId": T, "turnId": "c1", "tokenUsage": {
-                "last": {"totalTokens": tokens_after}, "modelContextWindow": 258400}}},
+            usage(tokens_before), usage(tokens_before + 900), usage(tokens_after),
             {"method": "item/completed", "params": {"threadId": T, "turnId": "c1", "item": item}},
             {"method": "turn/completed", "params": {"threadId": T, "turn": {"id": "c1", "status": "completed", "items": []}}}]
 
@@ -55,7 +60,8 @@ class Server:
     def __init__(self, thread: dict[str, Any], **answers: Any) -> None:
         self.answers: dict[str, Any] = {"thread/loaded/list": loaded(T), "thread/read": ok({"thread": thread}),
                                         "thread/turns/list": ok({"data": thread["turns"], "nextCursor": None}),
-                                        "thread/resume": then(ok({"thread": thread}), USAGE)}
+                                        # excludeTurns: no turns, and no token count replayed
+                                        "thread/resume": ok({"thread": {**thread, "turns": []}})}
         self.answers.update({name.replace("__", "/"): value for name, value in answers.items()})
         self.sent: list[str] = []
         self.answered: list[dict[str, Any]] = []  # responses rekall sent to OUR requests (must stay empty)
@@ -73,8 +79,8 @@ class Server:
             await answer(ws, message)
         else:
             await ws.send(json.dumps({"id": message["id"], **answer}))
-        if message["method"] == "thread/resume":
-            self.resumed.set()
+        if message["method"] == "thread/turns/list" and "thread/resume" in self.sent:
+            self.resumed.set()  # attached: resumed, and the baseline listed
 
     async def push(self, *frames: dict[str, Any]) -> None:
         assert self.ws is not None, "nobody is connected"
@@ -174,7 +180,7 @@ async def test_a_pending_approval_holds_the_job_in_waiting_for_idle_until_the_us
         folder: Path, tmp_path: Path) -> None:
     approval = {"id": 99, "method": "item/commandExecution/requestApproval",
                 "params": {"threadId": T, "turnId": "u1", "itemId": "cmd-1"}}
-    server = Server(IDLE_THREAD, thread__resume=then(ok({"thread": IDLE_THREAD}), USAGE, approval),
+    server = Server(IDLE_THREAD, thread__resume=then(ok({"thread": {**IDLE_THREAD, "turns": []}}), approval),
                     thread__compact__start=lambda ws, m: push_after(ws, m, compaction_frames(6000)))
     async with fake_app_server(folder / "app.sock", server):
         env = env_of(folder / "app.sock", tmp_path)
@@ -244,11 +250,9 @@ async def test_a_compaction_request_lost_in_a_restart_is_never_sent_again_and_th
 
 
 async def test_the_headroom_guard_refuses_the_continuation_with_a_plain_reason(folder: Path, tmp_path: Path) -> None:
-    # Codex keeps recent user messages beside the summary: 35,921 → 200,000 of 258,400 is too full.
-    usage = {**USAGE, "params": {**USAGE["params"], "tokenUsage": {"last": {"totalTokens": 250000},
-                                                                   "modelContextWindow": 258400}}}
-    server = Server(IDLE_THREAD, thread__resume=then(ok({"thread": IDLE_THREAD}), usage),
-                    thread__compact__start=lambda ws, m: push_after(ws, m, compaction_frames(200000)))
+    # Codex keeps recent user messages beside the summary: 250,000 → 200,000 of 258,400 is too full.
+    server = Server(IDLE_THREAD,
+                    thread__compact__start=lambda ws, m: push_after(ws, m, compaction_frames(200000, 250000)))
     async with fake_app_server(folder / "app.sock", server):
         env = env_of(folder / "app.sock", tmp_path)
         async with worker_running(env, await scheduled(env, HANDOFF)) as read:
@@ -301,7 +305,7 @@ async def test_on_the_app_server_the_worker_resumes_the_thread_only_once_it_has_
     # Following there is `thread/resume`, which every client hears of: unlike the extension's
     # read-only follow, it waits until the journal says that this worker owns the job.
     server = Server(ACTIVE_THREAD)
-    resume, states_at_resume = server.answers["thread/resume"], []
+    resume, states_at_resume = then(server.answers["thread/resume"]), []
     env = env_of(folder / "app.sock", tmp_path)
 
     async def recording(ws: ServerConnection, message: dict[str, Any]) -> None:

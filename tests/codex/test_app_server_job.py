@@ -63,7 +63,8 @@ async def test_the_agent_schedules_its_own_compaction_on_the_shared_app_server_a
     daemon = app_server_daemon
     async with peer_client(daemon.socket_path) as user:
         # The daemon's on-request approvals: Codex asks the user before the call (a destructive tool).
-        thread_id = (await user.request("thread/start"))["thread"]["id"]
+        thread = (await user.request("thread/start"))["thread"]
+        thread_id = thread["id"]
         await user.wait_for(lambda m: m.get("method") == "mcpServer/startupStatus/updated"
                             and m["params"].get("name") == "rekall" and m["params"].get("status") == "ready",
                             timeout=JOB_S)
@@ -110,11 +111,18 @@ async def test_the_agent_schedules_its_own_compaction_on_the_shared_app_server_a
                         and m["params"]["turnId"] == done["resumeTurnId"] and m["params"]["item"]["type"] == "userMessage")
     assert user_message["clientId"] == done["jobId"]  # the job marker, as on the extension
 
-    # The journal names the platform, and explain tells the whole job.
+    # No deprecated call: on a paginated thread the worker followed without full-history hydration,
+    # which the daemon answers with a deprecationNotice (its client logs every one it receives).
     store = JobStore.open_reader({"REKALL_JOBS_DIR": str(daemon.jobs_dir)})
+    assert thread["historyMode"] == "paginated"
+    worker_log = store.log_path(thread_id, done["jobId"]).read_text(encoding="utf-8")
+    assert "compaction_completed" in worker_log and "deprecationNotice" not in worker_log, worker_log
+
+    # The journal names the platform, and explain tells the whole job.
     explanation = build_explanation(store, done["jobId"])
     connected = next(n for n in explanation["notes"] if n["kind"] == "connected")
-    assert connected["detail"]["platform"] == "app-server" and connected["detail"]["serverVersion"] == "0.171.0"
+    assert connected["detail"]["platform"] == "app-server"
+    assert connected["detail"]["serverVersion"] == daemon.version
     shown = rekall_cli(daemon, "explain", done["jobId"])
     assert "resumed" in shown and "platform=app-server" in shown
 

@@ -59,7 +59,7 @@ async def test_probe_finds_the_thread_on_the_shared_app_server_and_the_user_hear
     assert heard == []  # read-only: no thread/resume, so no thread/goal/cleared for the user
     assert probed["platform"] == "app-server" and probed["idle"] is True and probed["ownerId"] is None
     assert probed["contextTokens"] is None and "unknown until a worker follows" in probed["headroomNote"]
-    assert probed["serverVersion"] == "0.171.0" and probed["endpoint"]["peerCheck"].endswith("matches ours")
+    assert probed["serverVersion"] == app_server_daemon.version and probed["endpoint"]["peerCheck"].endswith("matches ours")
     schema = probed["compatibility"]["publicSchema"]
     assert schema["status"] == "compatible"
     assert schema["binaryPath"] == app_server_daemon.status["managedCodexPath"]
@@ -101,7 +101,7 @@ async def test_doctor_names_the_daemon_its_version_and_the_binary_whose_schema_i
     assert all(rows[name].level == "GREEN" for name in ("app_server_socket", "app_server", "app_server_thread",
                                                         "app_server_schema")), rows
     assert "is a symbolic link to" in rows["app_server_socket"].detail and "mode 0600" in rows["app_server_socket"].detail
-    assert f"Codex 0.171.0, served by the daemon (pid {app_server_daemon.status['pid']})" in rows["app_server"].detail
+    assert f"Codex {app_server_daemon.version}, served by the daemon (pid {app_server_daemon.status['pid']})" in rows["app_server"].detail
     assert thread_id in rows["app_server_thread"].detail and "idle" in rows["app_server_thread"].detail
     assert app_server_daemon.status["managedCodexPath"] in rows["app_server_schema"].detail
     assert "all 14 checks pass" in rows["app_server_schema"].detail  # the 7 public ones and the 7 of this platform

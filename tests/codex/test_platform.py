@@ -38,11 +38,13 @@ class Script:
     def __init__(self, **answers: Any) -> None:
         self.answers = {name.replace("__", "/"): value for name, value in answers.items()}
         self.sent: list[str] = []
+        self.params: dict[str, list[Any]] = {}
         self.ws: ServerConnection | None = None
 
     async def __call__(self, ws: ServerConnection, message: dict[str, Any]) -> None:
         self.ws = ws
         self.sent.append(message["method"])
+        self.params.setdefault(message["method"], []).append(message.get("params"))
         answer = self.answers.get(message["method"], {"error": {"code": -32600, "message": "unknown method"}})
         if callable(answer):
             await answer(ws, message)
@@ -56,6 +58,15 @@ def ok(result: Any) -> dict[str, Any]:
 
 def loaded(*ids: str) -> dict[str, Any]:
     return ok({"data": list(ids), "nextCursor": None})
+
+
+def listed(turns: list[Any]) -> dict[str, Any]:
+    """``thread/turns/list`` as rekall asks for it (newest first)."""
+    return ok({"data": list(reversed(turns)), "nextCursor": None})
+
+
+#: ``thread/resume`` with ``excludeTurns``: the thread without its turns, and no token count replayed.
+RESUMED = ok({"thread": {**IDLE_THREAD, "turns": []}})
 
 
 def then(answer: dict[str, Any], *frames: Any) -> Callable[[ServerConnection, dict[str, Any]], Any]:
@@ -115,22 +126,47 @@ async def test_a_thread_without_a_rollout_says_send_a_first_message(folder: Path
     assert "no rollout yet" in caught.value.message and caught.value.hint == "send a first message, then schedule"
 
 
-async def test_following_resumes_with_turns_so_the_token_count_arrives_and_acts_once_each(folder: Path) -> None:
+def usage(turn_id: str, tokens: int) -> dict[str, Any]:
+    return {"method": "thread/tokenUsage/updated",
+            "params": {"threadId": T, "turnId": turn_id, "tokenUsage": {"last": {"totalTokens": tokens},
+                                                                        "modelContextWindow": 258400}}}
+
+
+async def test_following_resumes_without_the_history_takes_the_baseline_from_the_listing_and_acts_once_each(
+        folder: Path) -> None:
+    earlier = [{"id": "c0", "status": "completed", "items": [{"type": "contextCompaction", "id": "old"}]},
+               *IDLE_THREAD["turns"]]
+    item = {"type": "contextCompaction", "id": "new"}
+    compaction = [{"method": "turn/started", "params": {"threadId": T, "turn": {"id": "c1", "status": "inProgress",
+                                                                               "items": []}}},
+                  {"method": "item/started", "params": {"threadId": T, "turnId": "c1", "item": item}},
+                  usage("c1", 35921), usage("c1", 36800), usage("c1", 4100),
+                  {"method": "item/completed", "params": {"threadId": T, "turnId": "c1", "item": item}}]
     turn = {"id": "r1", "status": "inProgress", "items": []}
-    script = Script(thread__loaded__list=loaded(T), thread__read=ok({"thread": IDLE_THREAD}),
-                    thread__resume=then(ok({"thread": IDLE_THREAD}), USAGE),
-                    thread__compact__start=ok({}), turn__start=ok({"turn": turn}))
+    script = Script(thread__loaded__list=loaded(T), thread__read=ok({"thread": {**IDLE_THREAD, "turns": []}}),
+                    thread__resume=RESUMED, thread__turns__list=listed(earlier),
+                    thread__compact__start=then(ok({}), *compaction), turn__start=ok({"turn": turn}))
     async with fake_app_server(folder / "app.sock", script):
         with anyio.fail_after(10):
             thread = await SharedAppServerPlatform(env_for(folder / "app.sock")).follow(T, request_timeout_s=5)
+            baseline = thread.snapshot().facts
             events = thread.events()
-            assert await anext(events) == ev.Telemetry(35921, 258400, thread.model.revision)
             compacted = await thread.compact()
+            async for event in events:
+                if isinstance(event, ev.CompactionCompleted):
+                    break
+            done = thread.snapshot().facts
             started = await thread.start_turn("continue", "job-1")
             await thread.aclose()
-            assert [e async for e in events] == []  # closed by us: no ConnectionLost
+    assert script.params["thread/resume"] == [{"threadId": T, "excludeTurns": True}]
+    assert baseline.completed_compaction_ids == {"old"} and baseline.latest_user_turn_id == "u1"
+    assert baseline.tokens is None and baseline.tokens_before_compaction is None  # no count replayed
+    # The count from before the compaction is the turn's first; the one after it, the last before completion.
+    assert (done.tokens_before_compaction, done.tokens) == (35921, 4100)
+    assert done.completed_compaction_ids == {"old", "new"}
     assert compacted.ok and started.ok and (started.turn_id, started.turn_status) == ("r1", "inProgress")
-    assert script.sent == ["thread/loaded/list", "thread/read", "thread/resume", "thread/compact/start", "turn/start"]
+    assert script.sent == ["thread/loaded/list", "thread/read", "thread/resume", "thread/turns/list",
+                           "thread/compact/start", "turn/start"]
     assert thread.evidence() == {"platform": "app-server", "ownerId": None, "serverVersion": None, "endpoint": None}
 
 
@@ -138,8 +174,9 @@ async def test_a_refused_request_is_not_delivered_and_a_silent_one_is_unknown(fo
     async def silent(ws: ServerConnection, message: dict[str, Any]) -> None:
         pass
 
-    script = Script(thread__loaded__list=loaded(T), thread__read=ok({"thread": IDLE_THREAD}),
-                    thread__resume=ok({"thread": IDLE_THREAD}), thread__compact__start={"error": {"code": -32600, "message": "thread not found"}}, turn__start=silent)
+    script = Script(thread__loaded__list=loaded(T), thread__read=ok({"thread": IDLE_THREAD}), thread__resume=RESUMED,
+                    thread__turns__list=listed(IDLE_THREAD["turns"]),
+                    thread__compact__start={"error": {"code": -32600, "message": "thread not found"}}, turn__start=silent)
     async with fake_app_server(folder / "app.sock", script):
         with anyio.fail_after(10):
             thread = await SharedAppServerPlatform(env_for(folder / "app.sock")).follow(T, request_timeout_s=0.3)
@@ -160,8 +197,8 @@ async def test_a_frame_that_is_not_json_rpc_or_too_large_ends_the_follow_with_th
 
     bounded = functools.partial(shared.open_shared_app_server, max_message_bytes=4096)
     monkeypatch.setattr("rekall.adapters.app_server.platform.open_shared_app_server", bounded)
-    script = Script(thread__loaded__list=loaded(T), thread__read=ok({"thread": IDLE_THREAD}),
-                    thread__resume=then(ok({"thread": IDLE_THREAD}), frame))
+    script = Script(thread__loaded__list=loaded(T), thread__read=ok({"thread": IDLE_THREAD}), thread__resume=RESUMED,
+                    thread__turns__list=then(listed(IDLE_THREAD["turns"]), frame))
     async with fake_app_server(folder / "app.sock", script):
         with anyio.fail_after(10):
             thread = await SharedAppServerPlatform(env_for(folder / "app.sock")).follow(T, request_timeout_s=5)
@@ -174,8 +211,8 @@ async def test_a_frame_that_is_not_json_rpc_or_too_large_ends_the_follow_with_th
 
 
 async def test_a_server_that_dies_while_followed_is_reported_once_and_reconnecting_fails_clearly(folder: Path) -> None:
-    script = Script(thread__loaded__list=loaded(T), thread__read=ok({"thread": IDLE_THREAD}),
-                    thread__resume=ok({"thread": IDLE_THREAD}))
+    script = Script(thread__loaded__list=loaded(T), thread__read=ok({"thread": IDLE_THREAD}), thread__resume=RESUMED,
+                    thread__turns__list=listed(IDLE_THREAD["turns"]))
     platform = SharedAppServerPlatform(env_for(folder / "app.sock"))
     with anyio.fail_after(10):
         async with fake_app_server(folder / "app.sock", script):
@@ -186,7 +223,7 @@ async def test_a_server_that_dies_while_followed_is_reported_once_and_reconnecti
         await thread.aclose()
     assert isinstance(lost, ev.ConnectionLost)
     assert "nothing is listening" in caught.value.message and "codex app-server daemon start" in caught.value.hint
-    assert script.sent == ["thread/loaded/list", "thread/read", "thread/resume"]
+    assert script.sent == ["thread/loaded/list", "thread/read", "thread/resume", "thread/turns/list"]
 
 
 async def test_a_daemon_that_dies_after_accepting_the_compaction_fails_the_job_with_an_unknown_outcome(
@@ -211,7 +248,7 @@ async def test_a_daemon_that_dies_after_accepting_the_compaction_fails_the_job_w
 
     script = Script(thread__loaded__list=loaded(T), thread__read=ok({"thread": IDLE_THREAD}),
                     thread__turns__list=ok({"data": IDLE_THREAD["turns"], "nextCursor": None}),
-                    thread__resume=then(ok({"thread": IDLE_THREAD}), USAGE), thread__compact__start=accept_then_die)
+                    thread__resume=RESUMED, thread__compact__start=accept_then_die)
     env = {**env_for(sock), "CODEX_HOME": str(tmp_path), "TMPDIR": str(tmp_path), "PATH": "",
            "REKALL_JOBS_DIR": str(tmp_path / "jobs")}
     settings = WorkerSettings(idle_stable_s=0.05, deadline_s=20, reconnect_delays_s=(0.02, 0.05),

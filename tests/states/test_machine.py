@@ -11,6 +11,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 from transitions import MachineError
 
 from rekall.states import machine as machine_module
+from rekall.states.status import known
 
 from rekall.states import IllegalTransition, Instant, JobMachine, JobState, JobView, Step, TransitionRefused
 from rekall.testing import FakeClock
@@ -225,3 +226,19 @@ def test_reading_jobs_with_status_and_history_never_imports_the_lifecycle_librar
     report = json.loads(out.stderr.strip().splitlines()[-1])
     assert report == {"codes": [0, 0], "loaded": []}, out.stderr
     assert job.job_id in out.stdout and "resumed" in out.stdout
+
+
+@pytest.mark.parametrize(("said_before", "after", "state", "reason"), [
+    (35_921, 4_100, JobState.WAITING_FOR_RESUME_IDLE, None),
+    (4_100, 4_100, JobState.SKIPPED, "stale_or_unreclaimed_token_telemetry"),
+])
+def test_the_owners_count_from_before_the_compaction_is_the_before_of_the_strictly_fewer_rule(
+        said_before, after, state, reason):
+    # The app-server's resume replays no count: the request's is unknown, the compaction turn's first decides.
+    machine = _machine(JobState.ACCEPTED, contextTokensBefore=None)
+    machine.fire("compaction_completed", {"compactionId": "c", "tokens": after, "window": 258_400, "revision": 3,
+                                          "tokensBefore": said_before}, _now(), lambda s: None)
+    assert machine.state is state
+    status = machine.view.status
+    assert (status.contextTokensBefore, status.tokensReclaimed) == (said_before, said_before - after)
+    assert known(status.resumeSkipReason) == reason

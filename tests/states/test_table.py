@@ -71,7 +71,7 @@ _fingerprint = st.sampled_from([None, "fp-1", "fp-2"])
     fingerprint=_fingerprint,
     evidence=st.fixed_dictionaries({
         "tokens": _tokens, "window": _tokens, "boundaryFingerprint": _fingerprint,
-        "handoffVerified": st.sampled_from([True, False, None]), "jobId": st.just("x"),
+        "handoffVerified": st.sampled_from([True, False, None]), "jobId": st.just("x"), "tokensBefore": _tokens,
     }),
 )
 def test_guards_of_rows_sharing_a_trigger_and_state_are_mutually_exclusive(state, resume, before, fingerprint,

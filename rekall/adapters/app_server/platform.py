@@ -6,10 +6,13 @@ shared by several clients; the user's terminal is one, rekall another. What reka
 * **observe** read-only: ``thread/loaded/list``, ``thread/read`` and ``thread/turns/list``.
   Never ``thread/resume``, which notifies every client. ``thread/read`` carries no token usage
   on 0.171.0, so an observation reports the context size as unknown.
-* **follow** with ``thread/resume`` *without* ``excludeTurns``: that is the one call that
-  makes the server replay the thread's token count (``thread/tokenUsage/updated``) at once,
-  so the headroom rule has the size before the compaction. Only a thread the server has
-  loaded is resumed: resuming an unloaded one would load it.
+* **follow** with ``thread/resume`` and ``excludeTurns`` (full-history hydration is deprecated
+  for paginated threads: the server answers it with a ``deprecationNotice``); the baseline
+  (which compactions exist, where the user's latest turn is) comes from ``thread/turns/list``,
+  as for an observation. Such a resume replays no token count, so the size before the
+  compaction is the server's own: the first ``thread/tokenUsage/updated`` of the compaction
+  turn (:mod:`rekall.adapters.app_server.thread_model`). Only a thread the server has loaded is resumed:
+  resuming an unloaded one would load it.
 * **act**: ``thread/compact/start`` and ``turn/start`` (with ``clientUserMessageId`` = the
   job id, as on the extension), each sent at most once. Server requests (approvals,
   questions) are the user's: :class:`~rekall.adapters.app_server.shared.SharedAppServer` cannot answer them.
@@ -172,7 +175,7 @@ class AppServerThread:
         return None if self.link is None else self.link.server
 
     async def attach(self) -> list[ev.DomainEvent]:
-        """Connect, check the thread is loaded, resume it (full: the token count comes with it)."""
+        """Connect, check the thread is loaded, resume it without its turns, then list them."""
         try:
             link = await _Link.open(self.env, self.request_timeout_s)
         except BaseException as exc:
@@ -186,20 +189,22 @@ class AppServerThread:
             _check_conversation(self.thread_id, await server.read_thread(self.thread_id,
                                                                          timeout=self.request_timeout_s))
             try:
-                result = await server.resume_thread(self.thread_id, exclude_turns=False,
-                                                    timeout=self.request_timeout_s)
+                result = await server.resume_thread(self.thread_id, timeout=self.request_timeout_s)
             except AppServerError as exc:
                 if any(words in exc.rpc_message for words in NO_ROLLOUT):
                     raise _no_rollout(self.thread_id) from None
                 raise
             _check_conversation(self.thread_id, result["thread"])
+            # Listed after the resume: what changes meanwhile is also on the message stream, which
+            # the reader applies after this (in order, so the facts end where the server is).
+            turns = await _latest_turns(server, self.thread_id, self.request_timeout_s)
         except BaseException as exc:
             await link.aclose()
             if isinstance(exc, NotAConversation | ThreadNotServed):
                 raise
             raise _reached_error(exc) from None
         self.link = link
-        events = self.model.load(result["thread"])
+        events = self.model.load(result["thread"], turns)
         self._reader = asyncio.ensure_future(self._read(link, server))
         return events
 
@@ -349,12 +354,8 @@ def _tied(row: Row) -> Row:
     return row
 
 
-async def observe_on(server: SharedAppServer, thread_id: str, timeout_s: float) -> ThreadSnapshot:
-    """One read-only look at ``thread_id`` on ``server``: nobody else is notified."""
-    if thread_id not in await server.loaded_threads(timeout=timeout_s):
-        raise _not_loaded(thread_id, server.socket.path)
-    thread = await server.read_thread(thread_id, timeout=timeout_s)
-    _check_conversation(thread_id, thread)
+async def _latest_turns(server: SharedAppServer, thread_id: str, timeout_s: float) -> list[Any]:
+    """The newest turns with their items (``thread/turns/list``), oldest first."""
     try:
         page = await server.request("thread/turns/list", {"threadId": thread_id, "sortDirection": "desc",
                                                           "limit": TURNS_OBSERVED, "itemsView": "full"},
@@ -366,7 +367,17 @@ async def observe_on(server: SharedAppServer, thread_id: str, timeout_s: float) 
     turns = list(reversed(page.get("data") or []))
     if not turns:
         raise _no_rollout(thread_id)
+    return turns
+
+
+async def observe_on(server: SharedAppServer, thread_id: str, timeout_s: float) -> ThreadSnapshot:
+    """One read-only look at ``thread_id`` on ``server``: nobody else is notified."""
+    if thread_id not in await server.loaded_threads(timeout=timeout_s):
+        raise _not_loaded(thread_id, server.socket.path)
+    thread = await server.read_thread(thread_id, timeout=timeout_s)
+    _check_conversation(thread_id, thread)
     model = ThreadModel(thread_id)
+    turns = await _latest_turns(server, thread_id, timeout_s)
     model.load(thread, turns)
     from rekall.caller import calls_in_progress
 

@@ -12,6 +12,7 @@ The connection is made only after the control socket passed its checks
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
@@ -32,6 +33,7 @@ from rekall.transports.websocket import WebSocketChannel, open_websocket
 MAX_LOADED_PAGES = 100
 _USER_AGENT_VERSION = re.compile(r"^[^/\s]+/(\S+)")
 _CLOSE_GRACE_S = 2.0
+log = logging.getLogger("rekall.adapters.app_server.shared")
 
 
 class SharedAppServer(RpcClient):
@@ -65,6 +67,8 @@ class SharedAppServer(RpcClient):
                     reason = self.channel.close_description
                     await self.channel.stream.aclose()  # the peer said goodbye: it waits for our end to close
                     break
+                if isinstance(message, dict) and message.get("method") == "deprecationNotice":
+                    _log_deprecation(message.get("params"))
                 refusal = self._dispatch(message)
                 if refusal is not None:
                     reason = refusal
@@ -102,6 +106,13 @@ class SharedAppServer(RpcClient):
         """``thread/resume``: attach to the thread. Every client is notified (``thread/goal/cleared``)."""
         return await self.request("thread/resume", {"threadId": thread_id, "excludeTurns": exclude_turns},
                                   timeout=timeout)
+
+
+def _log_deprecation(params: Any) -> None:
+    """A call rekall made is deprecated: said in the log (the worker's, next to its journal), so a
+    release that deprecates one is noticed before it refuses it."""
+    summary = params.get("summary") if isinstance(params, dict) else None
+    log.warning("the shared app-server sent a deprecationNotice: %s", str(summary)[:300])
 
 
 @asynccontextmanager

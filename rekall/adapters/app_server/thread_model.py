@@ -30,7 +30,8 @@ Telemetry
     one. During a compaction three arrive before its ``item/completed`` (the old count, the
     compaction request's own, then the compacted size): the one that counts after a
     compaction is therefore the last before its completion, which is what the facts hold when
-    :class:`~rekall.events.CompactionCompleted` is emitted.
+    :class:`~rekall.events.CompactionCompleted` is emitted, and the count from before it is the
+    first of the compaction turn (``tokens_before_compaction``; ``None`` until one is seen).
 """
 
 from __future__ import annotations
@@ -87,6 +88,9 @@ class ThreadModel:
         self.running: set[str] = set()
         self.tokens: int | None = None
         self.window: int | None = None
+        #: Compaction turns whose first count was seen (that count is the size before the compaction).
+        self.counted_compactions: set[str] = set()
+        self.tokens_before_compaction: int | None = None
         self.problem: str | None = "no thread loaded yet"
 
     # --- input ------------------------------------------------------------------------
@@ -148,6 +152,7 @@ class ThreadModel:
                 last = usage.get("last")
                 self.tokens = as_int(last.get("totalTokens"), minimum=0) if isinstance(last, dict) else None
                 self.window = as_int(usage.get("modelContextWindow"), minimum=1)
+                self._count_before(params.get("turnId"))
         elif method == "serverRequest/resolved":
             self.pending.pop(params.get("requestId"), None)  # type: ignore[arg-type]
         else:
@@ -183,6 +188,13 @@ class ThreadModel:
                 self.completed.add(item["id"])
             elif item["id"] not in self.completed:
                 self.running.add(item["id"])
+
+    def _count_before(self, turn_id: Any) -> None:
+        """The first count of a compaction turn is the size before it (the server repeats it)."""
+        turn = self.turns.get(turn_id) if isinstance(turn_id, str) else None
+        if turn is not None and turn.kind == "compaction" and turn.id not in self.counted_compactions:
+            self.counted_compactions.add(turn.id)
+            self.tokens_before_compaction = self.tokens
 
     def _counted(self, before: ThreadFacts) -> list[ev.DomainEvent]:
         self.revision += 1
@@ -221,6 +233,7 @@ class ThreadModel:
             latest_user_turn_id=latest.id if latest else None,
             tokens=self.tokens,
             window=self.window,
+            tokens_before_compaction=self.tokens_before_compaction,
             layout_problem=self.problem,
         )
 
