@@ -86,3 +86,53 @@ def test_the_type_check_runs_before_the_tests_and_a_type_error_stops_the_run(tmp
     done = _run(failing)
     assert done.returncode == 1 and "Incompatible types" in done.stderr
     assert "-m pytest" not in (failing / "calls").read_text()
+
+
+def _matrix_checkout(root: Path, installs: str = "echo \"/cache/codex-${REKALL_CODEX_VERSION:-pinned}/codex\"") -> Path:
+    """A checkout whose installer succeeds (or runs ``installs``) and whose python names two CI releases."""
+    _fake_checkout(root)
+    (root / "scripts" / "install-codex").write_text(f"#!/bin/sh\n{installs}\n")
+    (root / ".venv" / "bin" / "python").write_text(
+        f"#!/bin/sh\necho \"$* [$REKALL_CODEX_VERSION $REKALL_TEST_CODEX]\" >> {root / 'calls'}\n"
+        "[ \"$2\" = tests.support.pinned ] && printf '0.156.0\\n0.163.0\\n'\nexit 0\n")
+    return root
+
+
+def _run_whole(root: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    clean = {k: v for k, v in os.environ.items() if k not in ("CI", "REKALL_TEST_CODEX", "REKALL_CODEX_MATRIX",
+                                                              "REKALL_CODEX_VERSION")}
+    return subprocess.run([str(root / "scripts" / "test"), *args], env={**clean, **env}, capture_output=True,
+                          text=True, timeout=60)
+
+
+def test_the_whole_suite_then_runs_the_daemon_tests_on_each_other_ci_release_installed_into_the_cache(
+        tmp_path: Path):
+    root = _matrix_checkout(tmp_path / "repo")
+    done = _run_whole(root, CI="true")
+    assert done.returncode == 0, done.stderr
+    calls = (root / "calls").read_text().splitlines()
+    pytest_calls = [c for c in calls if c.startswith("-m pytest")]
+    assert pytest_calls[0] == "-m pytest [ /cache/codex-pinned/codex]"  # the whole suite on the pinned release
+    for call, version in zip(pytest_calls[1:], ("0.156.0", "0.163.0"), strict=True):
+        assert call.startswith("-m pytest -q -m codex tests/codex/test_app_server_job.py tests/codex/test_terminal_ui.py")
+        assert call.endswith(f"[{version} /cache/codex-{version}/codex]")
+    # Arguments (a part of the suite) leave the matrix out, unless asked for.
+    assert "tests.support.pinned" not in _run_and_calls(tmp_path / "part", "-q")
+    assert "tests.support.pinned" in _run_and_calls(tmp_path / "asked", "-q", REKALL_CODEX_MATRIX="1")
+
+
+def _run_and_calls(root: Path, *args: str, **env: str) -> str:
+    done = _run_whole(_matrix_checkout(root), *args, **env)
+    assert done.returncode == 0, done.stderr
+    return (root / "calls").read_text()
+
+
+def test_in_ci_a_ci_release_that_cannot_be_installed_fails_the_run_after_the_others_ran(tmp_path: Path):
+    installs = ('[ "$REKALL_CODEX_VERSION" = 0.156.0 ] && { echo "install-codex: no such version" >&2; exit 3; }\n'
+                'echo "/cache/codex-${REKALL_CODEX_VERSION:-pinned}/codex"')
+    root = _matrix_checkout(tmp_path / "repo", installs)
+    done = _run_whole(root, CI="true")
+    assert done.returncode == 1 and "Codex 0.156.0 could not be installed" in done.stderr
+    assert "[0.163.0 /cache/codex-0.163.0/codex]" in (root / "calls").read_text()
+    elsewhere = _run_whole(_matrix_checkout(tmp_path / "local", installs))
+    assert elsewhere.returncode == 0 and "its end-to-end tests are skipped" in elsewhere.stderr

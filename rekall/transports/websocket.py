@@ -196,7 +196,9 @@ async def open_websocket(stream: ByteStream, *, where: str, max_message_bytes: i
     from websockets.protocol import State
     from websockets.uri import parse_uri
 
-    protocol = ClientProtocol(parse_uri(uri), max_size=max_message_bytes)
+    # No extension offered, permessage-deflate above all: Codex 0.155 and older drop a handshake
+    # that offers it (tests/transports/test_websocket.py holds the client to that).
+    protocol = ClientProtocol(parse_uri(uri), extensions=None, max_size=max_message_bytes)
     channel = WebSocketChannel(stream, protocol, max_message_bytes=max_message_bytes, where=where)
     try:
         protocol.send_request(protocol.connect())

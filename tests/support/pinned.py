@@ -13,9 +13,15 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
+from rekall.codex.releases import NEWEST, OLDEST
+
 #: Keep in step with scripts/install-codex.
 PINNED_VERSION = "0.171.0"
 TEST_BINARY_VAR = "REKALL_TEST_CODEX"
+#: The releases CI runs the real-daemon end-to-end tests on: the oldest of the declared range, one
+#: in the middle and the newest (the pinned one, with the whole suite). scripts/test asks for the
+#: others with ``python -m tests.support.pinned``; bench/codex_releases.py runs a whole job on each.
+CI_RELEASES = (OLDEST, "0.163.0", NEWEST)
 
 
 def cached_codex_launcher(env: Mapping[str, str] | None = None) -> Path:
@@ -46,3 +52,8 @@ def running_in_ci(env: Mapping[str, str] | None = None) -> bool:
     of skipping them (scripts/test applies the same rule)."""
     value = (os.environ if env is None else env).get("CI") or ""
     return value.strip().lower() not in ("", "false")
+
+
+if __name__ == "__main__":
+    # The CI releases besides the pinned one, one a line (scripts/test installs and tests each).
+    print("\n".join(v for v in CI_RELEASES if v != PINNED_VERSION))

@@ -256,3 +256,21 @@ def test_any_messages_in_any_fragments_and_read_sizes_arrive_whole_and_in_order(
                 return [await channel.receive() for _ in bodies]
 
     assert anyio.run(run) == messages
+
+
+async def test_the_handshake_offers_no_extension_so_a_server_that_would_compress_does_not(short_dir: Path) -> None:
+    # The websockets server accepts permessage-deflate when offered (its default); Codex 0.155 and
+    # older drop a handshake that offers it. The client offers none, and none is negotiated.
+    offered: list[list[str]] = []
+
+    async def handler(ws: ServerConnection) -> None:
+        offered.append(ws.request.headers.get_all("Sec-WebSocket-Extensions"))
+        await ws.send(json.dumps({"extensions": [e.name for e in ws.protocol.extensions]}))
+
+    with anyio.fail_after(10):
+        async with ws_server(short_dir / "s", handler):
+            channel = await connect(short_dir / "s")
+            assert await channel.receive() == {"extensions": []}
+            assert channel.protocol.extensions == []
+            await channel.aclose()
+    assert offered == [[]]
