@@ -11,8 +11,8 @@ starts the one continuation turn. The thread is idle before the worker attaches,
   the debounce);
 * ``resumeOverheadMs`` = ``resumeDelayMs`` (the completed compaction → the started
   continuation) minus the debounce;
-* ``attachMs`` = worker started → connected (``thread/resume`` with the full history: the count
-  before the compaction arrives with it);
+* ``attachMs`` = worker started → connected (``thread/resume`` with ``excludeTurns``, then
+  ``thread/turns/list`` for the baseline);
 * ``scheduleToResumedMs`` = ``createdAt`` → ``resumedAt``; tokens before and after from the
   daemon's telemetry.
 

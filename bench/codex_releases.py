@@ -1,7 +1,7 @@
 """Measure every stable Codex release in the declared range: the table in docs/app-server.md.
 
-For each stable npm release of ``@openai/codex`` from :data:`rekall.codex.releases.OLDEST` to
-:data:`~rekall.codex.releases.NEWEST` (``npm view @openai/codex versions --json``), or the
+For each stable npm release of ``@openai/codex`` from :data:`rekall.adapters.app_server.releases.OLDEST` to
+:data:`~rekall.adapters.app_server.releases.NEWEST` (``npm view @openai/codex versions --json``), or the
 releases given with ``--releases``:
 
 * installs it with ``scripts/install-codex`` (the same cache as the tests);
@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.app_server_jobs import app_server_jobs  # noqa: E402
-from rekall.codex.releases import NEWEST, OLDEST, Release  # noqa: E402
+from rekall.adapters.app_server.releases import NEWEST, OLDEST, Release  # noqa: E402
 from rekall.codex.schema import check_compatibility  # noqa: E402
 from tests.support.pinned import CI_RELEASES  # noqa: E402
 

@@ -5,6 +5,9 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -24,9 +27,18 @@ def env_of(home: Path, tmp_path: Path) -> dict[str, str]:
             "REKALL_JOBS_DIR": str(tmp_path / "jobs")}
 
 
+@pytest.fixture
+def short_dir() -> Iterator[Path]:
+    """Codex 0.156.0 connects to its daemon through ``$CODEX_HOME/app-server-control/…``
+    itself, which must fit in a socket address (108 bytes): pytest's own folders are too long."""
+    path = Path(tempfile.mkdtemp(prefix="rkdl", dir="/tmp"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
 def test_daemon_stop_leaves_the_pid_update_loop_and_the_kit_ends_it_by_pid(
-        codex_binary: Path, mock_model: MockModel, tmp_path: Path) -> None:
-    home = make_isolated_home(tmp_path / "home", mock_model.base_url)
+        codex_binary: Path, mock_model: MockModel, tmp_path: Path, short_dir: Path) -> None:
+    home = make_isolated_home(short_dir / "home", mock_model.base_url)
     link = home / "app-server-control" / "app-server-control.sock"
     daemon = start_daemon(codex_binary, home)
     try:

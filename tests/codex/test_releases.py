@@ -37,7 +37,7 @@ def test_a_version_stands_older_supported_unmeasured_or_unknown_against_the_rang
 def test_the_words_name_the_version_and_the_range() -> None:
     assert Release.of("0.150.1").words == REFUSAL
     assert Release.of("0.172.0").words == f"Codex 0.172.0 is not a release rekall was measured with ({OLDEST} to {NEWEST})"
-    assert "did not state its Codex version ('main')" in Release.of("main").words
+    assert "did not state a Codex version rekall can read ('main')" in Release.of("main").words
 
 
 async def test_a_server_older_than_the_range_is_refused_right_after_initialize_before_any_thread_request(

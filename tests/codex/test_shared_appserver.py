@@ -23,7 +23,6 @@ from rekall.adapters.app_server.shared import SharedAppServer, open_shared_app_s
 from rekall.transports.control_socket import resolve_control_socket
 from tests.codex.daemonkit import Daemon, PeerClient, peer_client
 from tests.support.mock_model import MockModel, escalated_command
-from tests.support.pinned import PINNED_VERSION
 
 pytestmark = [pytest.mark.codex, pytest.mark.anyio]
 
@@ -71,9 +70,9 @@ async def test_rekall_connects_through_the_daemons_symlinked_socket_and_reports_
                 f"socket {socket.target}: a socket, owned by uid {uid}, mode 0600",
             )
             assert socket.peer_check == f"uid {uid} matches ours"
-            assert server.server_version == PINNED_VERSION
+            assert server.server_version == app_server_daemon.version
             # The prefix names the daemon's first client (whichever test connected first); the end names us.
-            assert re.match(rf"^[^/\s]+/{re.escape(PINNED_VERSION)} ", server.server_info["userAgent"])
+            assert re.match(rf"^[^/\s]+/{re.escape(app_server_daemon.version)} ", server.server_info["userAgent"])
             assert server.server_info["userAgent"].endswith(f"(rekall; {rekall.__version__})")
             assert server.server_info["codexHome"] == str(app_server_daemon.codex_home)
 

@@ -13,7 +13,7 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from rekall.codex.releases import NEWEST, OLDEST
+from rekall.adapters.app_server.releases import NEWEST, OLDEST
 
 #: Keep in step with scripts/install-codex.
 PINNED_VERSION = "0.171.0"

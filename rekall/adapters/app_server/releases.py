@@ -29,10 +29,10 @@ _VERSION = re.compile(r"^(\d+)\.(\d+)\.(\d+)(-[0-9A-Za-z.-]+)?$")
 Standing = Literal["supported", "older", "unmeasured", "unknown"]
 
 
-def _numbers(version: str) -> tuple[int, int, int]:
-    match = _VERSION.match(version)
-    assert match is not None, version
-    return int(match[1]), int(match[2]), int(match[3])
+def _parsed(version: str | None) -> tuple[tuple[int, int, int], bool] | None:
+    """``((major, minor, patch), is a pre-release)``, or ``None`` for anything else."""
+    match = _VERSION.match(version or "")
+    return None if match is None else ((int(match[1]), int(match[2]), int(match[3])), match[4] is not None)
 
 
 class Release(NamedTuple):
@@ -43,14 +43,14 @@ class Release(NamedTuple):
 
     @classmethod
     def of(cls, version: str | None) -> Release:
-        match = _VERSION.match(version) if version else None
-        if match is None:
+        parsed = _parsed(version)
+        if parsed is None:
             return cls(version, "unknown")
-        numbers = (int(match[1]), int(match[2]), int(match[3]))
+        numbers, prerelease = parsed
         # A pre-release comes before its release: 0.156.0-alpha.2 is older than 0.156.0.
-        if (numbers, not match[4]) < (_numbers(OLDEST), True):
+        if (numbers, not prerelease) < (_OLDEST, True):
             return cls(version, "older")
-        if numbers > _numbers(NEWEST) or match[4]:
+        if numbers > _NEWEST or prerelease:
             return cls(version, "unmeasured")
         return cls(version, "supported")
 
@@ -64,13 +64,15 @@ class Release(NamedTuple):
         if self.standing == "unmeasured":
             return f"Codex {self.version} is not a release rekall was measured with ({RANGE})"
         shown = "" if self.version is None else f" ({self.version!r})"
-        return f"the shared app-server did not state its Codex version{shown}; rekall was measured with {RANGE}"
+        return f"the shared app-server did not state a Codex version rekall can read{shown}; rekall was measured " \
+               f"with {RANGE}"
 
     def to_json(self) -> dict[str, str | None]:
         return {"version": self.version, "standing": self.standing, "supported": RANGE}
 
 
 RANGE = f"{OLDEST} to {NEWEST}"
+_OLDEST, _NEWEST = (tuple(int(part) for part in bound.split(".")) for bound in (OLDEST, NEWEST))
 
 
 class UnsupportedCodex(CodexError):
