@@ -119,3 +119,17 @@ async def test_the_refusal_reaches_the_worker_too_when_the_daemon_is_replaced_by
         with anyio.fail_after(10), pytest.raises(UnsupportedCodex, match="0.155.1 is older"):
             await SharedAppServerPlatform(env_for(folder / "app.sock")).follow(T, request_timeout_s=5)
 
+
+
+def test_the_docs_table_covers_the_declared_range_with_a_whole_job_on_each_ci_release() -> None:
+    from bench.codex_releases import BEGIN, DOC, END
+    from tests.support.pinned import CI_RELEASES
+
+    table = DOC.read_text(encoding="utf-8").partition(BEGIN)[2].partition(END)[0]
+    rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in table.strip().splitlines()[2:]]
+    releases = [row[0] for row in rows]
+    assert releases[0] == OLDEST and releases[-1] == NEWEST
+    assert releases == sorted(releases, key=lambda v: tuple(int(p) for p in v.split(".")))
+    assert all(row[1] == "supported" and row[2] == "14 of 14 pass" for row in rows), rows
+    assert [row[0] for row in rows if row[4]] == list(CI_RELEASES)
+    assert all(row[3].startswith("resumed;") and row[3].endswith("one continuation") for row in rows if row[4])

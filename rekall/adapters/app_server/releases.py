@@ -1,11 +1,11 @@
 """The Codex releases rekall supports on the shared app-server: a declared range, from measurements.
 
-``bench/codex_releases.py`` measured every stable npm release of ``@openai/codex`` from 0.136.0
-on (the schema checks, the daemon, whole jobs; docs/app-server.md has the table). From
-:data:`OLDEST` to :data:`NEWEST` everything passes. Below :data:`OLDEST` the daemon needs the
-standalone installer (0.151 to 0.155) or serves ``thread/turns/list`` only behind the
-experimental API (0.150 and older), so the server's version decides, right after
-``initialize`` and before any thread request:
+From :data:`OLDEST` to :data:`NEWEST` every stable npm release of ``@openai/codex`` passes the
+platform's schema checks, and the three CI tests (oldest, middle, newest) pass whole jobs on their
+real daemon (``bench/codex_releases.py``; docs/app-server.md has the table). Below :data:`OLDEST`
+(measured when the range was chosen) the daemon needs the standalone installer (0.151 to 0.155)
+or serves ``thread/turns/list`` only behind the experimental API (0.150 and older). The server's
+own version decides, right after ``initialize`` and before any thread request:
 
 * older than :data:`OLDEST`: refused, naming the version and the range;
 * from :data:`OLDEST` to :data:`NEWEST` (stable releases): supported;

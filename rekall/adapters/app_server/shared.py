@@ -130,7 +130,8 @@ async def open_shared_app_server(
     """Check the control socket, connect, upgrade to WebSocket and complete the handshake.
 
     A server older than the releases rekall supports is refused here, before any thread request
-    (:class:`~rekall.adapters.app_server.releases.UnsupportedCodex`). On exit the WebSocket is closed (code 1000); the server and its threads keep running.
+    (:class:`~rekall.adapters.app_server.releases.UnsupportedCodex`). On exit the WebSocket is
+    closed (code 1000); the server and its threads keep running.
     """
     socket = resolve_control_socket(env) if socket is None else socket
     socket, stream = await connect_control_socket(socket, peer_uid_lookup=peer_uid_lookup,
