@@ -60,6 +60,8 @@ def facts_json(facts: ThreadFacts) -> dict[str, Any]:
     running = out.pop("running_compaction_ids")
     if running:
         out["running_compaction_ids"] = sorted(running)
+    if out["tokens_before_compaction"] is None:  # the app-server's; the extension's transcripts have none
+        del out["tokens_before_compaction"]
     return out
 
 
