@@ -73,7 +73,7 @@ async def test_observing_reads_and_never_resumes(folder: Path) -> None:
     async with fake_app_server(folder / "app.sock", script):
         with anyio.fail_after(10):
             seen = await SharedAppServerPlatform(env_for(folder / "app.sock")).observe(T, request_timeout_s=5)
-    assert script.sent == ["thread/loaded/list", "thread/read", "thread/turns/list"]
+    assert script.sent == ["thread/loaded/list", "thread/read", "thread/turns/list", "thread/goal/get"]
     assert seen.facts.idle and seen.facts.tokens is None and seen.owner_id is None
     assert seen.details["serverVersion"] == "9.9.9" and "headroomNote" in seen.details
 
@@ -130,7 +130,8 @@ async def test_following_resumes_with_turns_so_the_token_count_arrives_and_acts_
             await thread.aclose()
             assert [e async for e in events] == []  # closed by us: no ConnectionLost
     assert compacted.ok and started.ok and (started.turn_id, started.turn_status) == ("r1", "inProgress")
-    assert script.sent == ["thread/loaded/list", "thread/read", "thread/resume", "thread/compact/start", "turn/start"]
+    assert script.sent == ["thread/loaded/list", "thread/read", "thread/goal/get", "thread/resume",
+                           "thread/compact/start", "turn/start"]
     assert thread.evidence() == {"platform": "app-server", "ownerId": None, "serverVersion": None, "endpoint": None}
 
 
@@ -186,7 +187,7 @@ async def test_a_server_that_dies_while_followed_is_reported_once_and_reconnecti
         await thread.aclose()
     assert isinstance(lost, ev.ConnectionLost)
     assert "nothing is listening" in caught.value.message and "codex app-server daemon start" in caught.value.hint
-    assert script.sent == ["thread/loaded/list", "thread/read", "thread/resume"]
+    assert script.sent == ["thread/loaded/list", "thread/read", "thread/goal/get", "thread/resume"]
 
 
 async def test_a_daemon_that_dies_after_accepting_the_compaction_fails_the_job_with_an_unknown_outcome(

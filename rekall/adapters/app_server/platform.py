@@ -45,9 +45,32 @@ log = logging.getLogger("rekall.codex.platform")
 TURNS_OBSERVED = 10
 #: How 0.171.0 says a thread has no first turn yet (``thread/resume``; ``thread/turns/list``).
 NO_ROLLOUT = ("no rollout found", "is not materialized yet")
-SERVABLE_SESSION = ("start the shared app-server with `codex app-server daemon start`, then attach the terminal "
-                    "with `codex --remote unix://`; a plain `codex` session runs its own app-server, which rekall "
-                    "cannot reach")
+#: The terminal sessions rekall reaches (Codex 0.171.0; docs/app-server.md says what was measured).
+SERVED_SESSIONS = ("terminal sessions on the shared app-server: a plain `codex` where daemon auto-start is on "
+                   "(it starts the daemon and joins it; on by default in 0.171.0) and `codex --remote unix://`")
+#: What makes a terminal session run its own app-server in-process, out of rekall's reach: causes
+#: rekall cannot tell apart from outside the session.
+OWN_APP_SERVER = ("a terminal session runs its own app-server, out of rekall's reach, when it was started with a "
+                  "flag that needs one (-c/--config, --enable/--disable, --search, -p/--profile, --strict-config, "
+                  "--approve-for-me, --dangerously-bypass-hook-trust, --worktree, --oss, --no-daemon, or "
+                  "CODEX_EXEC_SERVER_URL set), when no shared app-server ran as it started and daemon auto-start "
+                  "is off or experimental in its Codex release (`codex features list`: daemon_auto_start), when its "
+                  "release has no shared app-server, or for `codex exec` without --remote; it may also run under "
+                  "another CODEX_HOME. rekall cannot tell which")
+#: How the user checks a session, and how to bring it within reach.
+CHECK_AND_FIX = ("in the session, `/status` shows `Server: Local background server` when it is on the shared "
+                 "app-server and no `Server:` line when it runs its own, and a startup warning (F2) names the flag "
+                 "that kept it off; restart it without that flag (put the setting in config.toml), with "
+                 "`[features] daemon_auto_start = true` in config.toml, or as `codex --remote unix://` after "
+                 "`codex app-server daemon start`")
+
+
+def out_of_reach(seen: str) -> tuple[str, str]:
+    """The message and hint for a terminal thread rekall cannot reach: what it ``seen``, the causes it
+    cannot tell apart, how the user checks and how to fix it."""
+    return f"{seen}; {OWN_APP_SERVER}", CHECK_AND_FIX
+
+
 HEADROOM_UNKNOWN = ("unknown until a worker follows the thread: thread/read reports no token usage on the "
                     "shared app-server")
 
@@ -85,9 +108,9 @@ def _reached_error(exc: BaseException) -> RekallError:
 
 
 def _not_loaded(thread_id: str, socket_path: str) -> ThreadNotServed:
-    return ThreadNotServed(f"the shared app-server at {socket_path} does not have thread {thread_id} loaded",
-                           hint="open the thread in a client of that server (`codex --remote unix://`, then "
-                                "resume it there), or check the thread id; " + SERVABLE_SESSION)
+    message, hint = out_of_reach(f"a shared app-server runs at {socket_path} and does not have thread {thread_id} "
+                                 "loaded (the session may also have ended, or the id may be wrong)")
+    return ThreadNotServed(message, hint=hint)
 
 
 def _check_conversation(thread_id: str, thread: Mapping[str, Any]) -> None:
@@ -183,6 +206,8 @@ class AppServerThread:
             # Read first: resuming notifies every client, so a thread we must refuse is never resumed.
             _check_conversation(self.thread_id, await server.read_thread(self.thread_id,
                                                                          timeout=self.request_timeout_s))
+            # Read-only too; what changes after it, the resume's own broadcast of the goal says.
+            goal = await server.thread_goal(self.thread_id, timeout=self.request_timeout_s)
             try:
                 result = await server.resume_thread(self.thread_id, exclude_turns=False,
                                                     timeout=self.request_timeout_s)
@@ -198,6 +223,8 @@ class AppServerThread:
             raise _reached_error(exc) from None
         self.link = link
         events = self.model.load(result["thread"])
+        if goal is not None:
+            events += self.model.load_goal(goal)
         self._reader = asyncio.ensure_future(self._read(link, server))
         return events
 
@@ -293,7 +320,7 @@ class SharedAppServerPlatform:
 
     name = NAME
     title = "the shared app-server"
-    serving_hint = SERVABLE_SESSION
+    serving_hint = CHECK_AND_FIX
     follow_only_reads = False  # following resumes the thread, which notifies every client
 
     def __init__(self, env: Mapping[str, str] | None = None) -> None:
@@ -324,7 +351,8 @@ class SharedAppServerPlatform:
     def absent(self, error: RekallError) -> Absence | None:
         if not isinstance(error, EndpointMissing):
             return None
-        return Absence("no shared app-server is running either", f"for a terminal session: {SERVABLE_SESSION}")
+        note, check = out_of_reach(f"no shared app-server runs here either ({error.message})")
+        return Absence(note, f"for a terminal session: {check}")
 
     def with_notes(self, error: RekallError, notes: Sequence[Absence]) -> RekallError:
         return noted(error, notes)
@@ -361,6 +389,9 @@ async def observe_on(server: SharedAppServer, thread_id: str, timeout_s: float) 
         raise _no_rollout(thread_id)
     model = ThreadModel(thread_id)
     model.load(thread, turns)
+    goal = await server.thread_goal(thread_id, timeout=timeout_s)
+    if goal is not None:
+        model.load_goal(goal)
     from rekall.caller import calls_in_progress
 
     return ThreadSnapshot(thread_id, model.facts, model.revision, None,
@@ -368,5 +399,5 @@ async def observe_on(server: SharedAppServer, thread_id: str, timeout_s: float) 
                           calls_in_progress=calls_in_progress(turns))
 
 
-__all__ = ["NAME", "SERVABLE_SESSION", "START_HINT", "AppServerThread", "NotAConversation", "SharedAppServerPlatform",
-           "ThreadNotServed", "observe_on"]
+__all__ = ["NAME", "SERVED_SESSIONS", "START_HINT", "AppServerThread", "NotAConversation", "SharedAppServerPlatform",
+           "ThreadNotServed", "observe_on", "out_of_reach"]

@@ -94,6 +94,14 @@ class SharedAppServer(RpcClient):
                                     timeout=timeout)
         return result["thread"]
 
+    async def thread_goal(self, thread_id: str, *, timeout: float = DEFAULT_TIMEOUT_S) -> dict[str, Any] | None:
+        """``thread/goal/get``: ``{"goal": ThreadGoal | None}``; ``None`` when this server refuses the method
+        (a release without goals): the goal is then unknown."""
+        try:
+            return await self.request("thread/goal/get", {"threadId": thread_id}, timeout=timeout)
+        except AppServerError:
+            return None
+
     # --- attaching ------------------------------------------------------------------------
 
     async def resume_thread(self, thread_id: str, *, exclude_turns: bool = True,

@@ -25,6 +25,10 @@ Compactions
     history, a compaction item of a turn that ``completed`` is completed, of a turn in progress
     running, of any other turn neither; what ran before a reload (a daemon restarted
     mid-compaction) is forgotten: the loaded thread alone says what runs now.
+Goal
+    The answer to ``thread/goal/get`` (``goal``: a ``ThreadGoal`` or ``null``), then
+    ``thread/goal/updated`` (its ``goal.status``) and ``thread/goal/cleared`` (no goal). Unknown
+    until the first of them: the thread object carries no goal.
 Telemetry
     ``thread/tokenUsage/updated``: ``last.totalTokens`` and ``modelContextWindow``, the latest
     one. During a compaction three arrive before its ``item/completed`` (the old count, the
@@ -44,7 +48,7 @@ import attrs
 
 from rekall import events as ev
 from rekall.adapters.app_server.rpc import Message, ServerRequest
-from rekall.records import NO_USER_INPUT, RUNNING_STATUS, RUNTIME_NULL, STOPPED_STATUSES, ThreadFacts
+from rekall.records import NO_GOAL, NO_USER_INPUT, RUNNING_STATUS, RUNTIME_NULL, STOPPED_STATUSES, ThreadFacts
 from rekall.thread.facts import as_int
 from rekall.thread.mirror import diff_events
 
@@ -69,6 +73,14 @@ def _kind_of(items: Any) -> TurnKind:
     return "user" if "userMessage" in types else "unknown"
 
 
+def _goal_status(goal: Any) -> str | None:
+    """A ``ThreadGoal``'s status; ``none`` for no goal (``null``); unknown (``None``) for anything else."""
+    if goal is None:
+        return NO_GOAL
+    status = goal.get("status") if isinstance(goal, dict) else None
+    return status if isinstance(status, str) and status != NO_GOAL else None
+
+
 def fingerprint_of(turn_id: str) -> str:
     return hashlib.sha256(json.dumps({"turnId": turn_id}, sort_keys=True).encode()).hexdigest()
 
@@ -87,6 +99,7 @@ class ThreadModel:
         self.running: set[str] = set()
         self.tokens: int | None = None
         self.window: int | None = None
+        self.goal: str | None = None
         self.problem: str | None = "no thread loaded yet"
 
     # --- input ------------------------------------------------------------------------
@@ -120,6 +133,12 @@ class ThreadModel:
         self.revision += 1
         return self._changes(before)
 
+    def load_goal(self, answer: Mapping[str, Any]) -> list[ev.DomainEvent]:
+        """Take the answer to ``thread/goal/get``."""
+        before = self.facts
+        self.goal = _goal_status(answer.get("goal"))
+        return self._counted(before)
+
     def apply(self, message: Message) -> list[ev.DomainEvent]:
         """One message from the server; the events for what it changed (none for other threads)."""
         params = message.params
@@ -148,6 +167,10 @@ class ThreadModel:
                 last = usage.get("last")
                 self.tokens = as_int(last.get("totalTokens"), minimum=0) if isinstance(last, dict) else None
                 self.window = as_int(usage.get("modelContextWindow"), minimum=1)
+        elif method == "thread/goal/updated":
+            self.goal = _goal_status(params.get("goal"))
+        elif method == "thread/goal/cleared":
+            self.goal = NO_GOAL
         elif method == "serverRequest/resolved":
             self.pending.pop(params.get("requestId"), None)  # type: ignore[arg-type]
         else:
@@ -222,6 +245,7 @@ class ThreadModel:
             tokens=self.tokens,
             window=self.window,
             layout_problem=self.problem,
+            goal=self.goal,
         )
 
     def _changes(self, before: ThreadFacts) -> list[ev.DomainEvent]:
