@@ -158,3 +158,16 @@ async def test_plain_codex_with_a_config_override_runs_its_own_app_server_and_pr
     assert JobStore.open_reader({"REKALL_JOBS_DIR": str(daemon.jobs_dir)}).read_status(thread_id)["state"] == \
         "not_scheduled"
     assert not [r for r in mock_model.requests if r.kind == "compaction"]
+
+
+async def test_plain_codex_with_daemon_auto_start_off_runs_its_own_app_server_and_starts_no_daemon(
+        home_without_daemon: Daemon, mock_model: MockModel, tmux: Tmux) -> None:
+    from tests.codex.test_terminal_ui_reach import ON_SHARED, status_of_a_ui
+
+    daemon = home_without_daemon
+    make_isolated_home(daemon.codex_home, mock_model.base_url,
+                       rekall_mcp_toml(daemon.codex_home, daemon.jobs_dir) + trusted_project_toml(daemon.workspace)
+                       + "[features]\ndaemon_auto_start = false\n")
+    _, pane = await anyio.to_thread.run_sync(lambda: status_of_a_ui(daemon, tmux, [], {}))
+    assert ON_SHARED not in pane and "Server:" not in pane, pane
+    assert not daemon.socket_path.exists()

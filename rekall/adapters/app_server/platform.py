@@ -51,12 +51,12 @@ SERVED_SESSIONS = ("terminal sessions on the shared app-server: a plain `codex` 
 #: What makes a terminal session run its own app-server in-process, out of rekall's reach: causes
 #: rekall cannot tell apart from outside the session.
 OWN_APP_SERVER = ("a terminal session runs its own app-server, out of rekall's reach, when it was started with a "
-                  "flag that needs one (-c/--config, --enable/--disable, --search, -p/--profile, --strict-config, "
-                  "--approve-for-me, --dangerously-bypass-hook-trust, --worktree, --oss, --no-daemon, or "
-                  "CODEX_EXEC_SERVER_URL set), when no shared app-server ran as it started and daemon auto-start "
-                  "is off or experimental in its Codex release (`codex features list`: daemon_auto_start), when its "
-                  "release has no shared app-server, or for `codex exec` without --remote; it may also run under "
-                  "another CODEX_HOME. rekall cannot tell which")
+                  "flag that needs one (-c/--config, --search, -p/--profile, --strict-config, --approve-for-me, "
+                  "--dangerously-bypass-hook-trust, --worktree, --oss, --no-daemon, CODEX_EXEC_SERVER_URL set, or "
+                  "--enable/--disable of a feature the daemon does not share, run without it), when no shared "
+                  "app-server ran as it started and daemon auto-start is off or experimental in its Codex release "
+                  "(`codex features list`: daemon_auto_start), when its release has no shared app-server, or for "
+                  "`codex exec` without --remote; it may also run under another CODEX_HOME. rekall cannot tell which")
 #: How the user checks a session, and how to bring it within reach.
 CHECK_AND_FIX = ("in the session, `/status` shows `Server: Local background server` when it is on the shared "
                  "app-server and no `Server:` line when it runs its own, and a startup warning (F2) names the flag "
