@@ -97,7 +97,7 @@ def test_every_declared_test_dependency_is_used_by_the_tests():
 def test_every_text_that_says_which_terminal_sessions_rekall_reaches_counts_plain_codex_on_the_shared_app_server():
     import json
 
-    from rekall.codex.platform import OWN_APP_SERVER, SERVED_SESSIONS
+    from rekall.adapters.app_server.platform import OWN_APP_SERVER, SERVED_SESSIONS
     from rekall.mcp_server import INSTRUCTIONS
 
     light = json.loads((REPO_ROOT / "rekall" / "mcp_light.json").read_text(encoding="utf-8"))

@@ -5,7 +5,7 @@ Each case starts the terminal UI under tmux on the session's daemon home (a daem
 that thread loaded. A UI on the shared app-server shows ``Server: Local background server`` and its
 thread is the daemon's; a UI that runs its own app-server shows no ``Server:`` line and the daemon
 does not know its thread. These are the flags rekall's out-of-reach message names
-(``rekall.codex.platform.OWN_APP_SERVER``) and docs/app-server.md lists.
+(``rekall.adapters.app_server.platform.OWN_APP_SERVER``) and docs/app-server.md lists.
 """
 
 from __future__ import annotations
