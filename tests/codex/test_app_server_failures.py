@@ -153,19 +153,25 @@ async def test_an_explicit_cancel_stops_a_real_worker_waiting_for_idle_and_nothi
     assert "thread/compact/start" not in server.sent and "turn/start" not in server.sent
 
 
-async def test_new_user_input_before_the_compaction_cancels_the_job_and_nothing_is_sent(
-        folder: Path, tmp_path: Path) -> None:
+async def job_waiting_then(folder: Path, tmp_path: Path, *frames: dict[str, Any]) -> tuple[dict[str, Any], Server]:
+    """A job waiting for a busy thread, then ``frames`` from the server: the job's end, and the server."""
     server = Server(ACTIVE_THREAD)
     async with fake_app_server(folder / "app.sock", server):
         env = env_of(folder / "app.sock", tmp_path)
         async with worker_running(env, await scheduled(env)) as read:
             await until_state(read, "waiting_for_idle")
             await server.resumed.wait()
-            new_turn = {"id": "u2", "status": "inProgress", "items": []}
-            await server.push({"method": "turn/started", "params": {"threadId": T, "turn": new_turn}},
-                              {"method": "item/started", "params": {"threadId": T, "turnId": "u2",
-                                                                    "item": {"type": "userMessage", "id": "m2"}}})
+            await server.push(*frames)
             final = await until_state(read, "cancelled", "failed", "timed_out")
+    return final, server
+
+
+async def test_new_user_input_before_the_compaction_cancels_the_job_and_nothing_is_sent(
+        folder: Path, tmp_path: Path) -> None:
+    new_turn = {"id": "u2", "status": "inProgress", "items": []}
+    final, server = await job_waiting_then(
+        folder, tmp_path, {"method": "turn/started", "params": {"threadId": T, "turn": new_turn}},
+        {"method": "item/started", "params": {"threadId": T, "turnId": "u2", "item": {"type": "userMessage", "id": "m2"}}})
     assert final["state"] == "cancelled" and final["outcomeMayBeUnknown"] is False, final
     assert describe_outcome(final["state"], final).startswith("Cancelled: new user input arrived")
     assert "thread/compact/start" not in server.sent
@@ -179,19 +185,13 @@ def goal(status: str) -> dict[str, Any]:
 
 async def test_a_goal_that_becomes_active_while_the_job_waits_ends_it_with_that_reason_and_nothing_is_sent(
         folder: Path, tmp_path: Path) -> None:
-    server = Server(ACTIVE_THREAD)
-    async with fake_app_server(folder / "app.sock", server):
-        env = env_of(folder / "app.sock", tmp_path)
-        async with worker_running(env, await scheduled(env)) as read:
-            await until_state(read, "waiting_for_idle")
-            await server.resumed.wait()
-            # What 0.171.0 sends when a client sets the goal active: the update (no turn yet), then the
-            # goal's own turn, which holds no user message.
-            goal_turn = {"id": "g1", "status": "inProgress", "items": []}
-            await server.push({"method": "thread/goal/updated", "params": {"threadId": T, "turnId": None,
-                                                                           "goal": goal("active")}},
-                              {"method": "turn/started", "params": {"threadId": T, "turn": goal_turn}})
-            final = await until_state(read, "cancelled", "failed", "timed_out")
+    # What 0.171.0 sends when a client sets the goal active: the update (no turn yet), then the
+    # goal's own turn, which holds no user message.
+    goal_turn = {"id": "g1", "status": "inProgress", "items": []}
+    final, server = await job_waiting_then(
+        folder, tmp_path, {"method": "thread/goal/updated", "params": {"threadId": T, "turnId": None,
+                                                                       "goal": goal("active")}},
+        {"method": "turn/started", "params": {"threadId": T, "turn": goal_turn}})
     assert final["state"] == "cancelled" and final["reason"] == "goal_active", final
     assert describe_outcome(final["state"], final).startswith("Cancelled: the thread's goal became active")
     assert "thread/compact/start" not in server.sent and "turn/start" not in server.sent
