@@ -60,6 +60,8 @@ def facts_json(facts: ThreadFacts) -> dict[str, Any]:
     running = out.pop("running_compaction_ids")
     if running:
         out["running_compaction_ids"] = sorted(running)
+    if out["goal"] is None:  # the extension's state shows no goal: transcripts record one only when known
+        del out["goal"]
     return out
 
 

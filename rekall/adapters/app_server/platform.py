@@ -66,8 +66,8 @@ CHECK_AND_FIX = ("in the session, `/status` shows `Server: Local background serv
 
 
 def out_of_reach(seen: str) -> tuple[str, str]:
-    """The message and hint for a terminal thread rekall cannot reach: what it ``seen``, the causes it
-    cannot tell apart, how the user checks and how to fix it."""
+    """The message and hint for a terminal thread rekall cannot reach: ``seen`` (what rekall saw), the
+    causes it cannot tell apart, how the user checks the session and how to fix it."""
     return f"{seen}; {OWN_APP_SERVER}", CHECK_AND_FIX
 
 
@@ -206,7 +206,8 @@ class AppServerThread:
             # Read first: resuming notifies every client, so a thread we must refuse is never resumed.
             _check_conversation(self.thread_id, await server.read_thread(self.thread_id,
                                                                          timeout=self.request_timeout_s))
-            # Read-only too; what changes after it, the resume's own broadcast of the goal says.
+            # Read-only too. A change after it arrives as thread/goal/updated once resumed: the resume
+            # broadcasts the thread's goal (or its absence) to every client.
             goal = await server.thread_goal(self.thread_id, timeout=self.request_timeout_s)
             try:
                 result = await server.resume_thread(self.thread_id, exclude_turns=False,
@@ -399,5 +400,5 @@ async def observe_on(server: SharedAppServer, thread_id: str, timeout_s: float) 
                           calls_in_progress=calls_in_progress(turns))
 
 
-__all__ = ["NAME", "SERVED_SESSIONS", "START_HINT", "AppServerThread", "NotAConversation", "SharedAppServerPlatform",
-           "ThreadNotServed", "observe_on", "out_of_reach"]
+__all__ = ["CHECK_AND_FIX", "NAME", "OWN_APP_SERVER", "SERVED_SESSIONS", "START_HINT", "AppServerThread",
+           "NotAConversation", "SharedAppServerPlatform", "ThreadNotServed", "observe_on", "out_of_reach"]
