@@ -1,10 +1,11 @@
 """The shared Codex app-server as a platform (:mod:`rekall.platform`), named ``app-server``.
 
-The daemon behind ``codex --remote unix://`` (and any ``codex app-server --listen unix://``) is
-shared by several clients; the user's terminal is one, rekall another. What rekall does there:
+The daemon (which a plain ``codex`` starts and joins where daemon auto-start is on, and
+``codex --remote unix://`` attaches to), like any ``codex app-server --listen unix://``, is shared
+by several clients; the user's terminal is one, rekall another. What rekall does there:
 
-* **observe** read-only: ``thread/loaded/list``, ``thread/read`` and ``thread/turns/list``.
-  Never ``thread/resume``, which notifies every client. ``thread/read`` carries no token usage
+* **observe** read-only: ``thread/loaded/list``, ``thread/read``, ``thread/turns/list`` and
+  ``thread/goal/get``. Never ``thread/resume``, which notifies every client. ``thread/read`` carries no token usage
   on 0.171.0, so an observation reports the context size as unknown.
 * **follow** with ``thread/resume`` *without* ``excludeTurns``: that is the one call that
   makes the server replay the thread's token count (``thread/tokenUsage/updated``) at once,

@@ -1,6 +1,6 @@
 """A client of the shared Codex app-server: the daemon's control socket, over WebSocket.
 
-Several clients share this server (the user's terminal UI attached with ``codex --remote``,
+Several clients share this server (the user's terminal UI: a plain ``codex`` or ``codex --remote``,
 Desktop over SSH, remote control). rekall is one of them, and not the user's: a server request
 (an approval, a question) is meant for the user's client. :class:`SharedAppServer` surfaces it as
 a :class:`~rekall.adapters.app_server.rpc.ServerRequest` on the message stream and has no method to answer it.

@@ -1,6 +1,6 @@
 """A thread of the shared app-server as rekall sees it: its facts, kept from public messages.
 
-The shared app-server (the daemon behind ``codex --remote``) speaks the public protocol, not the
+The shared app-server (the daemon of plain ``codex`` and ``codex --remote``) speaks the public protocol, not the
 extension's conversation state. This model turns what that protocol says about one thread into
 the same :class:`~rekall.thread.facts.ThreadFacts` the worker's policy reads on the extension,
 and the same domain events. Sans-I/O: it is fed a thread object (from ``thread/resume`` or
