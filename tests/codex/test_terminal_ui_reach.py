@@ -19,7 +19,8 @@ import anyio
 import pytest
 
 from tests.codex.daemonkit import Daemon, peer_client
-from tests.codex.test_terminal_ui import UI_START_S, ui_env
+from tests.codex.test_plain_terminal_ui import ui_env
+from tests.codex.test_terminal_ui import UI_START_S
 from tests.codex.tmuxkit import Tmux
 
 pytestmark = [pytest.mark.codex, pytest.mark.slow, pytest.mark.anyio]
