@@ -195,7 +195,7 @@ ROWS: list[tuple[Any, ...]] = [
      [UNATTRIBUTABLE], None, 0.0, 0.0),
     # --- the owner's record decides: the user's input after this job's compaction
     ("new user input after this job's compaction completed records it completed, with no continuation",
-     job(S.ACCEPTED), attrs.evolve(COMPACTED, boundary_fingerprint="x", tokens=90_000),
+     job(S.ACCEPTED), attrs.evolve(COMPACTED, boundary_fingerprint="x", tokens=90_000, goal="none"),
      Observed(ev.UserBoundaryChanged("x", False)), MEMO,
      [Fire("compaction_completed", {"compactionId": "c1", "tokens": 90_000, "window": 200_000, "revision": 7,
                                     "userMovedOn": "new_user_input"}, then="consider")], None, 0.0, 0.0),
@@ -204,7 +204,7 @@ ROWS: list[tuple[Any, ...]] = [
      [Fire("compaction_completed", {"compactionId": "c1", "tokens": 30_000, "window": 200_000, "revision": 7,
                                     "userMovedOn": "user_turn_stopped"}, then="consider")], None, 0.0, 0.0),
     ("new user input while this job's compaction still runs cancels (its outcome is unknown)", job(S.ACCEPTED),
-     attrs.evolve(BUSY, boundary_fingerprint="x", running_compaction_ids=frozenset({"c1"})),
+     attrs.evolve(BUSY, boundary_fingerprint="x", running_compaction_ids=frozenset({"c1"}), goal="none"),
      Observed(ev.UserBoundaryChanged("x", False)), MEMO, [Fire("cancel", {"reason": "new_user_input"})], None, 0, 0),
     ("a completed compaction from before the job is not this job's", job(S.ACCEPTED), IDLE,
      Observed(ev.Telemetry(90_000, 200_000)), MEMO, [], None, 0.0, 0.0),
