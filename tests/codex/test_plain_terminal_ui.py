@@ -25,11 +25,11 @@ import pytest
 from rekall.config import DEFAULT_APP_SERVER_SOCKET
 from rekall.store import JobStore
 from tests.codex.daemonkit import Daemon, PeerClient, peer_client, rekall_mcp_toml, stop_daemon, trusted_project_toml
-from tests.codex.test_app_server_job import JOB_S, wait_terminal
-from tests.codex.test_terminal_ui import (ALLOW_QUESTION, FILLER, FIRST_PROMPT, SECOND_PROMPT, UI_START_S, thread_of,
-                                          wait_idle, wait_rekall_connected)
+from tests.codex.test_app_server_job import JOB_S
+from tests.codex.test_terminal_ui import (ALLOW_QUESTION, FILLER, FIRST_PROMPT, SECOND_PROMPT, UI_START_S,
+                                          a_first_turn, the_job_to_its_end, thread_of)
 from tests.codex.tmuxkit import POLL_S, Tmux
-from tests.mcpkit import HANDOFF, wait_for_worker_exit
+from tests.mcpkit import HANDOFF
 from tests.support.codex_home import make_isolated_home
 from tests.support.mock_model import MockModel
 
@@ -93,14 +93,7 @@ async def test_plain_codex_starts_the_shared_app_server_itself_and_rekall_compac
     # The link under CODEX_HOME is too long a path to connect to here; its target is the daemon's own.
     async with peer_client(daemon.socket_path.resolve(), name="observer") as observer:
         thread_id = await the_uis_thread(observer)
-        await anyio.to_thread.run_sync(lambda: tmux.wait_for_text("›", timeout=UI_START_S))
-        mock_model.queue_text(FILLER)
-        await anyio.to_thread.run_sync(lambda: tmux.paste(FIRST_PROMPT, timeout=JOB_S))
-        tmux.press("Enter")
-        await anyio.to_thread.run_sync(lambda: mock_model.wait_for(
-            lambda r: r.kind == "turn" and thread_of(r) == thread_id and "error paths" in r.text, timeout=JOB_S))
-        await wait_rekall_connected(observer, thread_id)
-        await wait_idle(observer, thread_id)
+        await a_first_turn(mock_model, tmux, observer, thread_id)
 
         # The agent's turn: the tool call (the user allows it), then its reply; then the continuation's answer.
         mock_model.queue_mcp_call("rekall", "schedule_compaction", {"threadId": thread_id, "handoff": HANDOFF})
@@ -110,12 +103,7 @@ async def test_plain_codex_starts_the_shared_app_server_itself_and_rekall_compac
         tmux.press("Enter")
         await anyio.to_thread.run_sync(lambda: tmux.wait_for_text(ALLOW_QUESTION, timeout=JOB_S))
         tmux.press("Enter")  # the first choice: allow this once
-        done = await wait_terminal(daemon, thread_id)
-        await wait_for_worker_exit(done["pid"])
-        pane = await anyio.to_thread.run_sync(lambda: tmux.wait_for_text(answer, timeout=JOB_S))
-        await wait_idle(observer, thread_id)
-        turns = (await observer.request("thread/turns/list", {"threadId": thread_id, "sortDirection": "asc",
-                                                              "itemsView": "full"}))["data"]
+        done, pane, turns = await the_job_to_its_end(daemon, tmux, observer, thread_id, answer)
     assert done["state"] == "resumed", done
     assert done["platform"] == "app-server" and done["outcomeMayBeUnknown"] is False
     items = [item for turn in turns for item in turn["items"]]
