@@ -63,6 +63,14 @@ class UserTurnRunning:
 
 
 @attrs.frozen
+class GoalChanged:
+    """The thread's goal status changed (``ThreadFacts.goal``: ``active``, ``paused``, ``none``, ...)."""
+
+    status: str | None
+    revision: int | None = None
+
+
+@attrs.frozen
 class LayoutIncompatible:
     """The conversation state no longer has the layout rekall relies on."""
 
@@ -102,6 +110,7 @@ DomainEvent = (
     | Telemetry
     | UserBoundaryChanged
     | UserTurnRunning
+    | GoalChanged
     | LayoutIncompatible
     | Resynced
     | ProtocolChanged

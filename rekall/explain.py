@@ -74,6 +74,8 @@ def _skip_words(f: JobStatus) -> str:
 _CANCEL_WORDS = {
     "explicit_cancellation": "Cancelled on request",
     "new_user_input": "Cancelled: new user input arrived",
+    "new_turn": "Cancelled: a new turn started",
+    "goal_active": "Cancelled: the thread's goal became active (Codex runs its turns by itself until the goal is paused)",
     "user_turn_stopped": "Cancelled: the latest user turn was stopped",
 }
 

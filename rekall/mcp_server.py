@@ -51,9 +51,11 @@ STATES_TEXT = (
 
 INSTRUCTIONS = (
     "rekall compacts this Codex conversation at a checkpoint and can resume it once. It serves chats of "
-    "the VS Code extension and terminal sessions on the shared app-server (`codex app-server daemon start`, "
-    "then `codex --remote unix://`); a plain `codex` session runs its own app-server, which rekall cannot "
-    "reach, and probe_compaction says so. "
+    "the VS Code extension and terminal sessions on the shared app-server: a plain `codex` where daemon "
+    "auto-start is on (it starts the daemon and joins it; the default in Codex 0.171.0) and `codex --remote "
+    "unix://`. A session that runs its own app-server (started with -c, --profile or a similar flag, with "
+    "auto-start off, or `codex exec`) is out of reach: probe_compaction says what it saw and how the user "
+    "checks. A thread whose goal is active is refused until the goal is paused. "
     "Order: compaction_status, then probe_compaction, then schedule_compaction (only when the user "
     "authorised compaction), then FINISH YOUR TURN, then check compaction_status later. "
     "Pass the current CODEX_THREAD_ID; never guess a thread. Nothing is retried automatically. "
@@ -247,13 +249,15 @@ def build_server() -> MCPServer:
         annotations=ToolAnnotations(title="Probe compaction readiness", read_only_hint=True, open_world_hint=False),
         description=(
             "Read-only preflight. Run it after compaction_status and before schedule_compaction. It finds "
-            "the thread's platform (a VS Code extension window, or the shared app-server of a "
-            "`codex --remote` terminal session; never guessed: both or neither is reported), reports the "
+            "the thread's platform (a VS Code extension window, or the shared app-server of a terminal "
+            "session: plain `codex` where daemon auto-start is on, or `codex --remote`; never guessed: both or "
+            "neither is reported), reports the "
             "runtime status, context headroom (tokens, window, used fraction; unknown on the shared "
             "app-server until a worker follows the thread), the endpoint and peer check, and the "
             "compatibility checks. It never compacts and does not prove that a compaction will succeed; "
-            "'layout_compatible' means only that the expected layout was found. A plain `codex` session "
-            "cannot be reached: the error says how to start one rekall can serve."),
+            "'layout_compatible' means only that the expected layout was found. A terminal session that runs "
+            "its own app-server cannot be reached: the error says what rekall saw, the causes it cannot tell "
+            "apart and how the user checks. A thread whose goal is active is refused: pause the goal first."),
     )
     @_tool_errors
     async def probe_compaction(threadId: ThreadId) -> ProbeResult:
@@ -267,9 +271,10 @@ def build_server() -> MCPServer:
             "it only when the user authorised compaction, then finish your turn. The optional handoff is "
             "saved exactly, per job, and verified by SHA-256 before use; resume:true requests ONE later "
             "continuation turn that carries it, started only if compaction really completed and at most "
-            "60% of the context window is then in use. The job is cancelled by new user input or a "
-            "stopped turn. A second call while a job is unfinished returns that job with "
-            "alreadyScheduled:true; a handoff given with such a call is not saved (handoffIgnored:true). "
+            "60% of the context window is then in use. A thread whose goal is active is refused (pause the "
+            "goal, then schedule). The job is cancelled by new user input (a new turn, where goals cannot be "
+            "told), a goal that becomes active, or a stopped turn. A second call while a job is unfinished "
+            "returns that job with alreadyScheduled:true; a handoff given with such a call is not saved (handoffIgnored:true). "
             "Codex's own compaction prompt is not changed. Nothing is retried automatically: check "
             "compaction_status later. " + STATES_TEXT),
     )

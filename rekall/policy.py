@@ -392,11 +392,16 @@ class _Rules:
             self.track_idle(facts.idle and not facts.running_compaction_ids and not new)
 
     def user_moved_on(self) -> str | None:
-        """New input, steering or a stopped turn: why the job must not go on as planned."""
-        if self.seen.facts.interrupted:
+        """An active goal, new input, steering or a stopped turn: why the job must not go on as
+        planned (a thread whose goal is active starts turns by itself: it would not stay idle)."""
+        facts = self.seen.facts
+        if facts.goal_active:
+            return "goal_active"
+        if facts.interrupted:
             return "user_turn_stopped"
-        if self.seen.facts.boundary_fingerprint != self.job.user_fingerprint:
-            return "new_user_input"
+        if facts.boundary_fingerprint != self.job.user_fingerprint:
+            # Where the goal cannot be told, the new turn may be the thread's own: not called input.
+            return "new_turn" if facts.goal is None else "new_user_input"
         return None
 
     def new_compactions(self) -> frozenset[str]:

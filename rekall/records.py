@@ -16,6 +16,9 @@ from rekall.errors import IpcError
 NO_USER_INPUT = "8fb84ab36bb0823a558267ede0a8e1c61c548408bb86542f96359581110a51ff"
 STOPPED_STATUSES = frozenset({"interrupted", "failed"})
 RUNNING_STATUS = "inProgress"
+#: The goal status while Codex runs the thread's turns by itself; ``NO_GOAL``: the thread has none.
+GOAL_ACTIVE = "active"
+NO_GOAL = "none"
 #: The busy reason while ``threadRuntimeStatus`` is ``null`` (the thread is not loaded yet).
 RUNTIME_NULL = "runtime_null"
 #: The layout problem of a thread whose state has not been seen.
@@ -45,10 +48,17 @@ class ThreadFacts:
     #: app-server's first ``thread/tokenUsage/updated`` of the compaction turn); ``None`` elsewhere.
     tokens_before_compaction: int | None = None
     layout_problem: str | None = NO_STATE
+    #: Codex's goal status where the platform shows it (``active``, ``paused``, ..., ``none``);
+    #: ``None`` when it cannot be told (the extension's state carries no goal).
+    goal: str | None = None
 
     @property
     def idle(self) -> bool:
         return self.busy_reason is None
+
+    @property
+    def goal_active(self) -> bool:
+        return self.goal == GOAL_ACTIVE
 
 
 EMPTY = ThreadFacts()

@@ -25,6 +25,7 @@ from rekall.store import JobStore
 
 if TYPE_CHECKING:
     from rekall.platform import Platform
+    from rekall.records import ThreadFacts
 
 SCHEDULED_MESSAGE = (
     "Queued once. Finish your turn now: rekall waits for the thread to be idle, asks the thread's owner "
@@ -85,6 +86,7 @@ async def probe(thread_id: str, *, env: Mapping[str, str] | None = None) -> dict
     except RekallError as exc:
         raise _read_only(exc) from None
     mirror = seen.facts
+    refuse_active_goal(thread_id, mirror)
     result: dict[str, Any] = {
         "threadId": thread_id,
         "platform": platform.name,
@@ -116,6 +118,16 @@ async def probe(thread_id: str, *, env: Mapping[str, str] | None = None) -> dict
     result["compatibility"] = {"runtime": runtime, "publicSchema": schema}
     result["extensionVersion"] = schema.get("extensionVersion")
     return _camel_keys(result)
+
+
+def refuse_active_goal(thread_id: str, facts: ThreadFacts) -> None:
+    """While its goal is active, Codex starts the thread's turns by itself: it would not stay idle for
+    a compaction, and a continuation would run beside the goal's own turns."""
+    if facts.goal_active:
+        raise Refused(f"thread {thread_id} has an active goal: Codex starts its turns by itself, so it will not "
+                      "stay idle for a compaction; no job was created", code="goal_active",
+                      hint="pause the goal (`/goal pause` in the session), then schedule; resume the goal "
+                           "(`/goal resume`) once the job has ended")
 
 
 def _read_only(exc: RekallError) -> RekallError:
@@ -180,6 +192,7 @@ async def schedule(
     if caller is not None and caller.needs_owner_evidence:
         caller.require(thread_id, "schedule_compaction", seen.calls_in_progress)
     mirror = seen.facts
+    refuse_active_goal(thread_id, mirror)
     if mirror.layout_problem:
         raise Refused(f"unsupported {platform.name} thread layout: {mirror.layout_problem}",
                       hint="run probe_compaction and check extension compatibility")

@@ -92,3 +92,26 @@ def test_every_declared_test_dependency_is_used_by_the_tests():
                if path.name != "test_claims.py"]
     unused = [name for name in names if not any(re.search(rf"\b{re.escape(_USED_AS[name])}\b", s) for s in sources)]
     assert not unused, f"declared but never used by a test: {unused}"
+
+
+def test_every_text_that_says_which_terminal_sessions_rekall_reaches_counts_plain_codex_on_the_shared_app_server():
+    import json
+
+    from rekall.adapters.app_server.platform import OWN_APP_SERVER, SERVED_SESSIONS
+    from rekall.mcp_server import INSTRUCTIONS
+
+    light = json.loads((REPO_ROOT / "rekall" / "mcp_light.json").read_text(encoding="utf-8"))
+    latest = light["versions"][light["latestHandshakeVersion"]]
+    probe = next(t for t in latest["lists"]["tools/list"]["tools"] if t["name"] == "probe_compaction")
+    texts = {"README.md": README, "docs/app-server.md": (REPO_ROOT / "docs" / "app-server.md").read_text("utf-8"),
+             "SKILL.md": (REPO_ROOT / "plugins" / "rekall" / "skills" / "rekall" / "SKILL.md").read_text("utf-8"),
+             "MCP instructions": INSTRUCTIONS, "probe_compaction": probe["description"],
+             "doctor and errors": SERVED_SESSIONS + OWN_APP_SERVER}
+    # What they said before codex-cli 0.171.0 was measured: a plain `codex` out of reach, whatever it runs on.
+    retired = ("plain `codex` session runs its own app-server", "plain `codex` session in a terminal",
+               "plain `codex` session cannot be reached", "plain `codex` session, rekall cannot reach",
+               "plain `codex` terminal session")
+    for name, text in texts.items():
+        flat = " ".join(text.split())
+        assert not [words for words in retired if words in flat], name
+        assert "plain `codex`" in flat and "auto-start" in flat, name

@@ -31,7 +31,7 @@ def test_a_compaction_the_user_moved_on_after_is_explained_as_completed_with_no_
     assert explanation["state"] == "completed" and explanation["path"][-2:] == ["accepted", "completed"]
     assert explanation["outcome"] == (
         "Completed: compacted 90,000 → 30,000 tokens (67% reclaimed) in 1.0 s. No continuation: the compaction "
-        "completed, then the user sent new input: a continuation would talk over them, so none was started.")
+        "completed, then the user sent new input: a continuation would talk over it, so none was started.")
     status = store.read_status(thread)
     assert (status["resumeSkipped"], status["outcomeMayBeUnknown"]) == ("new_user_input", False)
     last = explanation["timeline"][-1]

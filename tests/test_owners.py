@@ -59,9 +59,15 @@ async def test_with_no_shared_app_server_the_extensions_answer_stands_and_names_
     assert caught.value.code == "endpoint_missing"  # the extension's own code, as before
     # Each platform says where it looked, and which CODEX_HOME that was, and why (here: from the environment).
     assert f"rekall looked under CODEX_HOME {tmp_path}, from this process's environment" in caught.value.message
-    assert f"; and no shared Codex app-server: {tmp_path}/app-server-control/app-server-control.sock does not " \
-           "exist" in caught.value.message
-    assert "codex app-server daemon start" in caught.value.hint and "plain `codex`" in caught.value.hint
+    said = caught.value.message
+    assert "; no shared app-server runs here either (no shared Codex app-server: " in said
+    assert f"{tmp_path}/app-server-control/app-server-control.sock does not exist" in said
+    # The causes rekall cannot tell apart, then how the user checks the session and brings it in reach.
+    assert "-c/--config" in said and "-p/--profile" in said and "daemon_auto_start" in said and "codex exec" in said
+    assert "rekall cannot tell which" in said
+    hint = caught.value.hint
+    assert "`/status` shows `Server: Local background server`" in hint and "codex --remote unix://" in hint
+    assert "codex app-server daemon start" in hint
 
 
 async def test_a_default_codex_home_is_named_as_the_default_with_the_likely_mistake(tmp_path: Path) -> None:

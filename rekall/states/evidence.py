@@ -15,9 +15,10 @@ import attrs
 
 from rekall.errors import InvalidInput
 
-CANCEL_REASONS = ("explicit_cancellation", "new_user_input", "user_turn_stopped")
-#: The user's moves after which no continuation is started (a cancel reason too, before a compaction completed).
-USER_MOVED_ON = ("new_user_input", "user_turn_stopped")
+#: The user's (or the thread's own) moves after which no continuation is started (a cancel reason too,
+#: before a compaction completed). ``new_turn``: a new turn where goals cannot be told.
+USER_MOVED_ON = ("new_user_input", "new_turn", "goal_active", "user_turn_stopped")
+CANCEL_REASONS = ("explicit_cancellation", *USER_MOVED_ON)
 DELIVERY = ("not_delivered", "unknown")
 
 
@@ -136,7 +137,8 @@ TRIGGERS: Mapping[str, TriggerSpec] = {
             Key("settleWindowS", "number"), Key("runtimeStatus", "str|null"), Key("ownerId", "str|null"),
             Key("revision", "int|null"),
         )),
-        TriggerSpec("cancel", "An explicit cancel marker, new user input, or a stopped user turn.", (
+        TriggerSpec("cancel", "An explicit cancel marker, new user input (a new turn where goals cannot be told), "
+                              "an active goal, or a stopped user turn.", (
             Key("reason", "str", choices=CANCEL_REASONS), Key("delivery", "str", required=False, choices=DELIVERY),
         )),
         TriggerSpec("deadline", "The worker's deadline passed.", (

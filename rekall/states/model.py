@@ -37,7 +37,7 @@ class JobState(str, Enum):
     COMPLETED = "completed", "Terminal: the compaction completed; no continuation was asked for."
     RESUMED = "resumed", "Terminal: the compaction completed and one continuation turn started."
     SKIPPED = "skipped", "Terminal: the compaction completed; the continuation was refused for headroom."
-    CANCELLED = "cancelled", "Terminal: cancelled on request, by new user input, or by a stopped turn."
+    CANCELLED = "cancelled", "Terminal: cancelled on request, by new user input or a new turn, an active goal, or a stopped turn."
     TIMED_OUT = "timed_out", "Terminal: the worker's deadline passed first."
     FAILED = "failed", "Terminal: an error stopped the job (its errorCode says which)."
 

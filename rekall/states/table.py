@@ -152,12 +152,15 @@ def _completed(job: JobView, ev: Evidence, now: Instant) -> dict[str, Any]:
     return {**_completion(job, ev, now), **_known_outcome(now)}
 
 
+_MOVED_ON_WORDS = {"user_turn_stopped": "the user stopped their turn", "new_user_input": "the user sent new input",
+                   "new_turn": "a new turn started", "goal_active": "the thread's goal became active"}
+
+
 def _completed_user_moved_on(job: JobView, ev: Evidence, now: Instant) -> dict[str, Any]:
-    why = ("stopped their turn" if ev["userMovedOn"] == "user_turn_stopped" else "sent new input")
     return {**_completion(job, ev, now), **_known_outcome(now), **wire(JobStatus(
         resumeSkipped=ev["userMovedOn"],
-        resumeSkipReason=f"the compaction completed, then the user {why}: a continuation would talk over them, "
-                         "so none was started"))}
+        resumeSkipReason=f"the compaction completed, then {_MOVED_ON_WORDS[ev['userMovedOn']]}: a continuation "
+                         "would talk over it, so none was started"))}
 
 
 def _skipped_at_completion(job: JobView, ev: Evidence, now: Instant) -> dict[str, Any]:
@@ -268,7 +271,7 @@ TRANSITIONS: tuple[Transition, ...] = (
                "outcome unknown (an answer or the connection was lost); the owner, reachable again, shows "
                "nothing happening for the settle window; outcomeMayBeUnknown true"),
     Transition("cancel", _ANY, S.CANCELLED, None, _cancelled,
-               f"explicit marker, new user input, or a stopped turn; {_UNKNOWN_NOTE}"),
+               f"explicit marker, new user input or a new turn, an active goal, or a stopped turn; {_UNKNOWN_NOTE}"),
     Transition("deadline", _ANY, S.TIMED_OUT, None, _timed_out, f"the worker deadline; {_UNKNOWN_NOTE}"),
     Transition("fail", _ANY, S.FAILED, None, _failed,
                f"errorCode plus message (worker_lost when the worker died); {_UNKNOWN_NOTE}"),

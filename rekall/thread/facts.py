@@ -50,6 +50,13 @@ Telemetry
     ``latestTokenUsageInfo.last.totalTokens`` (a non-negative integer) and
     ``latestTokenUsageInfo.modelContextWindow`` (a positive integer); else ``None``.
 
+Goal
+    Codex's goal status for the thread where the platform shows it (the shared app-server's
+    ``thread/goal/get`` and ``thread/goal/updated``): a ``ThreadGoalStatus`` (``active``,
+    ``paused``, ...), or ``none`` when the thread has no goal. ``None`` when it cannot be told:
+    the extension's conversation state carries no goal. While a goal is ``active`` the thread
+    starts turns by itself.
+
 Layout
     Problems are short sentences; :attr:`ThreadFacts.layout_problem` joins the distinct ones
     in sorted order, or is ``None``.

@@ -41,6 +41,8 @@ def diff_events(old: ThreadFacts, new: ThreadFacts, revision: int | None) -> lis
         out.append(ev.UserBoundaryChanged(new.boundary_fingerprint, new.interrupted, revision))
     if new.user_turn_running != old.user_turn_running:
         out.append(ev.UserTurnRunning(new.user_turn_running, revision))
+    if new.goal != old.goal:
+        out.append(ev.GoalChanged(new.goal, revision))
     if (new.tokens, new.window) != (old.tokens, old.window):
         out.append(ev.Telemetry(new.tokens, new.window, revision))
     for compaction_id in sorted(new.completed_compaction_ids - old.completed_compaction_ids):

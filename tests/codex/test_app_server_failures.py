@@ -61,7 +61,8 @@ class Server:
         self.answers: dict[str, Any] = {"thread/loaded/list": loaded(T), "thread/read": ok({"thread": thread}),
                                         "thread/turns/list": ok({"data": thread["turns"], "nextCursor": None}),
                                         # excludeTurns: no turns, and no token count replayed
-                                        "thread/resume": ok({"thread": {**thread, "turns": []}})}
+                                        "thread/resume": ok({"thread": {**thread, "turns": []}}),
+                                        "thread/goal/get": ok({"goal": None})}
         self.answers.update({name.replace("__", "/"): value for name, value in answers.items()})
         self.sent: list[str] = []
         self.answered: list[dict[str, Any]] = []  # responses rekall sent to OUR requests (must stay empty)
@@ -158,22 +159,65 @@ async def test_an_explicit_cancel_stops_a_real_worker_waiting_for_idle_and_nothi
     assert "thread/compact/start" not in server.sent and "turn/start" not in server.sent
 
 
-async def test_new_user_input_before_the_compaction_cancels_the_job_and_nothing_is_sent(
-        folder: Path, tmp_path: Path) -> None:
+async def job_waiting_then(folder: Path, tmp_path: Path, *frames: dict[str, Any]) -> tuple[dict[str, Any], Server]:
+    """A job waiting for a busy thread, then ``frames`` from the server: the job's end, and the server."""
     server = Server(ACTIVE_THREAD)
     async with fake_app_server(folder / "app.sock", server):
         env = env_of(folder / "app.sock", tmp_path)
         async with worker_running(env, await scheduled(env)) as read:
             await until_state(read, "waiting_for_idle")
             await server.resumed.wait()
-            new_turn = {"id": "u2", "status": "inProgress", "items": []}
-            await server.push({"method": "turn/started", "params": {"threadId": T, "turn": new_turn}},
-                              {"method": "item/started", "params": {"threadId": T, "turnId": "u2",
-                                                                    "item": {"type": "userMessage", "id": "m2"}}})
+            await server.push(*frames)
             final = await until_state(read, "cancelled", "failed", "timed_out")
+    return final, server
+
+
+async def test_new_user_input_before_the_compaction_cancels_the_job_and_nothing_is_sent(
+        folder: Path, tmp_path: Path) -> None:
+    new_turn = {"id": "u2", "status": "inProgress", "items": []}
+    final, server = await job_waiting_then(
+        folder, tmp_path, {"method": "turn/started", "params": {"threadId": T, "turn": new_turn}},
+        {"method": "item/started", "params": {"threadId": T, "turnId": "u2", "item": {"type": "userMessage", "id": "m2"}}})
     assert final["state"] == "cancelled" and final["outcomeMayBeUnknown"] is False, final
     assert describe_outcome(final["state"], final).startswith("Cancelled: new user input arrived")
     assert "thread/compact/start" not in server.sent
+
+
+def goal(status: str) -> dict[str, Any]:
+    """A ``ThreadGoal`` as 0.171.0 sends it (``thread/goal/get``, ``thread/goal/updated``)."""
+    return {"threadId": T, "objective": "write the changelog", "status": status, "tokenBudget": None,
+            "tokensUsed": 0, "timeUsedSeconds": 0, "createdAt": 1796172073, "updatedAt": 1796172073}
+
+
+async def test_a_goal_that_becomes_active_while_the_job_waits_ends_it_with_that_reason_and_nothing_is_sent(
+        folder: Path, tmp_path: Path) -> None:
+    # What 0.171.0 sends when a client sets the goal active: the update (no turn yet), then the
+    # goal's own turn, which holds no user message.
+    goal_turn = {"id": "g1", "status": "inProgress", "items": []}
+    final, server = await job_waiting_then(
+        folder, tmp_path, {"method": "thread/goal/updated", "params": {"threadId": T, "turnId": None,
+                                                                       "goal": goal("active")}},
+        {"method": "turn/started", "params": {"threadId": T, "turn": goal_turn}})
+    assert final["state"] == "cancelled" and final["reason"] == "goal_active", final
+    assert describe_outcome(final["state"], final).startswith("Cancelled: the thread's goal became active")
+    assert "thread/compact/start" not in server.sent and "turn/start" not in server.sent
+
+
+@pytest.mark.parametrize("ask", ["probe", "schedule"])
+async def test_a_thread_whose_goal_is_active_is_refused_before_a_job_exists(
+        folder: Path, tmp_path: Path, ask: str) -> None:
+    server = Server(IDLE_THREAD, thread__goal__get=ok({"goal": goal("active")}))
+    async with fake_app_server(folder / "app.sock", server):
+        env = env_of(folder / "app.sock", tmp_path)
+        with anyio.fail_after(WAIT_S), pytest.raises(service.Refused) as caught:
+            if ask == "probe":
+                await service.probe(T, env=env)
+            else:
+                await service.schedule(T, COMPACT_ONLY, env=env, spawn=lambda *a, **k: pytest.fail("spawned"))
+    assert caught.value.code == "goal_active" and "has an active goal" in caught.value.message
+    assert "`/goal pause`" in caught.value.hint and "then schedule" in caught.value.hint
+    assert JobStore.open(env).read_status(T)["state"] == "not_scheduled"
+    assert not {"thread/resume", "thread/compact/start", "turn/start"} & set(server.sent)
 
 
 async def test_a_pending_approval_holds_the_job_in_waiting_for_idle_until_the_user_answers_it(

@@ -188,3 +188,40 @@ async def test_a_pending_approval_holds_the_job_and_rekall_never_answers_it(
                    and m["params"]["item"]["type"] == "contextCompaction"]
     assert compactions == [done["compactionId"]]
     assert not untouched.exists()
+
+
+def rekall_cli_refused(daemon: Daemon, *args: str) -> dict[str, Any]:
+    """The JSON error of a rekall command that must refuse (exit status 1)."""
+    env = {"CODEX_HOME": str(daemon.codex_home), "REKALL_JOBS_DIR": str(daemon.jobs_dir), "PATH": "/usr/bin:/bin",
+           "TMPDIR": str(daemon.jobs_dir.parent)}
+    done = subprocess.run([sys.executable, "-m", "rekall", *args, "--json"], capture_output=True, text=True, env=env,
+                          timeout=60)
+    assert done.returncode == 1, (done.stdout, done.stderr)
+    return json.loads(done.stdout or done.stderr)
+
+
+async def test_a_thread_whose_goal_is_active_is_refused_at_probe_and_schedule_and_no_job_is_created(
+        app_server_daemon: Daemon, daemon_model: MockModel) -> None:
+    daemon = app_server_daemon
+    async with peer_client(daemon.socket_path) as user:
+        thread_id = (await user.request("thread/start", {"approvalPolicy": "never"}))["thread"]["id"]
+        await run_turn(user, thread_id, "Read the parser and tell me everything about it.")
+        store = JobStore.open_reader({"REKALL_JOBS_DIR": str(daemon.jobs_dir)})
+        # The goal runs the thread's turns by itself (the mock answers each): refused however busy it is.
+        await user.request("thread/goal/set", {"threadId": thread_id, "objective": "write the changelog",
+                                               "status": "active", "origin": "user"})
+        try:
+            probed = rekall_cli_refused(daemon, "probe", thread_id)
+            scheduled = rekall_cli_refused(daemon, "schedule", thread_id)
+        finally:
+            await user.request("thread/goal/set", {"threadId": thread_id, "status": "paused", "origin": "user"})
+        with anyio.fail_after(JOB_S):  # the goal's last turn ends
+            while (await user.request("thread/read", {"threadId": thread_id}))["thread"]["status"]["type"] != "idle":
+                await anyio.sleep(0.1)
+        turns = (await user.request("thread/turns/list", {"threadId": thread_id, "sortDirection": "asc",
+                                                          "itemsView": "full"}))["data"]
+    for refused in (probed, scheduled):
+        assert refused["error"]["code"] == "goal_active", refused
+        assert "/goal pause" in refused["error"]["hint"] and "then schedule" in refused["error"]["hint"]
+    assert store.read_status(thread_id)["state"] == "not_scheduled"
+    assert not [item for turn in turns for item in turn["items"] if item["type"] == "contextCompaction"]

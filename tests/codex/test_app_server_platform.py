@@ -86,9 +86,11 @@ async def test_a_thread_no_platform_has_is_reported_with_what_each_said(env: dic
         await find_owner(unknown, env, request_timeout_s=10)
     message = caught.value.message
     assert message.startswith(f"no platform serves thread {unknown}: the VS Code extension: ")
-    assert f"the shared app-server: the shared app-server at {env['CODEX_HOME']}" in message
-    assert "does not have thread" in message
-    assert "codex --remote unix://" in caught.value.hint and "plain `codex`" in caught.value.hint
+    assert f"the shared app-server: a shared app-server runs at {env['CODEX_HOME']}" in message
+    assert f"does not have thread {unknown} loaded" in message
+    # What rekall cannot tell apart, then how the user checks the session and what brings it in reach.
+    assert "-c/--config" in message and "daemon_auto_start" in message and "rekall cannot tell which" in message
+    assert "`Server: Local background server`" in caught.value.hint and "codex --remote unix://" in caught.value.hint
 
 
 async def test_doctor_names_the_daemon_its_version_and_the_binary_whose_schema_it_checked(

@@ -84,7 +84,7 @@ async def test_observing_reads_and_never_resumes(folder: Path) -> None:
     async with fake_app_server(folder / "app.sock", script):
         with anyio.fail_after(10):
             seen = await SharedAppServerPlatform(env_for(folder / "app.sock")).observe(T, request_timeout_s=5)
-    assert script.sent == ["thread/loaded/list", "thread/read", "thread/turns/list"]
+    assert script.sent == ["thread/loaded/list", "thread/read", "thread/turns/list", "thread/goal/get"]
     assert seen.facts.idle and seen.facts.tokens is None and seen.owner_id is None
     assert seen.details["serverVersion"] == FAKE_VERSION and "headroomNote" in seen.details
 
@@ -165,7 +165,7 @@ async def test_following_resumes_without_the_history_takes_the_baseline_from_the
     assert (done.tokens_before_compaction, done.tokens) == (35921, 4100)
     assert done.completed_compaction_ids == {"old", "new"}
     assert compacted.ok and started.ok and (started.turn_id, started.turn_status) == ("r1", "inProgress")
-    assert script.sent == ["thread/loaded/list", "thread/read", "thread/resume", "thread/turns/list",
+    assert script.sent == ["thread/loaded/list", "thread/read", "thread/goal/get", "thread/resume", "thread/turns/list",
                            "thread/compact/start", "turn/start"]
     assert thread.evidence() == {"platform": "app-server", "ownerId": None, "serverVersion": None, "endpoint": None}
 
@@ -223,7 +223,7 @@ async def test_a_server_that_dies_while_followed_is_reported_once_and_reconnecti
         await thread.aclose()
     assert isinstance(lost, ev.ConnectionLost)
     assert "nothing is listening" in caught.value.message and "codex app-server daemon start" in caught.value.hint
-    assert script.sent == ["thread/loaded/list", "thread/read", "thread/resume", "thread/turns/list"]
+    assert script.sent == ["thread/loaded/list", "thread/read", "thread/goal/get", "thread/resume", "thread/turns/list"]
 
 
 async def test_a_daemon_that_dies_after_accepting_the_compaction_fails_the_job_with_an_unknown_outcome(

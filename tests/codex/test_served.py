@@ -89,8 +89,9 @@ async def test_no_shared_app_server_is_not_an_error_but_a_thread_that_could_be_o
     rows = await diagnose({"CODEX_HOME": str(tmp_path), "PATH": ""})
     assert [(r.name, r.level) for r in rows] == [("app_server_socket", "GREEN"), ("app_server", "GREEN"),
                                                  ("app_server_schema", "GREEN")]
-    assert "codex app-server daemon start" in rows[0].detail and "plain `codex`" in rows[0].detail
+    assert "a plain `codex` where daemon auto-start is on" in rows[0].detail and "codex --remote" in rows[0].detail
     rows = await diagnose({"CODEX_HOME": str(tmp_path), "PATH": "", "CODEX_THREAD_ID": "t-1"})
     (thread,) = [r for r in rows if r.name == "app_server_thread"]
-    assert thread.level == "AMBER" and "plain `codex` session, rekall cannot reach it" in thread.detail
-    assert "codex --remote unix://" in thread.hint
+    assert thread.level == "AMBER" and "thread t-1 is not on a shared app-server: none runs here" in thread.detail
+    assert "-c/--config" in thread.detail and "rekall cannot tell which" in thread.detail
+    assert "`/status` shows `Server: Local background server`" in thread.hint and "codex --remote unix://" in thread.hint

@@ -75,8 +75,14 @@ async def ui_after_a_first_turn(daemon: Daemon, model: MockModel, tmux: Tmux, ob
                                       and m["params"]["thread"].get("threadSource") == "user",
                                       start=watch_from, timeout=UI_START_S)
     thread_id = started["params"]["thread"]["id"]
-    await anyio.to_thread.run_sync(lambda: tmux.wait_for_text("›", timeout=UI_START_S))
+    await a_first_turn(model, tmux, observer, thread_id)
+    return thread_id
 
+
+async def a_first_turn(model: MockModel, tmux: Tmux, observer: PeerClient, thread_id: str) -> None:
+    """The user's first prompt in the UI's pane, which fills the context; returns once the turn is
+    over and rekall's MCP server answers on the thread."""
+    await anyio.to_thread.run_sync(lambda: tmux.wait_for_text("›", timeout=UI_START_S))
     model.queue_text(FILLER)
     await anyio.to_thread.run_sync(lambda: tmux.paste(FIRST_PROMPT, timeout=JOB_S))
     tmux.press("Enter")
@@ -85,7 +91,21 @@ async def ui_after_a_first_turn(daemon: Daemon, model: MockModel, tmux: Tmux, ob
     await wait_rekall_connected(observer, thread_id)
     # The first turn is over once the daemon lists the thread idle again.
     await wait_idle(observer, thread_id)
-    return thread_id
+
+
+async def the_job_to_its_end(daemon: Daemon, tmux: Tmux, observer: PeerClient, thread_id: str,
+                             answer: str) -> tuple[dict[str, Any], str, list[dict[str, Any]]]:
+    """Once the agent's call is allowed: the job's end, the pane once it shows the continuation's
+    ``answer``, and the daemon's turns of the thread."""
+    done = await wait_terminal(daemon, thread_id)
+    await wait_for_worker_exit(done["pid"])
+    pane = await anyio.to_thread.run_sync(lambda: tmux.wait_for_text(answer, timeout=JOB_S))
+    # The answer can be on screen a moment before the daemon ends its turn: read the turns once
+    # the daemon lists the thread idle again.
+    await wait_idle(observer, thread_id)
+    turns = (await observer.request("thread/turns/list", {"threadId": thread_id, "sortDirection": "asc",
+                                                          "itemsView": "full"}))["data"]
+    return done, pane, turns
 
 
 async def test_the_real_terminal_ui_attached_to_the_daemon_compacts_through_rekall_and_shows_the_continuation(
@@ -108,14 +128,7 @@ async def test_the_real_terminal_ui_attached_to_the_daemon_compacts_through_reka
         assert JobStore.open_reader({"REKALL_JOBS_DIR": str(daemon.jobs_dir)}).read_status(thread_id)["state"] \
             == "not_scheduled"
         tmux.press("Enter")  # the first choice: allow this once
-        done = await wait_terminal(daemon, thread_id)
-        await wait_for_worker_exit(done["pid"])
-        pane = await anyio.to_thread.run_sync(lambda: tmux.wait_for_text(answer, timeout=JOB_S))
-        # The answer can be on screen a moment before the daemon ends its turn: read the turns once
-        # the daemon lists the thread idle again.
-        await wait_idle(observer, thread_id)
-        turns = (await observer.request("thread/turns/list", {"threadId": thread_id, "sortDirection": "asc",
-                                                              "itemsView": "full"}))["data"]
+        done, pane, turns = await the_job_to_its_end(daemon, tmux, observer, thread_id, answer)
     print("\n--- the terminal UI's pane at the end ---\n" + "\n".join(line.rstrip() for line in pane.splitlines()))
 
     # The job: resumed on the shared app-server, with real telemetry on both sides of the compaction.

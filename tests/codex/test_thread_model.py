@@ -152,3 +152,30 @@ def test_a_compaction_whose_turn_ended_without_it_is_neither_running_nor_complet
          note("item/started", turnId="c", item={"type": "contextCompaction", "id": "x"}),
          note("turn/completed", turn={"id": "c", "status": "interrupted", "items": []}))
     assert not model.facts.completed_compaction_ids and not model.facts.running_compaction_ids
+
+
+def goal(status: str) -> dict[str, Any]:
+    return {"threadId": T, "objective": "ship it", "status": status, "tokensUsed": 0, "timeUsedSeconds": 0,
+            "createdAt": 1, "updatedAt": 1}
+
+
+def test_the_goal_is_unknown_until_read_then_follows_its_updates_and_its_clearing() -> None:
+    model = idle_thread(turn("u1", "completed", "userMessage"))
+    assert model.facts.goal is None and not model.facts.goal_active  # the thread object carries no goal
+    assert model.load_goal({"goal": None}) == [ev.GoalChanged("none", model.revision)]
+    assert model.facts.goal == "none"
+    events = feed(model, note("thread/goal/updated", turnId=None, goal=goal("active")))
+    assert model.facts.goal_active and events == [ev.GoalChanged("active", model.revision)]
+    feed(model, note("thread/goal/updated", turnId="g1", goal=goal("paused")))
+    assert model.facts.goal == "paused" and not model.facts.goal_active
+    feed(model, note("thread/goal/cleared"))
+    assert model.facts.goal == "none"
+    feed(model, note("thread/goal/updated", goal={"status": 7}))
+    assert model.facts.goal is None  # a shape rekall cannot read is unknown, not a guess
+
+
+def test_a_goals_own_turn_holds_no_user_message_and_does_not_move_the_user_boundary() -> None:
+    model = idle_thread(turn("u1", "completed", "userMessage", "agentMessage"))
+    feed(model, note("turn/started", turn=turn("g1", "inProgress")),
+         note("item/completed", turnId="g1", item={"type": "agentMessage", "id": "m"}))
+    assert model.facts.boundary_fingerprint == fingerprint_of("u1") and not model.facts.idle

@@ -62,6 +62,8 @@ def facts_json(facts: ThreadFacts) -> dict[str, Any]:
         out["running_compaction_ids"] = sorted(running)
     if out["tokens_before_compaction"] is None:  # the app-server's; the extension's transcripts have none
         del out["tokens_before_compaction"]
+    if out["goal"] is None:  # the extension's state shows no goal: transcripts record one only when known
+        del out["goal"]
     return out
 
 

@@ -1,10 +1,11 @@
 """The shared Codex app-server as a platform (:mod:`rekall.platform`), named ``app-server``.
 
-The daemon behind ``codex --remote unix://`` (and any ``codex app-server --listen unix://``) is
-shared by several clients; the user's terminal is one, rekall another. What rekall does there:
+The daemon (which a plain ``codex`` starts and joins where daemon auto-start is on, and
+``codex --remote unix://`` attaches to), like any ``codex app-server --listen unix://``, is shared
+by several clients; the user's terminal is one, rekall another. What rekall does there:
 
-* **observe** read-only: ``thread/loaded/list``, ``thread/read`` and ``thread/turns/list``.
-  Never ``thread/resume``, which notifies every client. ``thread/read`` carries no token usage
+* **observe** read-only: ``thread/loaded/list``, ``thread/read``, ``thread/turns/list`` and
+  ``thread/goal/get``. Never ``thread/resume``, which notifies every client. ``thread/read`` carries no token usage
   on 0.171.0, so an observation reports the context size as unknown.
 * **follow** with ``thread/resume`` and ``excludeTurns`` (full-history hydration is deprecated
   for paginated threads: the server answers it with a ``deprecationNotice``); the baseline
@@ -49,10 +50,36 @@ log = logging.getLogger("rekall.codex.platform")
 TURNS_OBSERVED = 10
 #: How 0.171.0 says a thread has no first turn yet (``thread/resume``; ``thread/turns/list``).
 NO_ROLLOUT = ("no rollout found", "is not materialized yet")
-#: A plain ``codex`` session is the usual reason a terminal thread is not found.
-PLAIN_CODEX = "a plain `codex` session runs its own app-server, which rekall cannot reach"
-SERVABLE_SESSION = ("start the shared app-server with `codex app-server daemon start`, then attach the terminal "
-                    "with `codex --remote unix://`; " + PLAIN_CODEX)
+#: The terminal sessions rekall reaches (Codex 0.171.0; docs/app-server.md says what was measured).
+SERVED_SESSIONS = ("terminal sessions on the shared app-server: a plain `codex` where daemon auto-start is on "
+                   "(it starts the daemon and joins it; on by default in 0.171.0) and `codex --remote unix://`")
+#: What makes a terminal session run its own app-server in-process, out of rekall's reach: causes
+#: rekall cannot tell apart from outside the session.
+OWN_APP_SERVER = ("a terminal session runs its own app-server, out of rekall's reach, when it was started with a "
+                  "flag that needs one (-c/--config, --search, -p/--profile, --strict-config, --approve-for-me, "
+                  "--dangerously-bypass-hook-trust, --worktree, --oss, --no-daemon, CODEX_EXEC_SERVER_URL set, or "
+                  "--enable/--disable of a feature the daemon does not share, run without it), when no shared "
+                  "app-server ran as it started and daemon auto-start is off or experimental in its Codex release "
+                  "(`codex features list`: daemon_auto_start), when its release has no shared app-server, or for "
+                  "`codex exec` without --remote; it may also run under another CODEX_HOME. rekall cannot tell which")
+#: How the user checks a session, and how to bring it within reach: with a shared app-server running
+#: (a plain `codex` joins one whatever its auto-start setting), and with none.
+CHECK = ("in the session, `/status` shows `Server: Local background server` when it is on the shared "
+         "app-server and no `Server:` line when it runs its own, and a startup warning (F2) names the flag "
+         "that kept it off")
+FIX_WITH_SERVER = "restart it without that flag (put the setting in config.toml), or as `codex --remote unix://`"
+CHECK_AND_FIX = (f"{CHECK}; restart it without that flag (put the setting in config.toml), with "
+                 "`[features] daemon_auto_start = true` in config.toml, or as `codex --remote unix://` after "
+                 "`codex app-server daemon start`")
+
+
+def out_of_reach(seen: str, *, server_runs: bool = False) -> tuple[str, str]:
+    """The message and hint for a terminal thread rekall cannot reach: ``seen`` (what rekall saw), the
+    causes it cannot tell apart, how the user checks the session and how to fix it (a running server
+    needs no starting)."""
+    return f"{seen}; {OWN_APP_SERVER}", f"{CHECK}; {FIX_WITH_SERVER}" if server_runs else CHECK_AND_FIX
+
+
 HEADROOM_UNKNOWN = ("unknown until a worker follows the thread: thread/read reports no token usage on the "
                     "shared app-server")
 
@@ -90,9 +117,10 @@ def _reached_error(exc: BaseException) -> RekallError:
 
 
 def _not_loaded(thread_id: str, socket_path: str) -> ThreadNotServed:
-    return ThreadNotServed(f"the shared app-server at {socket_path} does not have thread {thread_id} loaded",
-                           hint="open the thread in a client of that server (`codex --remote unix://`, then "
-                                "resume it there), or check the thread id; " + PLAIN_CODEX)
+    message, hint = out_of_reach(f"a shared app-server runs at {socket_path} and does not have thread {thread_id} "
+                                 "loaded (the session may also have ended, or the id may be wrong)",
+                                 server_runs=True)
+    return ThreadNotServed(message, hint=hint)
 
 
 def _check_conversation(thread_id: str, thread: Mapping[str, Any]) -> None:
@@ -188,6 +216,9 @@ class AppServerThread:
             # Read first: resuming notifies every client, so a thread we must refuse is never resumed.
             _check_conversation(self.thread_id, await server.read_thread(self.thread_id,
                                                                          timeout=self.request_timeout_s))
+            # Read-only too. A change after it arrives as thread/goal/updated once resumed: the resume
+            # broadcasts the thread's goal (or its absence) to every client.
+            goal = await server.thread_goal(self.thread_id, timeout=self.request_timeout_s)
             try:
                 result = await server.resume_thread(self.thread_id, timeout=self.request_timeout_s)
             except AppServerError as exc:
@@ -205,6 +236,8 @@ class AppServerThread:
             raise _reached_error(exc) from None
         self.link = link
         events = self.model.load(result["thread"], turns)
+        if goal is not None:
+            events += self.model.load_goal(goal)
         self._reader = asyncio.ensure_future(self._read(link, server))
         return events
 
@@ -300,7 +333,7 @@ class SharedAppServerPlatform:
 
     name = NAME
     title = "the shared app-server"
-    serving_hint = SERVABLE_SESSION
+    serving_hint = CHECK_AND_FIX
     follow_only_reads = False  # following resumes the thread, which notifies every client
 
     def __init__(self, env: Mapping[str, str] | None = None) -> None:
@@ -336,7 +369,8 @@ class SharedAppServerPlatform:
         if not isinstance(error, EndpointMissing):
             return None
         # Its own words, which say where rekall looked (and which CODEX_HOME that was).
-        return Absence(f"and {error.message}", f"for a terminal session: {SERVABLE_SESSION}")
+        note, check = out_of_reach(f"no shared app-server runs here either ({error.message})")
+        return Absence(note, f"for a terminal session: {check}")
 
     def with_notes(self, error: RekallError, notes: Sequence[Absence]) -> RekallError:
         return noted(error, notes)
@@ -379,6 +413,9 @@ async def observe_on(server: SharedAppServer, thread_id: str, timeout_s: float) 
     model = ThreadModel(thread_id)
     turns = await _latest_turns(server, thread_id, timeout_s)
     model.load(thread, turns)
+    goal = await server.thread_goal(thread_id, timeout=timeout_s)
+    if goal is not None:
+        model.load_goal(goal)
     from rekall.caller import calls_in_progress
 
     return ThreadSnapshot(thread_id, model.facts, model.revision, None,
@@ -386,5 +423,5 @@ async def observe_on(server: SharedAppServer, thread_id: str, timeout_s: float) 
                           calls_in_progress=calls_in_progress(turns))
 
 
-__all__ = ["NAME", "SERVABLE_SESSION", "START_HINT", "AppServerThread", "NotAConversation", "SharedAppServerPlatform",
-           "ThreadNotServed", "observe_on"]
+__all__ = ["CHECK_AND_FIX", "NAME", "OWN_APP_SERVER", "SERVED_SESSIONS", "START_HINT", "AppServerThread",
+           "NotAConversation", "SharedAppServerPlatform", "ThreadNotServed", "observe_on", "out_of_reach"]

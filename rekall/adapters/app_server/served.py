@@ -98,7 +98,7 @@ def schema_report(env: Mapping[str, str], server_version: str | None) -> dict[st
 async def diagnose(env: Mapping[str, str]) -> list[Row]:
     """``app_server_socket``, ``app_server`` and ``app_server_schema`` (and ``app_server_thread``
     when CODEX_THREAD_ID is set)."""
-    from rekall.adapters.app_server.platform import SERVABLE_SESSION, observe_on
+    from rekall.adapters.app_server.platform import SERVED_SESSIONS, observe_on, out_of_reach
     from rekall.adapters.app_server.shared import open_shared_app_server
 
     thread = env_value(env, "CODEX_THREAD_ID")
@@ -107,13 +107,11 @@ async def diagnose(env: Mapping[str, str]) -> list[Row]:
         socket = resolve_control_socket(env)
     except EndpointMissing as exc:
         # Not an error: only threads of terminal sessions need it. A thread that is nobody's is the owner rows' news.
-        rows = [Row.green("app_server_socket", f"{exc.message}; only threads of terminal sessions need it "
-                                               f"({SERVABLE_SESSION})")]
+        rows = [Row.green("app_server_socket", f"{exc.message}; only {SERVED_SESSIONS} need it")]
         for name in later:
             if name == "app_server_thread":
-                rows.append(Row("app_server_thread", "AMBER", f"thread {thread} cannot be on a shared app-server: "
-                                "none runs; if it belongs to a plain `codex` session, rekall cannot reach it",
-                                SERVABLE_SESSION))
+                rows.append(Row("app_server_thread", "AMBER", *out_of_reach(
+                    f"thread {thread} is not on a shared app-server: none runs here")))
             else:
                 rows.append(Row.green(name, "not applicable: no shared app-server runs"))
         return rows

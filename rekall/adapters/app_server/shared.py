@@ -1,6 +1,6 @@
 """A client of the shared Codex app-server: the daemon's control socket, over WebSocket.
 
-Several clients share this server (the user's terminal UI attached with ``codex --remote``,
+Several clients share this server (the user's terminal UI: a plain ``codex`` or ``codex --remote``,
 Desktop over SSH, remote control). rekall is one of them, and not the user's: a server request
 (an approval, a question) is meant for the user's client. :class:`SharedAppServer` surfaces it as
 a :class:`~rekall.adapters.app_server.rpc.ServerRequest` on the message stream and has no method to answer it.
@@ -98,6 +98,14 @@ class SharedAppServer(RpcClient):
         result = await self.request("thread/read", {"threadId": thread_id, "includeTurns": include_turns},
                                     timeout=timeout)
         return result["thread"]
+
+    async def thread_goal(self, thread_id: str, *, timeout: float = DEFAULT_TIMEOUT_S) -> dict[str, Any] | None:
+        """``thread/goal/get``: ``{"goal": ThreadGoal | None}``; ``None`` when this server refuses the method
+        (a release without goals): the goal is then unknown."""
+        try:
+            return await self.request("thread/goal/get", {"threadId": thread_id}, timeout=timeout)
+        except AppServerError:
+            return None
 
     # --- attaching ------------------------------------------------------------------------
 

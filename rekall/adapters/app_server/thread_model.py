@@ -1,6 +1,6 @@
 """A thread of the shared app-server as rekall sees it: its facts, kept from public messages.
 
-The shared app-server (the daemon behind ``codex --remote``) speaks the public protocol, not the
+The shared app-server (the daemon of plain ``codex`` and ``codex --remote``) speaks the public protocol, not the
 extension's conversation state. This model turns what that protocol says about one thread into
 the same :class:`~rekall.thread.facts.ThreadFacts` the worker's policy reads on the extension,
 and the same domain events. Sans-I/O: it is fed a thread object (from ``thread/resume`` or
@@ -25,6 +25,10 @@ Compactions
     history, a compaction item of a turn that ``completed`` is completed, of a turn in progress
     running, of any other turn neither; what ran before a reload (a daemon restarted
     mid-compaction) is forgotten: the loaded thread alone says what runs now.
+Goal
+    The answer to ``thread/goal/get`` (``goal``: a ``ThreadGoal`` or ``null``), then
+    ``thread/goal/updated`` (its ``goal.status``) and ``thread/goal/cleared`` (no goal). Unknown
+    until the first of them: the thread object carries no goal.
 Telemetry
     ``thread/tokenUsage/updated``: ``last.totalTokens`` and ``modelContextWindow``, the latest
     one. During a compaction three arrive before its ``item/completed`` (the old count, the
@@ -45,7 +49,7 @@ import attrs
 
 from rekall import events as ev
 from rekall.adapters.app_server.rpc import Message, ServerRequest
-from rekall.records import NO_USER_INPUT, RUNNING_STATUS, RUNTIME_NULL, STOPPED_STATUSES, ThreadFacts
+from rekall.records import NO_GOAL, NO_USER_INPUT, RUNNING_STATUS, RUNTIME_NULL, STOPPED_STATUSES, ThreadFacts
 from rekall.thread.facts import as_int
 from rekall.thread.mirror import diff_events
 
@@ -70,6 +74,14 @@ def _kind_of(items: Any) -> TurnKind:
     return "user" if "userMessage" in types else "unknown"
 
 
+def _goal_status(goal: Any) -> str | None:
+    """A ``ThreadGoal``'s status; ``none`` for no goal (``null``); unknown (``None``) for anything else."""
+    if goal is None:
+        return NO_GOAL
+    status = goal.get("status") if isinstance(goal, dict) else None
+    return status if isinstance(status, str) and status != NO_GOAL else None
+
+
 def fingerprint_of(turn_id: str) -> str:
     return hashlib.sha256(json.dumps({"turnId": turn_id}, sort_keys=True).encode()).hexdigest()
 
@@ -91,6 +103,7 @@ class ThreadModel:
         #: Compaction turns whose first count was seen (that count is the size before the compaction).
         self.counted_compactions: set[str] = set()
         self.tokens_before_compaction: int | None = None
+        self.goal: str | None = None
         self.problem: str | None = "no thread loaded yet"
 
     # --- input ------------------------------------------------------------------------
@@ -124,6 +137,12 @@ class ThreadModel:
         self.revision += 1
         return self._changes(before)
 
+    def load_goal(self, answer: Mapping[str, Any]) -> list[ev.DomainEvent]:
+        """Take the answer to ``thread/goal/get``."""
+        before = self.facts
+        self.goal = _goal_status(answer.get("goal"))
+        return self._counted(before)
+
     def apply(self, message: Message) -> list[ev.DomainEvent]:
         """One message from the server; the events for what it changed (none for other threads)."""
         params = message.params
@@ -153,6 +172,10 @@ class ThreadModel:
                 self.tokens = as_int(last.get("totalTokens"), minimum=0) if isinstance(last, dict) else None
                 self.window = as_int(usage.get("modelContextWindow"), minimum=1)
                 self._count_before(params.get("turnId"))
+        elif method == "thread/goal/updated":
+            self.goal = _goal_status(params.get("goal"))
+        elif method == "thread/goal/cleared":
+            self.goal = NO_GOAL
         elif method == "serverRequest/resolved":
             self.pending.pop(params.get("requestId"), None)  # type: ignore[arg-type]
         else:
@@ -235,6 +258,7 @@ class ThreadModel:
             window=self.window,
             tokens_before_compaction=self.tokens_before_compaction,
             layout_problem=self.problem,
+            goal=self.goal,
         )
 
     def _changes(self, before: ThreadFacts) -> list[ev.DomainEvent]:
