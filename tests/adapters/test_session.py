@@ -511,6 +511,9 @@ async def test_no_client_found_right_after_discovery_named_the_owner_points_at_t
         assert "the likely cause is a version of this request that the owner does not handle" in failure.message
         assert "rekall protocol" in failure.message and "rekall protocol" in failure.hint
         assert "safe" not in failure.hint
+
+
+@pytest.mark.anyio
 async def test_connect_thread_speaks_the_generation_rekall_generation_pins_without_asking_discovery():
     async with SimulatedOwner(generation="26.721") as sim:
         env = {**sim.env, "REKALL_GENERATION": "26.721"}
