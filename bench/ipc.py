@@ -228,7 +228,7 @@ def serve_follow(size: int, rate: float, seconds: float) -> None:
             frame, revision, encode = sim._snapshot_frame(), sim.revision, sim._snapshot_frame
             encode_ms = (time.perf_counter() - encoding) * 1000
             sim._snapshot_frame = lambda: frame if sim.revision == revision else encode()
-            print(json.dumps({"socket": str(sim.socket_path), "thread": sim.thread_id,
+            print(json.dumps({"env": sim.env, "thread": sim.thread_id,
                               "stateBytes": len(json.dumps(backend.state)), "encodeMs": encode_ms}), flush=True)
             await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)  # "go"
             start, count = time.monotonic(), int(rate * seconds)
@@ -255,7 +255,7 @@ def part_follow(quick: bool) -> dict[str, Any]:
 
 async def _follow(child: subprocess.Popen[str], ready: dict[str, Any], seconds: float) -> dict[str, Any]:
     loading = time.perf_counter()
-    session = await connect_thread(ready["thread"], env={"REKALL_PIPE": ready["socket"]}, snapshot_timeout_s=120)
+    session = await connect_thread(ready["thread"], env=ready["env"], snapshot_timeout_s=120)
     snapshot_load_ms = (time.perf_counter() - loading) * 1000
     events = 0
 

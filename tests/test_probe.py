@@ -43,8 +43,8 @@ def probe_json(env: Mapping[str, str], thread: str) -> dict[str, Any]:
 
 def test_probe_reports_the_owner_the_connection_and_the_headroom_now() -> None:
     with start_sim_in_thread() as sim:
-        thread, owner, socket_path = sim.thread_id, sim.owner_id, sim.socket_path
-        result = probe_json(sim.env, thread)
+        thread, owner, socket_path, env = sim.thread_id, sim.owner_id, sim.socket_path, sim.env
+        result = probe_json(env, thread)
         assert sim.compact_requests == [] and sim.start_turn_requests == []  # read-only
 
     assert NODE_FIELDS <= result.keys()
@@ -58,7 +58,8 @@ def test_probe_reports_the_owner_the_connection_and_the_headroom_now() -> None:
         assert version == p.accepted_version(table, method, {"hostId": "local"}), method
     assert {p.COMPACT, p.START_TURN, p.OWNER_DISCOVERY} <= result["methodVersions"].keys()
     assert result["observedVersions"] == {p.STATE_CHANGED: [table[p.STATE_CHANGED]]}
-    assert "the owner answered thread-owner-discovery" in result["generationReason"]
+    assert ("pinned by REKALL_GENERATION" if "REKALL_GENERATION" in env else
+            "the owner answered thread-owner-discovery") in result["generationReason"]
     assert (result["runtimeStatus"], result["idle"], result["busyReason"]) == ("idle", True, None)
     assert result["latestUserTurnStopped"] is False and result["completedCompactions"] == 1
     assert (result["contextTokens"], result["modelContextWindow"]) == (90000, 100000)

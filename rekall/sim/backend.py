@@ -70,6 +70,9 @@ class Backend(Protocol):
 
 
 COMPACT = "thread-follower-compact-thread"
+#: The state is written with v11 names; a build that names a field otherwise declares it
+#: (:attr:`rekall.sim.protocol.Build.renames`) and the owner publishes the build's names.
+TOKEN_USAGE = "latestTokenUsageInfo"
 START_TURN = "thread-follower-start-turn"
 
 #: Token counts published after a compaction, by the Node fake's scenario names.
@@ -195,13 +198,13 @@ class ScriptedBackend:
             "threadRuntimeStatus": _runtime(runtime),
             "requests": [_request(f"answered-{i}", completed=True) for i in range(answered_requests)],
             "unconfirmedTurnSubmissions": [],
-            "latestTokenUsageInfo": None,
+            TOKEN_USAGE: None,
             "turns": turns,
         }
         if real_submissions:
             del self.state["unconfirmedTurnSubmissions"]
         if tokens is not None or window is not None:
-            self.state["latestTokenUsageInfo"] = _usage(tokens, window)
+            self.state[TOKEN_USAGE] = _usage(tokens, window)
         if history_turns or self.paginated:
             self.state["turnHistory"] = _history(history_turns, history_kind if self.paginated else "canonical")
         if self.paginated:
@@ -389,7 +392,7 @@ class ScriptedBackend:
     def set_telemetry(self, tokens: int | None, window: int | None = 100000) -> None:
         """``tokens=None`` removes the telemetry altogether (the "missing" scenario)."""
         value = None if tokens is None else _usage(tokens, window)
-        self.change([replace(["latestTokenUsageInfo"], value)])
+        self.change([replace([TOKEN_USAGE], value)])
 
     def page_in_history(self, count: int = 1) -> None:
         """Older turns appear at the front of the history (paging)."""
@@ -426,7 +429,7 @@ class ScriptedBackend:
         first = values[0] if values else None
         self._turn_boundary([
             replace([*path, "items", 0, "completed"], True),
-            replace(["latestTokenUsageInfo"], None if first is None else _usage(first, window)),
+            replace([TOKEN_USAGE], None if first is None else _usage(first, window)),
             replace([*path, "status"], "completed"),
             self._runtime_after_turn(),
         ], end=True)
@@ -435,7 +438,7 @@ class ScriptedBackend:
             self.set_telemetry(value, window)
 
     def _window(self) -> int | None:
-        info = self.state.get("latestTokenUsageInfo")
+        info = self.state.get(TOKEN_USAGE)
         return info.get("modelContextWindow", 100000) if isinstance(info, dict) else 100000
 
     def _begin_requested_turn(self, params: dict[str, Any]) -> Any:

@@ -36,6 +36,7 @@ from typing import Any
 
 import attrs
 
+from rekall.adapters.extension.generations import GENERATION_VAR, GENERATIONS, left_by_the_owners_answer
 from rekall.errors import RekallError
 from rekall.sim import protocol as p
 from rekall.sim.backend import Backend, RouterError, ScriptedBackend
@@ -88,6 +89,14 @@ class _Client:
         self.closed = False
 
 
+def pin_for(generation: str) -> dict[str, str]:
+    """``REKALL_GENERATION`` for the build ``generation`` where, with no installed table to read,
+    the owner's answer cannot tell it from another generation rekall knows; else nothing."""
+    discovery = p.OWNER_DISCOVERY in p.BUILDS[generation].table
+    alike = left_by_the_owners_answer(discovery, GENERATIONS)
+    return {GENERATION_VAR: generation} if len(alike) > 1 else {}
+
+
 class SimulatedOwner:
     def __init__(
         self,
@@ -105,9 +114,10 @@ class SimulatedOwner:
     ) -> None:
         if mode not in ("patches", "snapshots"):
             raise SimError(f"mode must be 'patches' or 'snapshots', got {mode!r}")
-        if generation not in p.TABLES:
-            raise SimError(f"unknown generation {generation!r}", hint=f"choose one of {', '.join(p.TABLES)}")
+        if generation not in p.BUILDS:
+            raise SimError(f"unknown generation {generation!r}", hint=f"choose one of {', '.join(p.BUILDS)}")
         self.generation = generation
+        self.build = p.BUILDS[generation]
         #: How long the router takes to answer ``no-client-found`` after discovery probes
         #: (about 10 s was seen on 26.901).
         self.discovery_delay_s = discovery_delay_s
@@ -122,7 +132,7 @@ class SimulatedOwner:
         self.foreign_client_id = f"client-{uuid.uuid4()}"  # the other window
         self.owner_id = f"owner-{uuid.uuid4()}"
         #: The build's method table (base versions); tests may change it to play another build.
-        self.request_versions = dict(p.TABLES[generation])
+        self.request_versions = dict(self.build.table)
         self.state_version = self.request_versions[p.STATE_CHANGED]
         self.no_owner = False  # owner discovery answers no-client-found
         self.revision = 1
@@ -161,10 +171,23 @@ class SimulatedOwner:
 
     @property
     def env(self) -> dict[str, str]:
-        """Environment that points rekall at this simulator."""
+        """Environment that points rekall at this simulator. No extension table is installed
+        for rekall to read, so where the owner's answer cannot tell this build from another
+        generation rekall knows, the generation is pinned (:attr:`pin`), as such a user must."""
+        return {**self.endpoint_env, **self.pin}
+
+    @property
+    def endpoint_env(self) -> dict[str, str]:
+        """Environment that points rekall at this simulator and pins nothing: for tests of
+        what the owner's answer decides."""
         if self.codex_home is not None:
             return {"CODEX_HOME": str(self.codex_home)}
         return {"REKALL_PIPE": str(self.socket_path)}
+
+    @property
+    def pin(self) -> dict[str, str]:
+        """``REKALL_GENERATION`` for this build when rekall needs it (see :attr:`env`), else nothing."""
+        return pin_for(self.generation)
 
     async def start(self) -> SimulatedOwner:
         path = self._prepare_path()
@@ -368,7 +391,7 @@ class SimulatedOwner:
 
     def _malformed(self, method: str, params: Any) -> str | None:
         """What the owner's handler would throw for params of another build's shape."""
-        key = p.START_TURN_KEYS[self.generation]
+        key = self.build.start_turn_key
         if method == p.START_TURN and not (isinstance(params, dict) and isinstance(params.get(key), dict)):
             return f"invalid-request: {p.START_TURN} needs {key}"
         return None
@@ -446,7 +469,7 @@ class SimulatedOwner:
 
     def _snapshot_frame(self) -> bytes:
         return self._state_frame({"type": "snapshot", "revision": self.revision,
-                                  "conversationState": self.backend.snapshot()})
+                                  "conversationState": p.renamed_state(self.backend.snapshot(), self.build.renames)})
 
     def _to_followers(self, frame: bytes) -> None:
         for client in list(self._clients):
@@ -465,7 +488,8 @@ class SimulatedOwner:
             self._to_followers(self._snapshot_frame())
         else:
             self._to_followers(self._state_frame(
-                {"type": "patches", "baseRevision": base, "revision": self.revision, "patches": patches}))
+                {"type": "patches", "baseRevision": base, "revision": self.revision,
+                 "patches": p.renamed_patches(patches, self.build.renames)}))
 
     def publish_snapshot(self, *, jump: bool = False) -> None:
         """A snapshot to every follower; ``jump`` skips a revision first (1→2→4→5 was seen live)."""

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from rekall.adapters.extension import bundles, registry
+from rekall.adapters.extension import bundles, ipc
 from rekall.adapters.extension import choice as evidence
 from rekall.adapters.extension.platform import ExtensionIpc, check_extension
 from rekall.adapters.extension.generations import GENERATIONS
@@ -218,13 +218,15 @@ def test_the_protocol_verb_lists_the_generations_and_the_installed_tables_differ
 def test_the_behind_messages_in_the_docs_are_what_rekall_prints():
     from rekall.adapters.extension.ipc import behind_text
     from tests.pluginkit import REPO_ROOT
+    from tests.support.conformance import without_what_rekall_knows as shape
 
     doc = (REPO_ROOT / "docs" / "adapters.md").read_text(encoding="utf-8")
     shown = [line.strip() for line in doc.splitlines() if line.startswith("    the installed extension (")]
     assert len(shown) == 2
     for line, version in zip(shown, ("26.1201.3", "26.101.1"), strict=True):
         seen = int(line.split(" at base version ")[1].split(";")[0].split(",")[0])
-        assert line == behind_text(f"the installed extension ({version}) expects", p.COMPACT, seen)
+        # What rekall knows grows with each generation: the guide shows it as "…".
+        assert line == shape(behind_text(f"the installed extension ({version}) expects", p.COMPACT, seen))
 
 
 def test_one_bundle_with_two_tables_that_disagree_is_named_and_left_to_the_owner(tmp_path):
@@ -250,14 +252,14 @@ def test_a_settled_generation_is_reused_only_on_the_same_router_socket_and_never
         listener.bind(str(path))
         settled = evidence.Settled("26.721", "owner-1", str(path), evidence.socket_identity(str(path)), "why")
         assert settled.socket is not None and evidence.Settled.from_json(settled.to_json()) == settled
-        assert settled.reusable(str(path), registry.ADAPTERS).NAME == "26.721"
-        assert settled.reusable(str(tmp_path / "other.sock"), registry.ADAPTERS) is None
+        assert settled.reusable(str(path), ipc.ADAPTERS).NAME == "26.721"
+        assert settled.reusable(str(tmp_path / "other.sock"), ipc.ADAPTERS) is None
         # A generation with owner discovery is asked again: its answer costs nothing.
-        assert settled._replace(generation="26.9xx").reusable(str(path), registry.ADAPTERS) is None
+        assert settled._replace(generation="26.9xx").reusable(str(path), ipc.ADAPTERS) is None
         # A restarted router: a new socket at the same path (the old one still open, so a new inode).
         restarted.bind(str(tmp_path / "new.sock"))
         os.replace(tmp_path / "new.sock", path)
-        assert settled.reusable(str(path), registry.ADAPTERS) is None
+        assert settled.reusable(str(path), ipc.ADAPTERS) is None
     finally:
         listener.close()
         restarted.close()
@@ -274,9 +276,10 @@ async def test_known_limit_without_a_table_a_no_client_found_discovery_from_a_26
     home.mkdir()
     async with SimulatedOwner(generation="26.9xx") as sim:
         sim.fail_next(p.OWNER_DISCOVERY, "no-client-found")
-        thread = await ExtensionIpc({**env_for(home), **sim.env}).follow(sim.thread_id, request_timeout_s=5)
+        thread = await ExtensionIpc({**env_for(home), **sim.endpoint_env}).follow(sim.thread_id,
+                                                                                 request_timeout_s=5)
         try:
-            assert thread.session.adapter == "26.721"
+            assert thread.session.generation == "26.721"
             assert (await thread.compact()).failure is None
             refused = (await thread.start_turn("go on", "job-1")).failure
             assert refused.code == "no-client-found" and refused.delivery == "not_delivered"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from rekall.adapters.extension import registry
+from rekall.adapters.extension import ipc
 from tests.support.conformance import ConformanceError, load, replay_transcript, transcript_paths
 from tests.support.record import SCENARIOS, record
 
@@ -16,7 +16,7 @@ TRANSCRIPTS = transcript_paths(FIXTURES)
 
 
 def test_every_registered_adapter_has_transcripts_covering_the_required_ground():
-    for adapter in registry.ADAPTERS:
+    for adapter in ipc.ADAPTERS:
         names = {p.stem for p in (FIXTURES / adapter.NAME).glob("*.jsonl")}
         assert {"handshake", "patches", "snapshots", "compaction", "start_turn", "router_errors"} <= names
 
@@ -25,7 +25,7 @@ def test_every_registered_adapter_has_transcripts_covering_the_required_ground()
 @pytest.mark.parametrize("path", TRANSCRIPTS, ids=lambda p: f"{p.parent.name}/{p.stem}")
 async def test_the_transcript_replays_through_its_adapter(path):
     entries = load(path)
-    assert registry.adapter_named(entries[0]["adapter"]) is not None, "transcript for an unregistered adapter"
+    assert ipc.adapter_named(entries[0]["adapter"]) is not None, "transcript for an unregistered adapter"
     await replay_transcript(entries)
 
 

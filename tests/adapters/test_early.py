@@ -39,7 +39,7 @@ async def connect(sim: SimHandle, early: EarlyFollow | BaseException | None = No
     session = await platform.connect(sim.thread_id, request_timeout_s=5.0, write_cache=False)
     try:
         mirror = session.mirror
-        return {"owner": session.owner_id, "client": session.client_id, "adapter": session.adapter,
+        return {"owner": session.owner_id, "client": session.client_id, "adapter": session.generation,
                 "reason": session.generation_reason, "settled": session.generation_settled,
                 "endpoint": session.endpoint, "facts": (mirror.idle, mirror.tokens, mirror.revision)}
     finally:

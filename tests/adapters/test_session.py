@@ -23,6 +23,7 @@ from rekall.adapters.extension import (
 from rekall.adapters.extension.ipc import behind_text
 from rekall.errors import InvalidInput, IpcError
 from rekall.sim import GARBAGE, SimulatedOwner
+from tests.support.generations import G26_1201
 
 COMPACT = "thread-follower-compact-thread"
 START_TURN = "thread-follower-start-turn"
@@ -54,7 +55,7 @@ async def test_connect_runs_the_handshake_and_exposes_the_first_snapshot_without
         assert session.owner_id == sim.owner_id and session.client_id
         assert (session.endpoint.kind, session.endpoint.path) == ("test", str(sim.socket_path))
         assert "matches ours" in session.endpoint.peer_check
-        assert session.adapter == "26.9xx"
+        assert session.generation == "26.9xx"
         mirror = session.mirror
         assert (mirror.idle, mirror.runtime_status, mirror.busy_reason) == (True, "idle", None)
         assert (mirror.tokens, mirror.window) == (90000, 100000)
@@ -63,7 +64,7 @@ async def test_connect_runs_the_handshake_and_exposes_the_first_snapshot_without
         assert mirror.latest_user_turn_id == "user-turn"
         assert mirror.revision == sim.revision
         assert sim.follow_count == 1
-        assert session.observed_versions["thread-stream-state-changed"] == {11}
+        assert session.follower.observed_versions["thread-stream-state-changed"] == {11}
         assert no_event_pending(session)
 
 
@@ -175,7 +176,7 @@ async def test_a_request_version_the_router_rejects_is_not_delivered():
 @pytest.mark.anyio
 async def test_without_owner_discovery_a_refused_follower_request_may_be_a_version_mismatch():
     async with SimulatedOwner(generation="26.721") as sim, await connect_thread(sim.thread_id, env=sim.env) as session:
-        assert session.adapter == "26.721"
+        assert session.generation == "26.721"
         sim.request_versions[COMPACT] += 1
         with pytest.raises(RequestFailed) as caught:
             await session.compact()
@@ -261,7 +262,7 @@ async def test_no_owner_is_reported_not_guessed():
         # Undecided, no-client-found may also mean a generation without owner discovery:
         # following tells, and here nobody answers it either.
         with pytest.raises(NoOwner, match="no client answered following within 0.5 s") as caught:
-            await connect_thread(sim.thread_id, env=sim.env, snapshot_timeout_s=0.5)
+            await connect_thread(sim.thread_id, env=sim.endpoint_env, snapshot_timeout_s=0.5)
         assert caught.value.code == "no_owner" and sim.follow_count == 1
 
 
@@ -289,8 +290,8 @@ async def test_a_version_bump_after_connect_is_counted_and_reported_once():
         changed = seen[0]
         assert (changed.method, changed.version) == ("thread-stream-state-changed", NEWER_STATE)
         assert changed.detail == NEWER_STATE_TEXT
-        assert session.unknown_versions == {changed.detail: 2}
-        assert session.observed_versions["thread-stream-state-changed"] == {known, NEWER_STATE}
+        assert session.follower.unknown_versions == {changed.detail: 2}
+        assert session.follower.observed_versions["thread-stream-state-changed"] == {known, NEWER_STATE}
 
 
 @pytest.mark.anyio
@@ -343,7 +344,7 @@ async def test_state_from_a_client_that_is_not_the_owner_is_ignored():
         sim.broadcast_foreign_state()
         sim.backend.set_runtime("active")
         await collect_until(session, ev.ThreadBusy)
-        assert session.foreign_broadcasts == 1
+        assert session.follower.foreign_broadcasts == 1
         assert session.mirror.completed_compaction_ids == before.completed_compaction_ids
         assert session.owner_id == sim.owner_id  # rediscovery asked the router, which kept the owner
 
@@ -354,7 +355,7 @@ async def test_when_the_owner_moves_the_session_rediscovers_and_follows_the_new_
         old = session.owner_id
         new = sim.move_owner()
         (resynced,) = await collect_until(session, ev.Resynced)
-        assert new in resynced.reason and session.owner_id == new != old and session.owner_changes == 1
+        assert new in resynced.reason and session.owner_id == new != old and session.follower.owner_changes == 1
         await session.compact()  # goes to the new owner
         assert sim.compact_requests[0].envelope["targetClientId"] == new
 
@@ -497,7 +498,7 @@ async def test_each_event_says_when_the_frame_that_showed_its_fact_arrived_not_w
 @pytest.mark.anyio
 async def test_no_client_found_right_after_discovery_named_the_owner_points_at_the_request_version():
     async with SimulatedOwner() as sim, await connect_thread(sim.thread_id, env=sim.env) as session:
-        assert session.adapter == "26.9xx" and session.owner_id is not None
+        assert session.generation == "26.9xx" and session.owner_id is not None
         sim.fail_next(COMPACT, "no-client-found")  # what the real router answers for a version nobody handles
         with pytest.raises(RequestFailed) as caught:
             await session.compact()
@@ -510,3 +511,29 @@ async def test_no_client_found_right_after_discovery_named_the_owner_points_at_t
         assert "the likely cause is a version of this request that the owner does not handle" in failure.message
         assert "rekall protocol" in failure.message and "rekall protocol" in failure.hint
         assert "safe" not in failure.hint
+
+
+@pytest.mark.anyio
+async def test_connect_thread_speaks_the_generation_rekall_generation_pins_without_asking_discovery():
+    async with SimulatedOwner(generation="26.721") as sim:
+        env = {**sim.env, "REKALL_GENERATION": "26.721"}
+        async with await connect_thread(sim.thread_id, env=env) as session:
+            assert (session.generation, session.generation_reason) == ("26.721", "pinned by REKALL_GENERATION")
+            assert session.owner_id == sim.owner_id and sim.routed_for("thread-owner-discovery") == []
+
+
+@pytest.mark.anyio
+async def test_connect_thread_refuses_a_pin_that_names_no_generation_before_connecting():
+    async with SimulatedOwner() as sim:
+        with pytest.raises(InvalidInput) as caught:
+            await connect_thread(sim.thread_id, env={**sim.env, "REKALL_GENERATION": "27.1"})
+        assert caught.value.field == "REKALL_GENERATION" and sim.connections == 0
+
+
+@pytest.mark.anyio
+async def test_an_owner_whose_answer_two_candidates_share_is_refused_and_nothing_is_followed():
+    async with SimulatedOwner() as sim:
+        with pytest.raises(VersionMismatch) as caught:
+            await connect_thread(sim.thread_id, env=sim.env, candidates=(G26_1201, *ADAPTERS))
+        assert "cannot tell them apart" in caught.value.message and "REKALL_GENERATION" in caught.value.hint
+        assert sim.follow_count == 0 and sim.compact_requests == []

@@ -123,7 +123,7 @@ async def test_batches_from_a_client_other_than_the_owner_are_ignored():
         await session.compact()
         await collect_until(session, ev.ThreadIdle)
         await exact(session, sim)
-        assert sim.foreign_batches_sent >= 2 and session.foreign_broadcasts == sim.foreign_batches_sent
+        assert sim.foreign_batches_sent >= 2 and session.follower.foreign_broadcasts == sim.foreign_batches_sent
         assert session.mirror.boundary_fingerprint == start and session.resync_count == 0
         assert session.owner_id == sim.owner_id  # asked the router once, which named the same owner
         assert sim.discovery_count == 2

@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rekall import events as ev
-from rekall.adapters.extension import connect_thread, registry
+from rekall.adapters.extension import connect_thread, ipc
 from rekall.thread import PatchError, RevisionGap, ThreadMirror, derive_facts
 from rekall.thread.patches import MISSING
 from rekall.sim import SimulatedOwner
@@ -126,7 +126,7 @@ hostile_messages = st.one_of(
 
 
 @FUZZ
-@given(message=hostile_messages, owner=st.sampled_from([OWNER, None]), adapter=st.sampled_from(registry.ADAPTERS))
+@given(message=hostile_messages, owner=st.sampled_from([OWNER, None]), adapter=st.sampled_from(ipc.ADAPTERS))
 def test_classifying_any_message_gives_a_meaning_never_an_exception(message, owner, adapter):
     inbound = adapter.classify(message, thread_id=THREAD, owner_id=owner)
     assert isinstance(inbound, (adapter.Response, adapter.StateChange, adapter.UnknownVersion,
@@ -178,7 +178,7 @@ async def _hostile_session(messages: list[Any], data: Any) -> None:
                 asyncio.get_running_loop().create_task(_notify(handled))
 
         session = await connect_thread(sim.thread_id, transport=MemoryTransport(serve=serve), request_timeout_s=1.0,
-                                       tap=tap)
+                                       env=sim.pin, tap=tap)
         seen: list[Any] = []
 
         async def collect() -> None:

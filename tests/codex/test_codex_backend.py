@@ -188,7 +188,7 @@ def test_the_threaded_handle_exposes_the_mock_and_the_thread(codex_binary: Path,
         state = sim.state()
         assert state["turns"][-1]["turnId"] == turn["id"]
         assert sim.mock.requests_containing("hello from the handle")
-        assert sim.env.keys() == {"REKALL_PIPE"}
+        assert sim.env["REKALL_PIPE"] == str(sim.socket_path)
 
 
 def test_without_a_real_codex_the_backend_says_how_to_install_it(monkeypatch: pytest.MonkeyPatch,

@@ -23,6 +23,8 @@ from typing import Any
 import anyio
 import pytest
 
+from rekall.sim import protocol as p
+from rekall.sim.owner import pin_for
 from rekall.thread.facts import derive_facts
 from tests.mcpkit import HANDOFF, job_env, rekall_mcp, wait_for_worker_exit
 from tests.support.codex_backend import CodexSimHandle, start_codex_sim_in_thread
@@ -81,7 +83,8 @@ def agent_engine(codex_binary: Path, tmp_path: Path, *, extra_config: str = "",
     socket, jobs in the returned folder), its server ready: the agent (the mock model) can call it."""
     socket_dir = Path(tempfile.mkdtemp(prefix="rk-e2e-", dir="/tmp"))  # short: a socket path has ~100 bytes
     socket_path, jobs = socket_dir / "ipc.sock", tmp_path / "jobs"
-    engine_env = {"REKALL_PIPE": str(socket_path), "REKALL_JOBS_DIR": str(jobs), "REKALL_IDLE_STABLE_MS": "50"}
+    engine_env = {"REKALL_PIPE": str(socket_path), **pin_for(p.DEFAULT_GENERATION), "REKALL_JOBS_DIR": str(jobs),
+                  "REKALL_IDLE_STABLE_MS": "50"}
     try:
         with start_codex_sim_in_thread(codex_binary, tmp_path / "engine", socket_path=socket_path,
                                        extra_config=rekall_mcp_server(engine_env) + extra_config,

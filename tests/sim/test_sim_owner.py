@@ -65,7 +65,7 @@ async def test_the_owner_also_serves_a_memory_transport():
     sim = SimulatedOwner()
     await sim.backend.start(sim)  # no socket needed for a memory transport
     transport = MemoryTransport(sim.serve_stream)
-    session = await connect_thread(sim.thread_id, transport=transport)
+    session = await connect_thread(sim.thread_id, transport=transport, env=sim.pin)
     try:
         assert session.endpoint.kind == "test" and session.mirror.idle
         await session.compact()
@@ -104,7 +104,7 @@ async def test_patches_the_sim_sends_rebuild_exactly_its_state():
 
 def test_the_threaded_handle_scripts_and_waits_from_synchronous_code():
     with start_sim_in_thread(compaction_delay_s=0.01) as sim:
-        assert Path(sim.socket_path).exists() and sim.env == {"REKALL_PIPE": sim.socket_path}
+        assert Path(sim.socket_path).exists() and sim.env["REKALL_PIPE"] == sim.socket_path
 
         async def client():
             async with await connect_thread(sim.thread_id, env=sim.env) as session:
@@ -269,3 +269,42 @@ async def test_a_snapshot_larger_than_a_write_piece_reaches_a_follower_whole_and
             assert session.mirror.state == sim.backend.state and session.resync_count == 0
         finally:
             await session.aclose()
+
+
+@pytest.mark.anyio
+async def test_a_build_that_renames_a_field_publishes_it_by_its_name_in_snapshots_and_patches(monkeypatch):
+    from rekall.adapters.extension.generations import G26_9XX
+    from rekall.adapters.extension.ipc import IpcAdapter
+    from rekall.thread import V11
+
+    renamed = p.B26_9XX._replace(renames={"latestTokenUsageInfo": "tokenUsageInfo"})
+    monkeypatch.setitem(p.BUILDS, "renamed", renamed)
+    reader = IpcAdapter(G26_9XX._replace(name="renamed", layout=V11._replace(token_usage="tokenUsageInfo")))
+    seen: list[dict] = []
+    async with SimulatedOwner(generation="renamed") as sim:
+        tap = lambda direction, message: seen.append(message) if direction == "recv" else None  # noqa: E731
+        async with await connect_thread(sim.thread_id, env=sim.env, adapter=reader, tap=tap) as session:
+            assert session.mirror.tokens == 90000
+            sim.backend.set_telemetry(1234)
+            with anyio.fail_after(5):
+                while session.mirror.tokens != 1234:
+                    await session.next_event()
+    states = [m["params"]["change"] for m in seen if m.get("method") == p.STATE_CHANGED]
+    snapshot = next(c["conversationState"] for c in states if c["type"] == "snapshot")
+    assert "tokenUsageInfo" in snapshot and "latestTokenUsageInfo" not in snapshot
+    patch = next(c["patches"][0] for c in states if c["type"] == "patches")
+    assert patch["path"] == ["tokenUsageInfo"]
+    assert "latestTokenUsageInfo" in sim.backend.state  # the backend writes v11 names
+
+
+def test_the_simulators_env_pins_its_build_only_where_the_owners_answer_cannot_tell_it_apart(monkeypatch):
+    from rekall.sim import owner as sim_owner
+    from tests.support.generations import G26_1201
+
+    from rekall.adapters.extension.generations import G26_721, G26_9XX
+
+    monkeypatch.setattr(sim_owner, "GENERATIONS", (G26_9XX, G26_721))
+    assert SimulatedOwner().env.keys() == {"REKALL_PIPE"} and SimulatedOwner(generation="26.721").pin == {}
+    monkeypatch.setattr(sim_owner, "GENERATIONS", (G26_1201.generation, G26_9XX, G26_721))
+    assert SimulatedOwner().pin == {"REKALL_GENERATION": "26.9xx"}
+    assert SimulatedOwner(generation="26.721").pin == {}

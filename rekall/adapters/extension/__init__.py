@@ -32,7 +32,7 @@ if TYPE_CHECKING:
         SnapshotTimeout,
         VersionMismatch,
     )
-    from rekall.adapters.extension.registry import ADAPTERS, adapter_named
+    from rekall.adapters.extension.ipc import ADAPTERS, adapter_named
     from rekall.platform import Platform
     from rekall.adapters.extension.errors import RESPONSE_MARGIN_S
     from rekall.adapters.extension.session import StartedTurn, ThreadSession, connect_thread
@@ -69,7 +69,7 @@ def follow_early(thread_id: str, env: Mapping[str, str], resume: ResumeToken, *,
 _ON_USE = {
     **dict.fromkeys(("ConnectionLostError", "HandshakeFailed", "NoOwner", "RequestFailed", "SessionClosed",
                      "SnapshotTimeout", "VersionMismatch"), "rekall.adapters.extension.errors"),
-    **dict.fromkeys(("ADAPTERS", "adapter_named"), "rekall.adapters.extension.registry"),
+    **dict.fromkeys(("ADAPTERS", "adapter_named"), "rekall.adapters.extension.ipc"),
     **dict.fromkeys(("RESPONSE_MARGIN_S", "StartedTurn", "ThreadSession", "connect_thread"),
                     "rekall.adapters.extension.session"),
 }

@@ -20,22 +20,21 @@ from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
 from rekall.adapters.extension import generations as gen
-from rekall.adapters.extension import registry
+from rekall.adapters.extension import ipc
 from rekall.adapters.extension.bundles import Install, find_installs
-from rekall.adapters.extension.contract import Adapter
-from rekall.adapters.extension.ipc import behind_text
+from rekall.adapters.extension.ipc import IpcAdapter, behind_text
 from rekall.adapters.extension.errors import VersionMismatch
 from rekall.errors import InvalidInput
 from rekall.homes import env_value
 
-GENERATION_VAR = "REKALL_GENERATION"
+GENERATION_VAR = gen.GENERATION_VAR
 
 
 class Choice(NamedTuple):
     """The generation to speak, or the candidates for the owner's answer, or a refusal."""
 
-    adapter: Adapter | None
-    candidates: tuple[Adapter, ...]
+    adapter: IpcAdapter | None
+    candidates: tuple[IpcAdapter, ...]
     reason: str
     installs: tuple[Install, ...] = ()
     #: Set when rekall must not speak at all: the text says which side is behind.
@@ -47,14 +46,15 @@ class Choice(NamedTuple):
                 "installs": [i.to_json() for i in self.installs]}
 
 
-def pinned(env: Mapping[str, str]) -> Adapter | None:
+def pinned(env: Mapping[str, str]) -> IpcAdapter | None:
     name = env_value(env, GENERATION_VAR)
     if name is None:
         return None
-    adapter = registry.adapter_named(name)
+    adapter = ipc.adapter_named(name)
     if adapter is None:
         raise InvalidInput(f"{GENERATION_VAR}={name!r} names no known generation", field=GENERATION_VAR,
-                           hint=f"use one of {gen.known_names()}, or unset it (`rekall protocol` lists them)")
+                           hint=f"use one of {gen.listed(g.name for g in gen.GENERATIONS)}, or unset it "
+                                "(`rekall protocol` lists them)")
     return adapter
 
 
@@ -103,18 +103,18 @@ def choose(env: Mapping[str, str], *, write_cache: bool) -> Choice:
                                         "owner discovery decides", installs)
     if pin is not None:
         return Choice(pin, (), f"pinned by {GENERATION_VAR} (no installed extension table was read)", installs)
-    return Choice(None, registry.ADAPTERS, "no installed extension table was read; the owner's answer to owner "
-                                           "discovery decides", installs)
+    return Choice(None, ipc.ADAPTERS, "no installed extension table was read; the owner's answer to owner "
+                                      "discovery decides", installs)
 
 
-def _adapter(name: str) -> Adapter:
-    adapter = registry.adapter_named(name)
+def _adapter(name: str) -> IpcAdapter:
+    adapter = ipc.adapter_named(name)
     assert adapter is not None  # every generation has an adapter
     return adapter
 
 
 def _names(generations: Sequence[gen.Generation]) -> str:
-    return " and ".join(g.name for g in generations) or "no known generation"
+    return gen.listed(g.name for g in generations) if generations else "no known generation"
 
 
 class Settled(NamedTuple):
@@ -149,7 +149,7 @@ class Settled(NamedTuple):
             return None
         return cls(generation, owner, router, socket, how)
 
-    def reusable(self, router: str, candidates: Sequence[Adapter]) -> Adapter | None:
+    def reusable(self, router: str, candidates: Sequence[IpcAdapter]) -> IpcAdapter | None:
         """The settled generation, if it may be spoken on ``router`` without asking again: the
         same router (path and socket) and a generation without owner discovery (with discovery,
         the owner's answer costs nothing, so it is asked again). The caller still checks that
@@ -163,8 +163,8 @@ class Decision(NamedTuple):
     """What one connect speaks: the generation, or the candidates for the owner's answer."""
 
     chosen: Choice
-    adapter: Adapter | None
-    candidates: tuple[Adapter, ...]
+    adapter: IpcAdapter | None
+    candidates: tuple[IpcAdapter, ...]
     reason: str
     #: A generation settled earlier (by ``schedule``, or by this process) and reused here.
     earlier: Settled | None

@@ -13,8 +13,8 @@ requests carry ``hostId`` and ``targetClientId``; requests routed by discovery c
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Literal, NamedTuple
+from collections.abc import Iterable, Mapping
+from typing import Literal, NamedTuple, Protocol, TypeVar
 
 from rekall.thread.layout import V11, Layout
 
@@ -26,6 +26,8 @@ STATE_CHANGED = "thread-stream-state-changed"
 COMPACT = "thread-follower-compact-thread"
 START_TURN = "thread-follower-start-turn"
 FOLLOWER_PREFIX = "thread-follower-"
+#: The pin: the generation to speak when no installed extension table was read.
+GENERATION_VAR = "REKALL_GENERATION"
 
 #: The methods rekall sends or reads, in the order a table is shown. A bundle's table is
 #: compared with a generation on these only (other methods do not change what rekall sends).
@@ -96,10 +98,11 @@ G26_9XX = Generation(
     source="Node rekall 0.3.2 verified live on 26.901.22334; desktop bundles 26.901.x read by other projects",
 )
 
-G26_721 = Generation(
+#: A generation is derived from its nearest neighbour by naming only what differs.
+G26_721 = G26_9XX._replace(
     name="26.721",
     builds="26.721.x",
-    base_versions={STATE_CHANGED: 11, FOLLOWING_CHANGED: 1, FOLLOWING_STATUS_REQUESTED: 1, COMPACT: 1, START_TURN: 1},
+    base_versions={**{m: v for m, v in G26_9XX.base_versions.items() if m != OWNER_DISCOVERY}, START_TURN: 1},
     follower_routing="discovery",
     start_turn_shape="turnStartParams",
     source="third-party readings of the 26.721 bundles (no live 26.721 build was checked)",
@@ -110,14 +113,28 @@ G26_721 = Generation(
 GENERATIONS: tuple[Generation, ...] = (G26_9XX, G26_721)
 
 
-def generation_named(name: str) -> Generation | None:
-    return next((g for g in GENERATIONS if g.name == name), None)
+def listed(names: Iterable[str]) -> str:
+    """``"26.9xx and 26.721"`` (``"a, b and c"``), the one way messages list generations."""
+    *rest, last = list(names) or ["none"]
+    return f"{', '.join(rest)} and {last}" if rest else last
 
 
-def known_names() -> str:
-    """``"26.9xx and 26.721"``, for messages."""
-    names = [g.name for g in GENERATIONS]
-    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+class _Answerable(Protocol):
+    @property
+    def owner_discovery(self) -> bool: ...
+
+
+A = TypeVar("A", bound=_Answerable)
+
+
+def left_by_the_owners_answer(discovery_answered: bool, among: Iterable[A]) -> list[A]:
+    """The generations in ``among`` the owner's answer to owner discovery leaves: answered
+    (``discovery_answered``), those with owner discovery; ``no-client-found``, those without.
+
+    That is all the answer shows (evidence (b) in :mod:`rekall.adapters.extension.choice`): the
+    generations it leaves together look alike to it, and only the installed extension's table
+    or ``REKALL_GENERATION`` tells them apart."""
+    return [g for g in among if g.owner_discovery == discovery_answered]
 
 
 def differences(table: Mapping[str, int], generation: Generation) -> list[str]:

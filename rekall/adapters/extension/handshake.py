@@ -16,15 +16,16 @@ from __future__ import annotations
 from collections.abc import Generator, Sequence
 from typing import Any, NamedTuple
 
+from rekall.adapters.extension import generations as gen
 from rekall.adapters.extension import messages as m
-from rekall.adapters.extension.contract import Adapter
+from rekall.adapters.extension.ipc import IpcAdapter
 from rekall.adapters.extension.errors import VersionMismatch
 
 
 class Ask(NamedTuple):
     """One request to send with ``adapter``'s envelope, from client ``source``."""
 
-    adapter: Adapter
+    adapter: IpcAdapter
     method: str
     params: dict[str, Any]
     source: str
@@ -33,7 +34,7 @@ class Ask(NamedTuple):
 class Handshaken(NamedTuple):
     """What the handshake learned."""
 
-    adapter: Adapter
+    adapter: IpcAdapter
     client_id: str
     #: ``None`` in a generation without owner discovery: the owner answers our follow.
     owner_id: str | None
@@ -46,7 +47,8 @@ class Handshaken(NamedTuple):
 Handshake = Generator[Ask, m.Response, Handshaken]
 
 
-def handshake(thread_id: str, client_type: str, adapter: Adapter | None, candidates: Sequence[Adapter]) -> Handshake:
+def handshake(thread_id: str, client_type: str, adapter: IpcAdapter | None,
+              candidates: Sequence[IpcAdapter]) -> Handshake:
     """The handshake in ``adapter``'s generation, or deciding among ``candidates`` (``adapter`` ``None``)."""
     speaking = adapter if adapter is not None else candidates[0]  # initialize is the same in every generation
     response = yield Ask(speaking, speaking.INITIALIZE, speaking.initialize_params(client_type),
@@ -66,32 +68,40 @@ def handshake(thread_id: str, client_type: str, adapter: Adapter | None, candida
     return Handshaken(adapter, client_id, owner)
 
 
-def _decide_by_discovery(thread_id: str, client_id: str, candidates: Sequence[Adapter]) -> Handshake:
+def _decide_by_discovery(thread_id: str, client_id: str, candidates: Sequence[IpcAdapter]) -> Handshake:
     """Evidence (b): the owner's answer to discovery. Answered: a generation with owner
     discovery. ``no-client-found``: a generation without it, *if* a client then answers
-    our follow with the thread's state; otherwise nobody owns the thread."""
-    with_discovery = [a for a in candidates if a.owner_discovery]
-    without = [a for a in candidates if not a.owner_discovery]
+    our follow with the thread's state; otherwise nobody owns the thread. The answer leaves
+    the generations :func:`~rekall.adapters.extension.generations.left_by_the_owners_answer`
+    says; more than one left is refused (they need the installed table or a pin)."""
+    with_discovery = gen.left_by_the_owners_answer(True, candidates)
+    without = gen.left_by_the_owners_answer(False, candidates)
     if not with_discovery:
-        return _without(without, "no candidate generation has owner discovery", client_id)
+        why = "no candidate generation has owner discovery"
+        return Handshaken(_only(without, why), client_id, None, _without_because(why, without), owner_unanswered=True)
     probe = with_discovery[0]
     response = yield Ask(probe, probe.OWNER_DISCOVERY, probe.owner_discovery_params(thread_id), client_id)
     if response.ok:
-        if len(with_discovery) > 1:
-            raise VersionMismatch(f"the owner answered {probe.OWNER_DISCOVERY}, which generations "
-                                  f"{' and '.join(a.NAME for a in with_discovery)} all have",
-                                  hint="set REKALL_GENERATION to the installed extension's generation")
-        return Handshaken(probe, client_id, probe.owner_from(response, thread_id),
+        spoken = _only(with_discovery, f"the owner answered {probe.OWNER_DISCOVERY}")
+        return Handshaken(spoken, client_id, spoken.owner_from(response, thread_id),
                           f"the owner answered {probe.OWNER_DISCOVERY}")
     if response.error == "no-client-found" and without:
-        return _without(without, f"{probe.OWNER_DISCOVERY} answered no-client-found", client_id)
+        why = f"{probe.OWNER_DISCOVERY} answered no-client-found"
+        return Handshaken(_only(without, why), client_id, None, _without_because(why, without), owner_unanswered=True)
     probe.owner_from(response, thread_id)  # raises the precise error
     raise AssertionError("owner_from accepted a failed response")  # pragma: no cover
 
 
-def _without(without: list[Adapter], why: str, client_id: str) -> Handshaken:
-    if len(without) != 1:
-        raise VersionMismatch(f"{why}; cannot tell generations {' and '.join(a.NAME for a in without)} apart",
-                              hint="set REKALL_GENERATION to the installed extension's generation")
-    return Handshaken(without[0], client_id, None, f"{why}; generation {without[0].NAME} has no owner discovery",
-                      owner_unanswered=True)
+def _only(left: Sequence[IpcAdapter], answer: str) -> IpcAdapter:
+    """The one generation the owner's ``answer`` left; refused when it left several."""
+    if len(left) == 1:
+        return left[0]
+    names = [a.NAME for a in left]
+    raise VersionMismatch(f"{answer}, as generations {gen.listed(names)} all would: the owner's answer cannot "
+                          "tell them apart, and only the installed extension's table or a pin can",
+                          hint=f"pin the installed extension's generation: set {gen.GENERATION_VAR} to "
+                               f"{' or '.join(names)} (`rekall protocol` shows the tables rekall read)")
+
+
+def _without_because(why: str, without: Sequence[IpcAdapter]) -> str:
+    return f"{why}; generation {without[0].NAME} has no owner discovery"

@@ -21,9 +21,9 @@ INITIAL_CLIENT_ID = "initializing-client"
 
 #: Router errors that prove the owner never acted on the request.
 NOT_DELIVERED_ERRORS = frozenset({"no-client-found", "request-version-mismatch", "no-handler-for-request"})
-#: Router errors after which the request may or may not have been acted on.
-UNKNOWN_OUTCOME_ERRORS = frozenset({"client-disconnected", "request-timeout"})
 #: Errors that say the versions may disagree: after one, "safe to schedule again" is never said.
+#: ``no-client-found`` says so only when follower requests are routed by discovery (a wrong
+#: version finds no handler); a targeted request names its client.
 VERSION_ERRORS = frozenset({"no-client-found", "request-version-mismatch"})
 NO_HANDLER = "no-handler-for-request"
 STARTED_TURN_STATUSES = frozenset({"inProgress", "completed"})
@@ -39,11 +39,9 @@ def behind_text(subject: str, method: str, seen: Any) -> str:
 
     ``subject`` reads like "the installed extension (26.1201.3) expects" or "the extension sent"."""
     bases = {g.name: base for g in gen.GENERATIONS if (base := g.base(method)) is not None}
-    having = [g for g in gen.GENERATIONS if g.name in bases]
     known = sorted(set(bases.values()))
-    names = " and ".join(g.name for g in having) or "none"
-    noun = "generation" if len(having) == 1 else "generations"
-    knows = f"rekall {__version__} knows base {'/'.join(map(str, known)) or 'none'} ({noun} {names})"
+    noun = "generation" if len(bases) == 1 else "generations"
+    knows = f"rekall {__version__} knows base {'/'.join(map(str, known)) or 'none'} ({noun} {gen.listed(bases)})"
     head = f"{subject} {method} at base version {seen}"
     if isinstance(seen, int) and not isinstance(seen, bool) and known:
         if seen > known[-1]:
@@ -54,7 +52,7 @@ def behind_text(subject: str, method: str, seen: Any) -> str:
 
 
 class IpcAdapter:
-    """One generation of the extension IPC (satisfies :class:`~rekall.adapters.extension.contract.Adapter`)."""
+    """One generation of the extension IPC: its constants, builders and interpreters."""
 
     INITIAL_CLIENT_ID = INITIAL_CLIENT_ID
     INITIALIZE = gen.INITIALIZE
@@ -208,6 +206,27 @@ class IpcAdapter:
     def protocol_changed_text(self, method: str, version: Any) -> str:
         return behind_text("the extension sent", method, version)
 
+    def version_doubt(self, method: str, error: str, *, discovered: tuple[str, float] | None = None) -> str | None:
+        """What a refused request says about versions: a mismatch, or possibly one (follower
+        requests routed by discovery, or ``no-client-found`` although owner discovery named the
+        owner: ``discovered`` is that owner and how many seconds ago); ``None`` when it says
+        nothing about them."""
+        targeted = self.generation.follower_envelope_host_id
+        if error not in VERSION_ERRORS or (error == "no-client-found" and targeted and discovered is None):
+            return None
+        sent, base = self.METHOD_VERSIONS.get(method), self.generation.base(method)
+        how = (f"sent at version {sent} (base {base} + 1 for the envelope hostId)" if targeted and base != sent
+               else f"sent at version {sent} (the base version)")
+        if error == "request-version-mismatch":
+            what = "the extension expects another version"
+        elif discovered is not None:
+            owner, ago = discovered
+            what = (f"owner {owner} answered owner discovery for this thread {ago:.1f} s before, so the likely "
+                    "cause is a version of this request that the owner does not handle")
+        else:
+            what = "either no client owns the thread now or the extension expects another version"
+        return f"{method} {how}, generation {self.NAME}: {what}"
+
     # --- interpreting results ---------------------------------------------------------
 
     def client_id_from(self, response: m.Response) -> str:
@@ -259,3 +278,11 @@ def _bad_ack(method: str, detail: str) -> RequestFailed:
 def _short(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 120 else text[:117] + "..."
+
+
+#: Every known generation's adapter, in the order of :data:`~rekall.adapters.extension.generations.GENERATIONS`.
+ADAPTERS: tuple[IpcAdapter, ...] = tuple(IpcAdapter(g) for g in gen.GENERATIONS)
+
+
+def adapter_named(name: str) -> IpcAdapter | None:
+    return next((a for a in ADAPTERS if a.NAME == name), None)

@@ -19,7 +19,7 @@ from typing import Any
 import attrs
 
 from rekall import events as ev
-from rekall.adapters.extension import NAME, registry
+from rekall.adapters.extension import NAME, ipc
 from rekall.adapters.extension import choice as evidence
 from rekall.adapters.extension.discovery import CodexBinary, discover_codex_binary
 from rekall.adapters.extension.early import EarlyFollow
@@ -85,7 +85,7 @@ class IpcThread:
         return self.session.last_event_at
 
     def evidence(self) -> dict[str, Any]:
-        return {"platform": NAME, "ownerId": self.session.owner_id, "adapter": self.session.adapter,
+        return {"platform": NAME, "ownerId": self.session.owner_id, "adapter": self.session.generation,
                 "generationReason": self.session.generation_reason,
                 "generationSettled": self.session.generation_settled}
 
@@ -178,14 +178,14 @@ class ExtensionIpc:
             settled = None if (found := settled_by(session)) is None else found.to_json()
             seen = _snapshot(session, {
                 "endpoint": session.endpoint._asdict(),
-                "adapter": session.adapter,
+                "adapter": session.generation,
                 "generationReason": session.generation_reason,
                 "generationSettled": session.generation_settled,
                 **({"generationEvidence": settled} if settled is not None else {}),
                 "extensions": [i.to_json() for i in self.last_choice.installs],
-                "methodVersions": dict(session.protocol.METHOD_VERSIONS),
+                "methodVersions": dict(session.adapter.METHOD_VERSIONS),
                 "observedVersions": {method: sorted(versions)
-                                     for method, versions in session.observed_versions.items()},
+                                     for method, versions in session.follower.observed_versions.items()},
             })
             return attrs.evolve(seen, settled=settled, calls_in_progress=_calls_in_progress(session))
         finally:
@@ -239,7 +239,7 @@ def settled_by(session: ThreadSession) -> evidence.Settled | None:
     if session.owner_id is None:
         return None
     path = session.endpoint.path
-    return evidence.Settled(session.adapter, session.owner_id, path, evidence.socket_identity(path),
+    return evidence.Settled(session.generation, session.owner_id, path, evidence.socket_identity(path),
                             session.generation_reason)
 
 
@@ -281,7 +281,7 @@ def _mode(path: Path) -> str:
 
 async def _initialize(endpoint: Endpoint) -> tuple[str, str]:
     """Connect and run ``initialize``; return our client id and the peer check."""
-    adapter = registry.ADAPTERS[0]  # initialize is the same in every generation
+    adapter = ipc.ADAPTERS[0]  # initialize is the same in every generation
     stream = await transport_for(endpoint).connect()
     channel = MessageChannel(stream)
     try:
@@ -365,7 +365,7 @@ async def check_owner(platform: ExtensionIpc, endpoint: Endpoint | None) -> Row 
         return Row.failed("owner", exc)
     try:
         mirror = session.mirror
-        found = (f"thread {session.thread_id} is owned by client {session.owner_id}; generation {session.adapter} "
+        found = (f"thread {session.thread_id} is owned by client {session.owner_id}; generation {session.generation} "
                  f"({session.generation_reason}), runtime {mirror.runtime_status or 'unknown'}")
         if mirror.layout_problem:
             return Row("owner", "RED", f"{found}; unsupported state layout: {mirror.layout_problem}",

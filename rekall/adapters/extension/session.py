@@ -1,10 +1,10 @@
 """ThreadSession: one follower connection to the owner of one thread.
 
-The session does the I/O for a protocol adapter (:mod:`rekall.adapters.extension.ipc`, one per
-generation; when the caller has not chosen one, the owner's answer to discovery does): it
-connects, runs the handshake (``initialize``, owner discovery, follow), keeps the
-:class:`~rekall.thread.mirror.ThreadMirror` up to date from the owner's broadcasts,
-turns fact changes into domain events, and sends the two commands rekall needs.
+The session moves bytes, runs timers and reconnects; the protocol's decisions are the
+:class:`~rekall.adapters.extension.follower.Follower`'s (sans I/O): the session feeds it each
+message and does what it says (send, resolve a request, emit events, finish or fail the
+connect, ask discovery, give the connection up). It runs the handshake
+(:mod:`rekall.adapters.extension.handshake`) and sends the two commands rekall needs.
 
 Rules it keeps:
 
@@ -12,18 +12,6 @@ Rules it keeps:
 * Our own request timeout agrees with the ``timeoutMs`` we send: we send
   ``request_timeout_s * 1000`` and wait :data:`RESPONSE_MARGIN_S` longer, so that the
   router's own ``request-timeout`` (which is more informative) normally arrives first.
-* State broadcasts count only from the owner, for this thread, at the adapter's version.
-  Other versions are counted and reported (``ProtocolChanged``); during the handshake
-  they fail the connect at once with ``version_mismatch`` instead of a snapshot timeout.
-* A revision gap or an inapplicable patch asks the owner for a fresh snapshot (a
-  re-follow): bounded per connection (:data:`MAX_RESYNCS_PER_CONNECTION`), counted in
-  :attr:`ThreadSession.resync_count`, reported with ``Resynced``. Patches that arrive
-  while we wait for that snapshot are dropped, not answered with more re-follows.
-* If the owner asks for followers from another client id (the thread moved to another
-  window), or another client broadcasts this thread's state, the session rediscovers the
-  owner and follows the new one. It never guesses: the router names the owner. In a
-  generation without owner discovery (26.721) the owner is the client that answers our
-  follow with the thread's snapshot, or that asks for this thread's followers.
 * ``ConnectionLost`` is emitted exactly once per connection that dies (not when we close it).
 """
 
@@ -31,33 +19,43 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from rekall import events as ev
-from rekall.adapters.extension import messages, registry
-from rekall.adapters.extension.contract import Adapter
+from rekall.adapters.extension import generations as gen
+from rekall.adapters.extension import ipc, messages
+from rekall.adapters.extension.ipc import IpcAdapter
 from rekall.adapters.extension.errors import (
     RESPONSE_MARGIN_S,
     ConnectionLostError,
     HandshakeFailed,
-    NoOwner,
     RequestFailed,
     SessionClosed,
-    SnapshotTimeout,
-    VersionMismatch,
     lost_while_sending,
     lost_while_waiting,
     not_answered,
 )
+from rekall.adapters.extension.choice import GENERATION_VAR, pinned
 from rekall.adapters.extension.early import EarlyFollow
-from rekall.adapters.extension.handshake import Handshaken, handshake
+from rekall.adapters.extension.follower import (
+    MAX_RESYNCS_PER_CONNECTION,
+    Action,
+    Connected,
+    ConnectFailed,
+    Emit,
+    Follower,
+    Rediscover,
+    Resolve,
+    Send,
+)
+from rekall.adapters.extension.handshake import handshake
 from rekall.errors import InvalidInput, IpcError
 from rekall.ids import thread_id as validate_thread_id
-from rekall.thread.mirror import RevisionGap, ThreadMirror
-from rekall.thread.patches import PatchError
+from rekall.thread.mirror import ThreadMirror
 from rekall.transports import (
     Endpoint,
     MessageChannel,
@@ -71,7 +69,6 @@ from rekall.transports import (
 
 log = logging.getLogger("rekall.adapters")
 
-MAX_RESYNCS_PER_CONNECTION = 5
 StartedTurn = messages.StartedTurn
 Tap = Callable[[str, Any], None]
 T = TypeVar("T")
@@ -108,8 +105,8 @@ class ThreadSession:
         snapshot_timeout_s: float = 12.0,
         owner_answer_s: float | None = None,
         peer_uid_lookup: PeerUidLookup = peer_uid,
-        adapter: Adapter | None = None,
-        candidates: Sequence[Adapter] | None = None,
+        adapter: IpcAdapter | None = None,
+        candidates: Sequence[IpcAdapter] | None = None,
         max_resyncs: int = MAX_RESYNCS_PER_CONNECTION,
         tap: Tap | None = None,
     ) -> None:
@@ -121,14 +118,10 @@ class ThreadSession:
         self._env = env
         self._explicit_endpoint = explicit_endpoint
         self._peer_uid_lookup = peer_uid_lookup
-        #: Undecided (no ``adapter``): the owner's answer to discovery chooses among these.
-        self._candidates: tuple[Adapter, ...] = () if adapter is not None else tuple(candidates or registry.ADAPTERS)
-        self._adapter: Adapter = adapter if adapter is not None else self._candidates[0]
-        #: Why this generation is spoken (shown by probe and doctor).
-        self.generation_reason = "chosen by the caller" if adapter is not None else "not decided yet"
+        #: The protocol's decisions and the thread model (sans I/O); the session moves bytes.
+        self.follower = Follower(thread_id, adapter, candidates or ipc.ADAPTERS, max_resyncs=max_resyncs)
         #: Whether the generation was found on this connect or reused (set by the platform).
         self.generation_settled = "found anew"
-        self._owner_unanswered = False  # discovery said no-client-found; following must find the owner
         self.client_type = client_type
         self.request_timeout_s = request_timeout_s
         self.snapshot_timeout_s = snapshot_timeout_s
@@ -136,22 +129,7 @@ class ThreadSession:
         #: no-client-found (``None``: the snapshot timeout). Only an owner answers, so silence is how
         #: the router's clients say "none".
         self.owner_answer_s = owner_answer_s
-        self.max_resyncs = max_resyncs
         self.tap = tap
-
-        self.client_id: str | None = None
-        self.owner_id: str | None = None
-        #: When owner discovery last named the owner (monotonic s): a no-client-found soon after
-        #: cannot mean that nobody owns the thread.
-        self._discovered_at: float | None = None
-        self.mirror = ThreadMirror(self._adapter.LAYOUT)
-        self.observed_versions: dict[str, set[Any]] = {}
-        self.unknown_versions: dict[str, int] = {}
-        self.resync_count = 0
-        self.owner_changes = 0
-        self.foreign_broadcasts = 0
-        self.dropped_patches = 0
-        self.ignored_messages = 0
 
         self._events: asyncio.Queue[Any] = asyncio.Queue()
         #: When the fact of the event :meth:`next_event` returned last was known
@@ -161,27 +139,48 @@ class ThreadSession:
         self._link: _Link | None = None
         self._closed = False
         self._snapshot_waiter: asyncio.Future[None] | None = None
-        self._emit_first_snapshot = False
-        self._awaiting_snapshot = False
-        self._resync_reason: str | None = None
-        self._rediscovering = False
-        self._checked_sources: set[Any] = set()
         self._tasks: set[asyncio.Task[Any]] = set()
 
     # -- public surface ----------------------------------------------------------------
 
     @property
-    def adapter(self) -> str:
-        """The protocol generation in use, e.g. ``"26.9xx"``."""
-        return self._adapter.NAME
+    def generation(self) -> str:
+        """The name of the protocol generation in use, e.g. ``"26.9xx"``."""
+        return self.follower.adapter.NAME
 
     @property
-    def protocol(self) -> Adapter:
-        return self._adapter
+    def adapter(self) -> IpcAdapter:
+        """The adapter that speaks it."""
+        return self.follower.adapter
 
     @property
     def decided(self) -> bool:
-        return not self._candidates
+        return self.follower.decided
+
+    @property
+    def mirror(self) -> ThreadMirror:
+        return self.follower.mirror
+
+    @property
+    def owner_id(self) -> str | None:
+        return self.follower.owner_id
+
+    @property
+    def client_id(self) -> str | None:
+        return self.follower.client_id
+
+    @property
+    def generation_reason(self) -> str:
+        """Why this generation is spoken (shown by probe and doctor)."""
+        return self.follower.generation_reason
+
+    @generation_reason.setter
+    def generation_reason(self, reason: str) -> None:
+        self.follower.generation_reason = reason
+
+    @property
+    def resync_count(self) -> int:
+        return self.follower.resync_count
 
     @property
     def connected(self) -> bool:
@@ -207,7 +206,7 @@ class ThreadSession:
     def compact(self) -> Awaitable[None]:
         """Ask the owner to compact the thread (sent as :meth:`_request` says); await the answer.
         Success means ``result.ok is True``."""
-        adapter = self._adapter
+        adapter = self.adapter
         return _read(self._request(adapter.COMPACT, adapter.compact_params(self.thread_id)), adapter.check_compact_ack)
 
     def start_turn(self, text: str, client_user_message_id: str) -> Awaitable[Any]:
@@ -218,7 +217,7 @@ class ThreadSession:
         if not isinstance(client_user_message_id, str) or not client_user_message_id:
             raise InvalidInput("client_user_message_id must be a non-empty string (the job id)",
                                field="client_user_message_id")
-        adapter = self._adapter
+        adapter = self.adapter
         return _read(self._request(adapter.START_TURN,
                                    adapter.start_turn_params(self.thread_id, text, client_user_message_id)),
                      adapter.started_turn_from)
@@ -266,10 +265,11 @@ class ThreadSession:
             backlog: Sequence[tuple[Any, float]] = ()
         else:
             stream, backlog = await early.adopt(), early.backlog
-            self._handshaken(early.handshaken)
+            self.follower.handshaken(early.handshaken, time.monotonic())
         self.endpoint = self.endpoint._replace(peer_check=stream.peer_check)
         link = _Link(MessageChannel(stream))
         self._link = link
+        self.follower.connection_opened()
         link.reader = asyncio.create_task(self._read_loop(link, backlog), name=f"rekall-ipc-reader-{self.thread_id}")
         try:
             if early is None:
@@ -280,10 +280,10 @@ class ThreadSession:
             raise
 
     async def _handshake(self, link: _Link) -> None:
-        self.client_id = None
-        self.owner_id = None
-        steps = handshake(self.thread_id, self.client_type, None if self._candidates else self._adapter,
-                          self._candidates)
+        follower = self.follower
+        follower.handshaking()
+        steps = handshake(self.thread_id, self.client_type, None if follower.candidates else follower.adapter,
+                          follower.candidates)
         try:
             ask = next(steps)
             while True:
@@ -291,72 +291,33 @@ class ThreadSession:
                                                 source=ask.source)
                 ask = steps.send(response)
         except StopIteration as done:
-            self._handshaken(done.value)
+            follower.handshaken(done.value, time.monotonic())
         except RequestFailed as exc:  # a timeout or a dropped connection during the handshake
             raise HandshakeFailed.because(exc) from exc
-
-    def _handshaken(self, done: Handshaken) -> None:
-        if done.decided_because is not None:
-            self._decide(done.adapter, done.decided_because)
-        if done.owner_unanswered:
-            self._owner_unanswered = True
-        self.client_id, self.owner_id = done.client_id, done.owner_id
-        self._discovered_at = time.monotonic() if done.owner_id is not None and self._adapter.owner_discovery else None
-        self._checked_sources = {self.owner_id} if self.owner_id is not None else set()
-
-    def _decide(self, adapter: Adapter, reason: str) -> None:
-        if adapter.LAYOUT != self.mirror.layout:
-            self.mirror = ThreadMirror(adapter.LAYOUT)
-        self._adapter, self._candidates, self.generation_reason = adapter, (), reason
 
     async def _follow_and_wait(self, link: _Link, *, emit: bool, followed: bool = False) -> None:
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._snapshot_waiter = waiter
-        self._emit_first_snapshot = emit
-        self._awaiting_snapshot = True
-        self._resync_reason = None
+        self.follower.following(emit=emit)
         try:
             if not followed:
-                await self._send(link, self._follow_message())
-            async with asyncio.timeout(self._snapshot_wait_s()):
+                await self._send(link, self.follower.follow_message())
+            async with asyncio.timeout(wait_s := self._snapshot_wait_s()):
                 await waiter
         except TimeoutError:
-            if self.owner_id is None and not self._adapter.owner_discovery:
-                asked = "owner discovery answered no-client-found and " if self._owner_unanswered else ""
-                raise NoOwner(f"no client owns thread {self.thread_id}: {asked}no client answered following within "
-                              f"{self._snapshot_wait_s():g} s (in generation {self._adapter.NAME}, which has no owner "
-                              "discovery, the owner answers following)",
-                              hint="open the thread in a VS Code window with the Codex extension; "
-                                   "never guess an owner") from None
-            raise SnapshotTimeout(self._snapshot_timeout_text(),
-                                  hint="the owner did not send the thread's state; check that the thread is open "
-                                  "in VS Code and the extension is up to date") from None
+            raise self.follower.snapshot_missing(wait_s) from None
         except TransportError as exc:
             raise ConnectionLostError(f"connection lost before the first snapshot: {exc.message}",
                                       hint="reconnect") from exc
         finally:
+            self.follower.stop_waiting()
             if self._snapshot_waiter is waiter:
                 self._snapshot_waiter = None
 
     def _snapshot_wait_s(self) -> float:
-        if self.owner_id is None and self._owner_unanswered and self.owner_answer_s is not None:
+        if self.owner_answer_s is not None and self.follower.owner_unanswered:
             return self.owner_answer_s
         return self.snapshot_timeout_s
-
-    def _snapshot_timeout_text(self) -> str:
-        text = f"no snapshot of thread {self.thread_id} from owner {self.owner_id} within {self.snapshot_timeout_s:g} s"
-        seen = self.observed_versions.get(self._adapter.STATE_CHANGED)
-        if self.unknown_versions:
-            text += "; " + "; ".join(self.unknown_versions)
-        elif seen:
-            text += f"; state versions seen: {sorted(seen, key=repr)}"
-        else:
-            text += "; no state broadcast was seen at all"
-        return text
-
-    def _follow_message(self) -> dict[str, Any]:
-        assert self.client_id is not None and (self.owner_id is not None or not self._adapter.owner_discovery)
-        return self._adapter.follow_broadcast(self.thread_id, source=self.client_id, owner=self.owner_id)
 
     # -- requests ----------------------------------------------------------------------
 
@@ -366,13 +327,13 @@ class ThreadSession:
         await link.channel.send(message)
 
     async def _exchange(self, link: _Link, method: str, params: dict[str, Any], *, targeted: bool,
-                        adapter: Adapter | None = None, source: str | None = None) -> Any:
+                        adapter: IpcAdapter | None = None, source: str | None = None) -> Any:
         """Send one request and wait for its response (success or not); in ``adapter``'s envelope
         from ``source`` when given (the handshake), else in the session's."""
         return await self._exchange_now(link, method, params, targeted=targeted, adapter=adapter, source=source)
 
     def _exchange_now(self, link: _Link, method: str, params: dict[str, Any], *, targeted: bool,
-                      adapter: Adapter | None = None, source: str | None = None) -> Awaitable[Any]:
+                      adapter: IpcAdapter | None = None, source: str | None = None) -> Awaitable[Any]:
         """:meth:`_exchange`, with the request written before this returns when the link takes it
         at once (a caller's synchronous step puts it on the wire, with no task switch before its
         bytes leave); otherwise it is written when the wait for the response is awaited."""
@@ -382,7 +343,7 @@ class ThreadSession:
         request_id = str(uuid.uuid4())
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         link.pending[request_id] = (method, future)
-        adapter = adapter or self._adapter
+        adapter = adapter or self.adapter
         message = adapter.request(
             method, params, request_id=request_id, source=source or self.client_id or adapter.INITIAL_CLIENT_ID,
             timeout_ms=int(self.request_timeout_s * 1000), target=self.owner_id if targeted else None)
@@ -424,42 +385,8 @@ class ThreadSession:
     async def _succeeded(self, method: str, exchange: Awaitable[Any]) -> Any:
         response = await exchange
         if not response.ok:
-            delivery = self._adapter.delivery_of(response.error)
-            version_doubt = self._version_doubt(method, response.error)
-            if version_doubt is not None:
-                raise RequestFailed(f"{method} failed: {response.error}; {version_doubt}; run `rekall protocol` "
-                                    "to compare the extension's table with rekall's", code=response.error,
-                                    delivery=delivery, method=method,
-                                    hint="the owner did not act on it; run `rekall protocol` to compare the "
-                                         "extension's table with rekall's before scheduling again")
-            hint = ("the owner did not act on it; it is safe to schedule again" if delivery == "not_delivered"
-                    else "the owner may have acted on it; check the thread before scheduling again")
-            raise RequestFailed(f"{method} failed: {response.error}", code=response.error, delivery=delivery,
-                                method=method, hint=hint)
+            raise self.follower.refused(method, response, time.monotonic())
         return response
-
-    def _version_doubt(self, method: str, error: str) -> str | None:
-        """What a refusal says about versions: a mismatch, or (routed by discovery, or refused
-        although discovery has just named the owner) possibly one."""
-        generation = self._adapter.generation
-        targeted = generation.follower_envelope_host_id
-        discovered = error == "no-client-found" and self._discovered_at is not None
-        if error == "request-version-mismatch" or (error == "no-client-found" and not targeted) or discovered:
-            sent = self._adapter.METHOD_VERSIONS.get(method)
-            base = generation.base(method)
-            how = (f"sent at version {sent} (base {base} + 1 for the envelope hostId)" if targeted and base != sent
-                   else f"sent at version {sent} (the base version)")
-            if error == "request-version-mismatch":
-                what = "the extension expects another version"
-            elif discovered:
-                assert self._discovered_at is not None
-                what = (f"owner {self.owner_id} answered owner discovery for this thread "
-                        f"{time.monotonic() - self._discovered_at:.1f} s before, so the likely cause is a version "
-                        "of this request that the owner does not handle")
-            else:
-                what = "either no client owns the thread now or the extension expects another version"
-            return f"{method} {how}, generation {self._adapter.NAME}: {what}"
-        return None
 
     # -- receiving ---------------------------------------------------------------------
 
@@ -523,7 +450,7 @@ class ThreadSession:
         if not self._closed:
             self._events.put_nowait((event, time.monotonic() if known_at is None else known_at))
 
-    def _emit_all(self, events: list[ev.DomainEvent], known_at: float | None = None) -> None:
+    def _emit_all(self, events: Sequence[ev.DomainEvent], known_at: float | None = None) -> None:
         for event in events:
             self._emit(event, known_at)
 
@@ -533,59 +460,30 @@ class ThreadSession:
         task.add_done_callback(self._tasks.discard)
 
     async def _handle(self, link: _Link, message: Any, received_at: float | None = None) -> None:
-        adapter = self._adapter
-        if isinstance(message, dict) and message.get("type") in ("broadcast", "request"):
-            method = message.get("method")
-            version = message.get("version")
-            if isinstance(method, str):
-                self.observed_versions.setdefault(method, set()).add(
-                    version if isinstance(version, (int, str, type(None))) else repr(version))
-        inbound = adapter.classify(message, thread_id=self.thread_id, owner_id=self.owner_id)
-        if isinstance(inbound, adapter.Response):
-            _method, future = link.pending.get(inbound.request_id, ("", None))
+        """Do what the follower says one message calls for."""
+        for action in self.follower.receive(message):
+            await self._do(link, action, received_at)
+
+    async def _do(self, link: _Link, action: Action, received_at: float | None) -> None:
+        if isinstance(action, Send):
+            await self._send_quietly(link, action.message)
+        elif isinstance(action, Resolve):
+            _method, future = link.pending.get(action.response.request_id, ("", None))
             if future is not None and not future.done():
-                future.set_result(inbound)
-        elif isinstance(inbound, adapter.Reply):
-            await self._send_quietly(link, inbound.message)
-        elif isinstance(inbound, adapter.StateChange):
-            await self._on_state_change(link, inbound.change, received_at)
-        elif isinstance(inbound, adapter.UnknownVersion):
-            self._on_unknown_version(inbound)
-        elif isinstance(inbound, adapter.FollowStatusRequested):
-            if inbound.source == self.owner_id:
-                await self._send_quietly(link, self._follow_message())
-            elif not adapter.owner_discovery and isinstance(inbound.source, str):
-                # Without owner discovery, the client asking for this thread's followers owns it.
-                await self._adopt_owner(link, inbound.source, "another client asked for followers")
-            else:
-                self._maybe_rediscover(link, inbound.source, "another client asked for followers")
-        elif isinstance(inbound, adapter.ForeignState):
-            if self._answers_our_follow(inbound):
-                self.owner_id = inbound.source
-                self._checked_sources = {inbound.source}
-                if self._owner_unanswered:
-                    self.generation_reason += f"; client {inbound.source} answered following"
-                log.info("thread %s: owner %s answered following", self.thread_id, inbound.source)
-                await self._on_state_change(link, inbound.change, received_at)
-                return
-            self.foreign_broadcasts += 1
-            if adapter.owner_discovery:
-                self._maybe_rediscover(link, inbound.source, "another client broadcast this thread's state")
-        else:
-            self.ignored_messages += 1
-
-    def _answers_our_follow(self, inbound: Any) -> bool:
-        """A snapshot of our thread while we follow without knowing the owner (no discovery)."""
-        change = inbound.change
-        return (self.owner_id is None and not self._adapter.owner_discovery and self._awaiting_snapshot
-                and isinstance(inbound.source, str) and isinstance(change, dict) and change.get("type") == "snapshot")
-
-    async def _adopt_owner(self, link: _Link, owner: str, why: str) -> None:
-        log.info("thread %s moved from owner %s to %s (%s)", self.thread_id, self.owner_id, owner, why)
-        self.owner_id = owner
-        self.owner_changes += 1
-        self._checked_sources = {owner}
-        await self._resync(link, f"the owner changed to {owner} ({why})")
+                future.set_result(action.response)
+        elif isinstance(action, Emit):
+            self._emit_all(action.events, received_at if action.at_arrival else None)
+        elif isinstance(action, Connected | ConnectFailed):
+            waiter = self._snapshot_waiter
+            if waiter is not None and not waiter.done():
+                if isinstance(action, Connected):
+                    waiter.set_result(None)
+                else:
+                    waiter.set_exception(action.error)
+        elif isinstance(action, Rediscover):
+            self._spawn(self._rediscover(link, action.why))
+        else:  # GiveUp
+            await self._kill_link(link, action.detail)
 
     async def _send_quietly(self, link: _Link, message: dict[str, Any]) -> None:
         try:
@@ -593,86 +491,16 @@ class ThreadSession:
         except TransportError:
             pass  # the reader notices the broken connection and reports it once
 
-    def _on_unknown_version(self, inbound: Any) -> None:
-        text = self._adapter.protocol_changed_text(inbound.method, inbound.version)
-        first = text not in self.unknown_versions
-        self.unknown_versions[text] = self.unknown_versions.get(text, 0) + 1
-        if first:
-            log.warning("%s", text)
-            self._emit(ev.ProtocolChanged(inbound.method, inbound.version, text))
-        waiter = self._snapshot_waiter
-        # Without owner discovery the owner is not known before its first answer: any answer counts.
-        from_owner = inbound.from_owner or (self.owner_id is None and not self._adapter.owner_discovery)
-        if from_owner and inbound.method == self._adapter.STATE_CHANGED and waiter and not waiter.done():
-            waiter.set_exception(VersionMismatch(text, hint="see the message for which side to update; "
-                                                            "`rekall protocol` compares the tables"))
-
-    async def _on_state_change(self, link: _Link, change: Any, received_at: float | None = None) -> None:
-        """Mirror one change; the facts it shows were known when its frame arrived (``received_at``)."""
-        kind = change.get("type") if isinstance(change, dict) else None
-        if kind == "snapshot":
-            if "conversationState" not in change:
-                await self._resync(link, "a snapshot without conversationState")
-                return
-            events = self.mirror.load_snapshot(change["conversationState"], change.get("revision"))
-            self._awaiting_snapshot = False
-            waiter = self._snapshot_waiter
-            if waiter is not None and not waiter.done():
-                waiter.set_result(None)
-                if self._emit_first_snapshot:
-                    self._emit_all(events, received_at)
-                return
-            if self._resync_reason is not None:
-                self._emit(ev.Resynced(self._resync_reason, self.resync_count, self.mirror.revision))
-                self._resync_reason = None
-            self._emit_all(events, received_at)
-        elif kind == "patches":
-            if self._awaiting_snapshot:
-                self.dropped_patches += 1
-                return
-            try:
-                events = self.mirror.apply_patches(change.get("patches"), base_revision=change.get("baseRevision"),
-                                                   revision=change.get("revision"))
-            except (RevisionGap, PatchError) as exc:
-                await self._resync(link, exc.message)
-                return
-            self._emit_all(events, received_at)
-        else:
-            await self._resync(link, f"a state change of unknown type {kind!r}")
-
-    async def _resync(self, link: _Link, reason: str) -> None:
-        link.resyncs += 1
-        self.resync_count += 1
-        if link.resyncs > self.max_resyncs:
-            await self._kill_link(link, f"gave up after {self.max_resyncs} resyncs on one connection "
-                                        f"(last: {reason})")
-            return
-        log.info("resync %d: %s", self.resync_count, reason)
-        self._awaiting_snapshot = True
-        self._resync_reason = reason
-        await self._send_quietly(link, self._follow_message())
-
-    def _maybe_rediscover(self, link: _Link, source: Any, why: str) -> None:
-        if self._rediscovering or source in self._checked_sources:
-            return
-        self._checked_sources.add(source)
-        self._rediscovering = True
-        self._spawn(self._rediscover(link, why))
-
     async def _rediscover(self, link: _Link, why: str) -> None:
-        adapter = self._adapter
+        adapter = self.adapter
+        response = None
         try:
             response = await self._exchange(link, adapter.OWNER_DISCOVERY,
                                             adapter.owner_discovery_params(self.thread_id), targeted=False)
-            owner = adapter.owner_from(response, self.thread_id)
         except IpcError as exc:
             log.warning("owner rediscovery failed (%s): %s", why, exc.message)
-            return
-        finally:
-            self._rediscovering = False
-        if owner == self.owner_id or link.dead:
-            return
-        await self._adopt_owner(link, owner, why)
+        for action in self.follower.rediscovered(None if link.dead else response, why):
+            await self._do(link, action, None)
 
 
 async def connect_thread(
@@ -688,8 +516,8 @@ async def connect_thread(
     peer_uid_lookup: PeerUidLookup = peer_uid,
     max_resyncs: int = MAX_RESYNCS_PER_CONNECTION,
     tap: Tap | None = None,
-    adapter: str | Adapter | None = None,
-    candidates: Sequence[Adapter] | None = None,
+    adapter: str | IpcAdapter | None = None,
+    candidates: Sequence[IpcAdapter] | None = None,
     early: EarlyFollow | None = None,
 ) -> ThreadSession:
     """Connect to the owner of ``thread_id``, follow it and wait for its first snapshot.
@@ -698,16 +526,23 @@ async def connect_thread(
     snapshot's facts are readable from ``session.mirror`` on return; no events are emitted
     for them (they are the caller's baseline). ``tap(direction, message)`` sees every
     message sent (``"send"``) and received (``"recv"``, then ``"handled"`` once processed);
-    ``adapter`` is the generation to speak (an adapter or its name); without it the owner's
-    answer to discovery chooses among ``candidates`` (default: every known generation).
+    ``adapter`` is the generation to speak (an adapter or its name); without it and without
+    ``candidates``, ``REKALL_GENERATION`` in ``env`` when set; otherwise the owner's answer to
+    discovery chooses among ``candidates`` (default: every known generation).
     ``early``: the worker's first follow of this thread (:mod:`rekall.adapters.extension.early`), made with
     the same ``adapter`` and ``candidates``: the session goes on from its connection.
     """
     thread_id = validate_thread_id(thread_id)
-    module = registry.adapter_named(adapter) if isinstance(adapter, str) else adapter
-    if isinstance(adapter, str) and module is None:
-        raise InvalidInput(f"no protocol generation named {adapter!r}", field="adapter",
-                           hint=f"known: {', '.join(a.NAME for a in registry.ADAPTERS)}")
+    pin_reason = None
+    if isinstance(adapter, str):
+        named = ipc.adapter_named(adapter)
+        if named is None:
+            raise InvalidInput(f"no protocol generation named {adapter!r}", field="adapter",
+                               hint=f"known: {gen.listed(a.NAME for a in ipc.ADAPTERS)}")
+        adapter = named
+    elif adapter is None and candidates is None and early is None:
+        adapter = pinned(os.environ if env is None else env)  # REKALL_GENERATION, as at every door
+        pin_reason = f"pinned by {GENERATION_VAR}" if adapter is not None else None
     explicit = endpoint is not None or transport is not None
     if early is not None:
         endpoint = early.endpoint
@@ -716,8 +551,10 @@ async def connect_thread(
     session = ThreadSession(
         thread_id, endpoint=endpoint, transport=transport, env=env, explicit_endpoint=explicit,
         client_type=client_type, request_timeout_s=request_timeout_s, snapshot_timeout_s=snapshot_timeout_s,
-        owner_answer_s=owner_answer_s, peer_uid_lookup=peer_uid_lookup, adapter=module, candidates=candidates,
+        owner_answer_s=owner_answer_s, peer_uid_lookup=peer_uid_lookup, adapter=adapter, candidates=candidates,
         max_resyncs=max_resyncs, tap=tap)
+    if pin_reason is not None:
+        session.generation_reason = pin_reason
     await session._open(emit=False, early=early)
     return session
 
