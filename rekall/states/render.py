@@ -11,7 +11,7 @@ import json
 from typing import Any, Literal
 
 from rekall.errors import UsageError
-from rekall.states.evidence import TRIGGERS
+from rekall.states.evidence import TRIGGERS, Key
 from rekall.states.machine import machine_config
 from rekall.states.model import NON_TERMINAL_STATES, TERMINAL_STATES, JobState
 from rekall.states.rules import HEADROOM_LIMIT
@@ -49,6 +49,13 @@ WIDTH = 80
 
 def _paragraph(text: str) -> list[str]:
     return wrap(text, WIDTH)
+
+
+def _key_spans(key: Key) -> str:
+    """A key as code spans: one per choice, so that a long list of choices wraps between them."""
+    if not key.choices:
+        return f"`{key.describe()}`"
+    return f"`{key.name}{'' if key.required else '?'}:` " + " | ".join(f"`{choice!r}`" for choice in key.choices)
 
 
 def _item(text: str) -> list[str]:
@@ -95,7 +102,7 @@ def markdown() -> str:
         *_paragraph("Each trigger, what it means, and the evidence it carries (`?` = optional)."),
         "",
         *(line for t in TRIGGERS.values() for line in _item(
-            f"`{t.name}`: {t.doc} Evidence: " + ", ".join(f"`{k.describe()}`" for k in t.keys))),
+            f"`{t.name}`: {t.doc} Evidence: " + ", ".join(map(_key_spans, t.keys)))),
         "",
         *_paragraph("`str` is a non-blank string, `text` any string, `number` a finite int or float. Unknown or "
                     "missing keys are refused before anything happens."),
