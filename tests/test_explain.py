@@ -33,7 +33,8 @@ def test_the_timeline_shows_times_evidence_and_every_guard_verdict(store: JobSto
     assert (last["from"], last["to"], last["trigger"]) == ("accepted", "skipped", "compaction_completed")
     assert last["evidence"]["tokens"] == 61_000
     assert [(g["guard"], g["passed"]) for g in last["guards"]] == [
-        ("resume_not_requested", False), ("resume_with_headroom", False), ("resume_without_headroom", True)]
+        ("resume_not_requested", False), ("resume_not_requested_inject", False), ("resume_with_headroom", False),
+        ("resume_without_headroom", True)]
 
 
 def test_the_diagram_numbers_the_steps_taken_and_marks_the_states_visited(store: JobStore, clock: FakeClock):

@@ -17,6 +17,8 @@ from rekall.errors import InvalidInput
 
 CANCEL_REASONS = ("explicit_cancellation", "new_user_input", "user_turn_stopped")
 DELIVERY = ("not_delivered", "unknown")
+#: Why a continuation asked for will not run although the compaction completed.
+OVERTAKEN_REASONS = ("new_user_input", "user_turn_stopped")
 
 
 class InvalidEvidence(InvalidInput):
@@ -97,6 +99,12 @@ _IDLE = (
     Key("revision", "int|null"),
     Key("boundaryFingerprint", "str|null"),
 )
+#: Where no continuation will carry the handoff: whether it is injected instead (``inject``), and
+#: if not, why (``injectionLimit``: the setting, or the platform's limit). Absent in older journals.
+_DELIVERY = (
+    Key("inject", "bool", required=False),
+    Key("injectionLimit", "str", required=False),
+)
 
 TRIGGERS: Mapping[str, TriggerSpec] = {
     spec.name: spec
@@ -108,7 +116,7 @@ TRIGGERS: Mapping[str, TriggerSpec] = {
             Key("platform", "str", required=False),
         )),
         TriggerSpec("idle_stable", "The thread stayed idle for the stable interval.", (
-            *_IDLE, Key("handoffVerified", "bool", required=False),
+            *_IDLE, Key("handoffVerified", "bool", required=False), *_DELIVERY,
         )),
         TriggerSpec("compaction_accepted", "The owner answered the compaction request with ok "
                     "(or a new completed compaction proved it).", (
@@ -116,7 +124,7 @@ TRIGGERS: Mapping[str, TriggerSpec] = {
         )),
         TriggerSpec("compaction_completed", "A new completed contextCompaction item appeared.", (
             Key("compactionId", "str"), Key("tokens", "int|null"), Key("window", "int|null"),
-            Key("revision", "int|null"),
+            Key("revision", "int|null"), *_DELIVERY,
         )),
         TriggerSpec("turn_started", "The owner returned the started continuation turn.", (
             Key("turnId", "str"), Key("turnStatus", "str|null", required=False),
@@ -129,6 +137,17 @@ TRIGGERS: Mapping[str, TriggerSpec] = {
         )),
         TriggerSpec("cancel", "An explicit cancel marker, new user input, or a stopped user turn.", (
             Key("reason", "str", choices=CANCEL_REASONS), Key("delivery", "str", required=False, choices=DELIVERY),
+            Key("injectionLimit", "str", required=False),
+        )),
+        TriggerSpec("resume_overtaken", "The user's input (or a stopped turn) came after the compaction completed "
+                    "and before the continuation: none will run, and the handoff is injected instead.", (
+            Key("reason", "str", choices=OVERTAKEN_REASONS),
+        )),
+        TriggerSpec("handoff_injected", "The platform acknowledged the handoff's injection into the thread's "
+                    "context.", (Key("textBytes", "int"),)),
+        TriggerSpec("handoff_not_delivered", "The handoff's injection failed (refused, not sent, or its answer "
+                    "was lost: delivery unknown); it is never sent again.", (
+            Key("errorCode", "str"), Key("error", "text"), Key("delivery", "str", choices=DELIVERY),
         )),
         TriggerSpec("deadline", "The worker's deadline passed.", (Key("deadlineS", "number"),)),
         TriggerSpec("fail", "An error stopped the job; errorCode is stable, error is for people.", (

@@ -156,7 +156,8 @@ def unrecorded_loss(job: Replay, problem: str) -> dict[str, Any]:
     state = job.state.value
     may_have = {"requesting": "the compaction request may have reached the extension",
                 "accepted": "the compaction may still complete",
-                "resuming": "a continuation may have started"}.get(state, "nothing was sent after it")
+                "resuming": "a continuation may have started",
+                "injecting": "the handoff may have been injected"}.get(state, "nothing was sent after it")
     return wire(JobStatus(
         status="failed", state="failed", errorCode="worker_lost",
         error=f"the worker process is gone and the journal could not be written after `{state}` "
@@ -174,5 +175,7 @@ def _lost_words(state: JobState) -> str:
                                           "continuation did not run",
         JobState.RESUMING: ", after the compaction completed: the thread was compacted, and a continuation may "
                            "have started",
+        JobState.INJECTING: ", after the compaction completed: the thread was compacted, and the handoff may "
+                            "have been injected into its context",
     }.get(state, "")
     return f"the worker process ended while the job was {state.value}{done}; nothing is retried automatically"

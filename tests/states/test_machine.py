@@ -65,7 +65,8 @@ def test_a_refused_event_reports_every_guard_verdict():
     with pytest.raises(TransitionRefused) as caught:
         machine.fire("idle_stable", evidence, _now(), lambda s: None)
     assert [(v.guard, v.passed) for v in caught.value.verdicts] == [("ready_to_resume", False),
-                                                                    ("headroom_lost", False)]
+                                                                    ("headroom_lost", False),
+                                                                    ("headroom_lost_inject", False)]
     assert machine.state is JobState.WAITING_FOR_RESUME_IDLE
 
 
@@ -103,7 +104,7 @@ def test_each_guard_is_asked_once_per_event(monkeypatch):
     evidence = {"idleMs": 800, "tokens": 10, "window": 100, "revision": 1, "boundaryFingerprint": "fp-1"}
     with pytest.raises(TransitionRefused):
         machine.fire("idle_stable", {**evidence, "handoffVerified": False}, _now(), lambda s: None)
-    assert asked == ["ready_to_resume", "headroom_lost"]
+    assert asked == ["ready_to_resume", "headroom_lost", "headroom_lost_inject"]
     asked.clear()
     assert machine.fire("idle_stable", {**evidence, "handoffVerified": True}, _now(), lambda s: None).dest \
         is JobState.RESUMING
