@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -118,6 +120,19 @@ async def test_without_a_continuation_the_users_next_request_carries_the_injecte
     assert f"thread {thread_id}]" in next_request.text and "resume false" in next_request.text
     assert daemon_model.requests_containing(marker) == [next_request]
     assert journaled_triggers(jobs, done["jobId"])[-2:] == ["compaction_completed", "handoff_injected"]
+    # status, explain and history say how the handoff reached the model.
+    assert "handoff delivered  injected" in rekall(daemon, jobs, "status", thread_id)
+    assert "handoff_injected" in rekall(daemon, jobs, "explain", done["jobId"])
+    (row,) = json.loads(rekall(daemon, jobs, "history", "--json"))[:1]
+    assert row["handoffDelivery"] == "injected" and "injected into the thread's context" in row["outcome"]
+
+
+def rekall(daemon: Daemon, jobs: Path, *args: str) -> str:
+    env = {"CODEX_HOME": str(daemon.codex_home), "REKALL_JOBS_DIR": str(jobs), "PATH": "/usr/bin:/bin",
+           "COLUMNS": "120"}
+    done = subprocess.run([sys.executable, "-m", "rekall", *args], capture_output=True, text=True, env=env, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
 
 
 async def test_with_a_continuation_it_carries_the_handoff_once_and_the_next_request_has_no_second_copy(
