@@ -185,6 +185,29 @@ async def test_a_continuation_overtaken_by_the_users_input_is_replaced_by_one_in
     assert not daemon_model.requests_containing(continuation_marker(done["jobId"]))
 
 
+async def test_a_continuation_skipped_for_headroom_is_replaced_by_one_injection(
+        app_server_daemon: Daemon, daemon_model: MockModel, private_dir: Path, monkeypatch) -> None:
+    daemon, jobs = app_server_daemon, private_dir / "jobs"
+    # A summary larger than the conversation it replaces: the count after the compaction is not
+    # below the count before, so the headroom rule refuses the continuation.
+    monkeypatch.setattr(daemon_model, "summary_text", "a long summary " * 6000)
+    async with peer_client(daemon.socket_path) as user:
+        thread_id = (await user.request("thread/start", {"approvalPolicy": "never"}))["thread"]["id"]
+        await run_turn(user, thread_id, "Read the parser.")
+        done, seen = await schedule_and_finish(user, daemon, thread_id, HANDOFF, jobs)
+        before_next = daemon_model.requests[-1].seq
+        await run_turn(user, thread_id, "Go on.")
+
+    assert done["state"] == "skipped" and done["resumeSkipped"] == "insufficient_headroom", done
+    assert done["handoffDelivery"] == "injected" and len(turns_started(seen, thread_id)) == 1
+    marker = injection_marker(done["jobId"])
+    (next_request,) = [r for r in model_requests_after(daemon_model, before_next) if r.kind == "turn"]
+    assert next_request.text.count(marker) == 1 and handoff_copies(next_request) == 1
+    assert "skipped it for headroom" in next_request.text
+    assert daemon_model.requests_containing(marker) == [next_request]
+    assert not daemon_model.requests_containing(continuation_marker(done["jobId"]))
+
+
 async def test_with_injection_turned_off_nothing_is_injected_and_the_status_says_why(
         app_server_daemon: Daemon, daemon_model: MockModel, private_dir: Path) -> None:
     daemon, jobs = app_server_daemon, private_dir / "jobs"
@@ -220,4 +243,28 @@ async def test_a_compaction_rekall_did_not_request_gets_nothing_from_it(
     assert next_request.text.count(marker) <= 1  # what Codex kept of the one injection; nothing new
     store = JobStore.open_reader({"REKALL_JOBS_DIR": str(jobs)})
     assert [job for _, job in store.all_jobs()] == [done["jobId"]]  # no job, no injection for the user's compaction
+    assert journaled_triggers(jobs, done["jobId"]).count("handoff_injected") == 1
+
+
+async def test_codexs_own_auto_compaction_after_a_job_gets_nothing_from_rekall(
+        app_server_daemon: Daemon, daemon_model: MockModel, private_dir: Path) -> None:
+    daemon, jobs = app_server_daemon, private_dir / "jobs"
+    async with peer_client(daemon.socket_path) as user:
+        thread_id = (await user.request("thread/start", {"approvalPolicy": "never", "config": {
+            "model_auto_compact_token_limit": 20_000}}))["thread"]["id"]
+        await run_turn(user, thread_id, "Read the parser.")
+        done, _ = await schedule_and_finish(user, daemon, thread_id, {**HANDOFF, "resume": False}, jobs)
+        start = len(user.messages)
+        daemon_model.queue_text(FILLER)  # past the limit: Codex compacts by itself
+        await run_turn(user, thread_id, "Tell me everything about it.")
+        await run_turn(user, thread_id, "Where are we?")
+        seen = user.messages[start:]
+
+    auto = [m["params"]["item"]["id"] for m in seen if on_thread("item/completed", thread_id)(m)
+            and m["params"]["item"]["type"] == "contextCompaction"]
+    assert auto and done["compactionId"] not in auto  # Codex's own, after the job
+    marker = injection_marker(done["jobId"])
+    assert all(r.text.count(marker) <= 1 for r in daemon_model.requests_containing(marker))
+    store = JobStore.open_reader({"REKALL_JOBS_DIR": str(jobs)})
+    assert [job for _, job in store.all_jobs()] == [done["jobId"]]
     assert journaled_triggers(jobs, done["jobId"]).count("handoff_injected") == 1
