@@ -142,6 +142,7 @@ class LifecycleAgainstReference(RuleBasedStateMachine):
     def start(self, resume: bool) -> None:
         self.resume = resume
         self.before = None
+        self.skipped = False
         self.machine = JobMachine(JobView(JOB, "t", JobState.SCHEDULED, {"resume": resume, "userFingerprint": "fp-1"},
                                           {JobState.SCHEDULED: 0}))
         self.clock = FakeClock()
@@ -159,7 +160,7 @@ class LifecycleAgainstReference(RuleBasedStateMachine):
         evidence = data.draw(evidence_for(trigger, JOB))
         state = self.machine.state
         want = expected(state, trigger, evidence, job_id=JOB, resume=self.resume, fingerprint="fp-1",
-                        before=self.before)
+                        before=self.before, skipped=self.skipped)
         commits: list[Step] = []
         self.clock.advance(10)
         if want == ILLEGAL:
@@ -173,8 +174,12 @@ class LifecycleAgainstReference(RuleBasedStateMachine):
             assert (step.source, step.dest) == (state, want)
             if want is JobState.REQUESTING:
                 self.before = evidence["tokens"]
+            if want is JobState.INJECTING:  # with a continuation asked for, only headroom or the user stops it
+                self.skipped = self.resume and trigger != "resume_overtaken"
         assert len(commits) == (0 if want in (ILLEGAL, REFUSED) else 1)
         assert self.machine.state is (state if want in (ILLEGAL, REFUSED) else want)
+        if self.machine.state.terminal and state is JobState.INJECTING:  # how the injection ended is recorded
+            assert self.machine.view.fields["handoffDelivery"] in ("injected", "not_delivered", "unknown")
 
     @invariant()
     def the_library_reads_the_one_state_the_view_holds(self) -> None:
