@@ -24,11 +24,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -36,15 +34,10 @@ import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from rekall import service  # noqa: E402
-from rekall.states import TERMINAL_STATES  # noqa: E402
-from tests.codex.daemonkit import PeerClient, peer_client, start_daemon, stop_daemon  # noqa: E402
-from tests.support.codex_home import make_isolated_home  # noqa: E402
+from bench.app_server_jobs import FILLER, TIMEOUT_S, bench_daemon, run_job  # noqa: E402
+from tests.codex.daemonkit import PeerClient, peer_client  # noqa: E402
 from tests.support.mock_model import MockModel  # noqa: E402
 
-FILLER = "context filler " * 8000
-TIMEOUT_S = 120
-POLL_S = 0.02
 HANDOFF = {"summary": "Benchmark thread on the shared app-server: the parser was refactored, its tests pass.",
            "preserve": ["grammar lives in parse.py", "the changelog entry is still to write"],
            "discard": ["the filler answer"], "nextStep": "Write the changelog entry, then stop.", "resume": False}
@@ -75,7 +68,6 @@ def _developer_text(body: dict[str, Any] | None, marker: str) -> str | None:
 
 
 async def _one_run(socket_path: Path, model: MockModel, env: dict[str, str], kind: str, index: int) -> dict[str, Any]:
-    terminal = {s.value for s in TERMINAL_STATES}
     handoff = {**HANDOFF, "resume": kind == "continuation"}
     run_env = {**env, "REKALL_INJECT_HANDOFF": "off" if kind == "off" else "on"}
     with anyio.fail_after(TIMEOUT_S):
@@ -83,15 +75,7 @@ async def _one_run(socket_path: Path, model: MockModel, env: dict[str, str], kin
             thread_id = (await user.request("thread/start", {}))["thread"]["id"]
             model.queue_text(FILLER)
             await _turn(user, thread_id, "Fill it.")
-            scheduled = await service.schedule(thread_id, handoff, env=run_env)
-            while (status := service.status(thread_id, env=run_env))["state"] not in terminal:
-                await anyio.sleep(POLL_S)  # the worker is another process; its status file is the interface
-            while True:  # its exit, so that runs do not overlap
-                try:
-                    os.kill(scheduled["pid"], 0)
-                except ProcessLookupError:
-                    break
-                await anyio.sleep(POLL_S)
+            status = await run_job(thread_id, handoff, run_env)
             if kind == "continuation":
                 await user.wait_for(lambda m: _on_thread(m, "turn/completed", thread_id)
                                     and m["params"]["turn"]["id"] == status.get("resumeTurnId"), timeout=TIMEOUT_S)
@@ -120,18 +104,8 @@ def _median(runs: list[dict[str, Any]], kind: str, key: str) -> float | None:
 
 
 async def measure(binary: Path, runs: int, idle_stable_ms: int) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory(prefix="rekall-bench-delivery-") as scratch, MockModel() as model:
-        root = Path(scratch)
-        home = make_isolated_home(root / "codex-home", model.base_url)
-        daemon = start_daemon(binary, home)
-        try:
-            env = {**{k: v for k, v in os.environ.items() if not k.startswith(("REKALL_", "CODEX_"))},
-                   "CODEX_HOME": str(home), "REKALL_JOBS_DIR": str(root / "jobs"),
-                   "REKALL_IDLE_STABLE_MS": str(idle_stable_ms)}
-            results = [await _one_run(daemon.socket_path, model, env, kind, n)
-                       for n in range(1, runs + 1) for kind in KINDS]
-        finally:
-            stop_daemon(daemon)
+    with MockModel() as model, bench_daemon(binary, model, idle_stable_ms) as (socket_path, env):
+        results = [await _one_run(socket_path, model, env, kind, n) for n in range(1, runs + 1) for kind in KINDS]
     inject_ms = _median(results, "injected", "injectDelayMs")
     resume_ms = _median(results, "continuation", "continuationOverheadMs")
     with_tokens = _median(results, "injected", "nextRequestInputTokens")

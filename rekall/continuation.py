@@ -7,6 +7,16 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+#: What every message rekall adds says about the user's authority over it.
+_BOUNDARIES = ("Follow the latest user instructions and all existing permission boundaries. "
+               "A stop instruction takes precedence.")
+
+
+def _handoff_lines(record: Mapping[str, Any]) -> list[str]:
+    """The handoff's exact contents, after a word on what its discard list means."""
+    return ["The discard list concerns redundant context, not deleting files or ignoring constraints.", "",
+            json.dumps(record["handoff"], indent=2, ensure_ascii=False)]
+
 
 def continuation_text(record: Mapping[str, Any], handoff_path: str) -> str:
     """Build the continuation message from a verified handoff record.
@@ -19,13 +29,10 @@ def continuation_text(record: Mapping[str, Any], handoff_path: str) -> str:
         f"[Automatic continuation requested through rekall; job {record['jobId']}]",
         "Context compaction has completed. This message resumes only the previously authorized task.",
         f"Read the saved handoff at {handoff_path}. Its exact contents are also included below.",
-        "Follow the latest user instructions and all existing permission boundaries. "
-        "A stop instruction takes precedence.",
+        _BOUNDARIES,
         "Continue with nextStep only. Do not schedule another compaction or continuation "
         "merely because of this message.",
-        "The discard list concerns redundant context, not deleting files or ignoring constraints.",
-        "",
-        json.dumps(record["handoff"], indent=2, ensure_ascii=False),
+        *_handoff_lines(record),
     ]
     return "\n".join(lines)
 
@@ -62,10 +69,7 @@ def injection_text(record: Mapping[str, Any], handoff_path: str, status: Mapping
         "as rekall saved it and verified it against its SHA-256 seal; the same text is saved at "
         f"{handoff_path}.",
         f"No continuation turn was started: {why}. {authorised}",
-        "Follow the latest user instructions and all existing permission boundaries. "
-        "A stop instruction takes precedence.",
-        "The discard list concerns redundant context, not deleting files or ignoring constraints.",
-        "",
-        json.dumps(record["handoff"], indent=2, ensure_ascii=False),
+        _BOUNDARIES,
+        *_handoff_lines(record),
     ]
     return "\n".join(lines)

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +19,7 @@ import pytest
 from rekall import service
 from rekall.store import JobStore
 from tests.codex.daemonkit import Daemon, PeerClient, peer_client
-from tests.codex.test_app_server_job import FILLER, JOB_S, on_thread, run_turn
+from tests.codex.test_app_server_job import FILLER, JOB_S, on_thread, rekall_cli, run_turn
 from tests.mcpkit import HANDOFF, TERMINAL, wait_for_worker_exit
 from tests.support.mock_model import MockModel, RecordedRequest
 
@@ -93,8 +91,10 @@ def turns_started(seen: list[dict[str, Any]], thread_id: str) -> list[str]:
     return [m["params"]["turn"]["id"] for m in seen if on_thread("turn/started", thread_id)(m)]
 
 
-def model_requests_after(model: MockModel, seq: int) -> list[RecordedRequest]:
-    return [r for r in model.requests if r.seq > seq]
+def next_turn_request(model: MockModel, seq: int) -> RecordedRequest:
+    """The one model request of a turn after request ``seq``."""
+    (request,) = [r for r in model.requests if r.seq > seq and r.kind == "turn"]
+    return request
 
 
 async def test_without_a_continuation_the_users_next_request_carries_the_injected_handoff_once_and_no_turn_was_started(
@@ -114,25 +114,17 @@ async def test_without_a_continuation_the_users_next_request_carries_the_injecte
                    and m["params"]["item"]["type"] == "contextCompaction"]
     assert compactions == [done["compactionId"]] and len(turns_started(seen, thread_id)) == 1
     # The user's next request is the first to carry the handoff, once, framed; no request before it did.
-    (next_request,) = [r for r in model_requests_after(daemon_model, before_next) if r.kind == "turn"]
+    next_request = next_turn_request(daemon_model, before_next)
     marker = injection_marker(done["jobId"])
     assert next_request.text.count(marker) == 1 and handoff_copies(next_request) == 1
     assert f"thread {thread_id}]" in next_request.text and "resume false" in next_request.text
     assert daemon_model.requests_containing(marker) == [next_request]
     assert journaled_triggers(jobs, done["jobId"])[-2:] == ["compaction_completed", "handoff_injected"]
     # status, explain and history say how the handoff reached the model.
-    assert "handoff delivered  injected" in rekall(daemon, jobs, "status", thread_id)
-    assert "handoff_injected" in rekall(daemon, jobs, "explain", done["jobId"])
-    (row,) = json.loads(rekall(daemon, jobs, "history", "--json"))[:1]
+    assert "handoff delivered  injected" in rekall_cli(daemon, "status", thread_id, jobs=jobs)
+    assert "handoff_injected" in rekall_cli(daemon, "explain", done["jobId"], jobs=jobs)
+    (row,) = json.loads(rekall_cli(daemon, "history", "--json", jobs=jobs))[:1]
     assert row["handoffDelivery"] == "injected" and "injected into the thread's context" in row["outcome"]
-
-
-def rekall(daemon: Daemon, jobs: Path, *args: str) -> str:
-    env = {"CODEX_HOME": str(daemon.codex_home), "REKALL_JOBS_DIR": str(jobs), "PATH": "/usr/bin:/bin",
-           "COLUMNS": "120"}
-    done = subprocess.run([sys.executable, "-m", "rekall", *args], capture_output=True, text=True, env=env, timeout=60)
-    assert done.returncode == 0, done.stderr
-    return done.stdout
 
 
 async def test_with_a_continuation_it_carries_the_handoff_once_and_the_next_request_has_no_second_copy(
@@ -150,7 +142,7 @@ async def test_with_a_continuation_it_carries_the_handoff_once_and_the_next_requ
     (continuation,) = daemon_model.requests_containing(continuation_marker(done["jobId"]))[:1]
     assert handoff_copies(continuation) == 1
     assert not daemon_model.requests_containing(injection_marker(done["jobId"]))
-    (next_request,) = [r for r in model_requests_after(daemon_model, before_next) if r.kind == "turn"]
+    next_request = next_turn_request(daemon_model, before_next)
     assert handoff_copies(next_request) == 1  # the continuation's message, kept in the history: no second copy
 
 
@@ -180,7 +172,7 @@ async def test_a_continuation_overtaken_by_the_users_input_is_replaced_by_one_in
     marker = injection_marker(done["jobId"])
     carried = daemon_model.requests_containing(marker)
     assert carried and all(r.text.count(marker) == 1 for r in carried)  # in the history from then on, once
-    (next_request,) = [r for r in model_requests_after(daemon_model, before_next) if r.kind == "turn"]
+    next_request = next_turn_request(daemon_model, before_next)
     assert next_request.text.count(marker) == 1
     assert not daemon_model.requests_containing(continuation_marker(done["jobId"]))
 
@@ -201,7 +193,7 @@ async def test_a_continuation_skipped_for_headroom_is_replaced_by_one_injection(
     assert done["state"] == "skipped" and done["resumeSkipped"] == "insufficient_headroom", done
     assert done["handoffDelivery"] == "injected" and len(turns_started(seen, thread_id)) == 1
     marker = injection_marker(done["jobId"])
-    (next_request,) = [r for r in model_requests_after(daemon_model, before_next) if r.kind == "turn"]
+    next_request = next_turn_request(daemon_model, before_next)
     assert next_request.text.count(marker) == 1 and handoff_copies(next_request) == 1
     assert "skipped it for headroom" in next_request.text
     assert daemon_model.requests_containing(marker) == [next_request]
@@ -221,7 +213,7 @@ async def test_with_injection_turned_off_nothing_is_injected_and_the_status_says
     assert done["state"] == "completed" and done["handoffDelivery"] == "not_delivered", done
     assert "REKALL_INJECT_HANDOFF=off" in done["handoffDeliveryNote"]
     assert not daemon_model.requests_containing(injection_marker(done["jobId"]))
-    (next_request,) = [r for r in model_requests_after(daemon_model, before_next) if r.kind == "turn"]
+    next_request = next_turn_request(daemon_model, before_next)
     assert handoff_copies(next_request) == 0
 
 
@@ -239,7 +231,7 @@ async def test_a_compaction_rekall_did_not_request_gets_nothing_from_it(
         await run_turn(user, thread_id, "Where are we?")
 
     marker = injection_marker(done["jobId"])
-    (next_request,) = [r for r in model_requests_after(daemon_model, before_next) if r.kind == "turn"]
+    next_request = next_turn_request(daemon_model, before_next)
     assert next_request.text.count(marker) <= 1  # what Codex kept of the one injection; nothing new
     store = JobStore.open_reader({"REKALL_JOBS_DIR": str(jobs)})
     assert [job for _, job in store.all_jobs()] == [done["jobId"]]  # no job, no injection for the user's compaction
