@@ -53,8 +53,8 @@ async def _turn(user: PeerClient, thread_id: str, text: str) -> tuple[str, int]:
     start = len(user.messages)
     turn = (await user.request("turn/start", {"threadId": thread_id,
                                               "input": [{"type": "text", "text": text}]}))["turn"]
-    await user.wait_for(lambda m: _on_thread(m, "turn/completed", thread_id) and m["params"]["turn"]["id"] == turn["id"],
-                        start=start, timeout=TIMEOUT_S)
+    await user.wait_for(lambda m: _on_thread(m, "turn/completed", thread_id)
+                        and m["params"]["turn"]["id"] == turn["id"], start=start, timeout=TIMEOUT_S)
     return turn["id"], start
 
 

@@ -106,7 +106,6 @@ class SwitchSetting(NamedTuple):
 
     name: str
     default: bool
-    meaning: str
 
     _ON = ("on", "1", "true", "yes")
     _OFF = ("off", "0", "false", "no")
@@ -132,8 +131,7 @@ class SwitchSetting(NamedTuple):
 
 #: After a compaction that no continuation turn follows (resume false, skipped for headroom, or overtaken by
 #: the user's input), inject the verified handoff into the thread's context where the platform has a way in.
-INJECT_HANDOFF = SwitchSetting("REKALL_INJECT_HANDOFF", True,
-                               "inject the handoff after a compaction no continuation follows")
+INJECT_HANDOFF = SwitchSetting("REKALL_INJECT_HANDOFF", True)
 
 DEFAULT_IDLE_STABLE_MS = IDLE_STABLE_MS.default
 DEFAULT_DEADLINE_S = DEADLINE_S.default

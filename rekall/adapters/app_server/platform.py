@@ -11,10 +11,10 @@ shared by several clients; the user's terminal is one, rekall another. What reka
   so the headroom rule has the size before the compaction. Only a thread the server has
   loaded is resumed: resuming an unloaded one would load it.
 * **act**: ``thread/compact/start`` and ``turn/start`` (with ``clientUserMessageId`` = the
-  job id, as on the extension), each sent at most once.
-* **deliver** the handoff with ``thread/inject_items``: one developer message (a raw Responses
-  API item) appended to the thread's model-visible history, no turn started; sent at most once. Server requests (approvals,
+  job id, as on the extension), each sent at most once. Server requests (approvals,
   questions) are the user's: :class:`~rekall.adapters.app_server.shared.SharedAppServer` cannot answer them.
+* **deliver** the handoff with ``thread/inject_items``: one developer message (a raw Responses
+  API item) appended to the thread's model-visible history, no turn started; sent at most once.
 """
 
 from __future__ import annotations
