@@ -91,10 +91,9 @@ def _delivery_words(f: JobStatus) -> str:
     if delivery == "continuation":
         return " The handoff reached the model in the continuation turn."
     if delivery == "injected":
-        size = f.injectedBytes
-        return (" The handoff was injected into the thread's context"
-                + (f" ({size:,} bytes" if isinstance(size, int) else " (")
-                + f", {_ms(f.injectDelayMs)} after the compaction completed); no turn was started.")
+        size = f"{f.injectedBytes:,} bytes, " if isinstance(f.injectedBytes, int) else ""
+        return (f" The handoff was injected into the thread's context ({size}{_ms(f.injectDelayMs)} after the "
+                "compaction completed); no turn was started.")
     if delivery == "not_delivered":
         return f" The handoff was not delivered after the compaction: {note}."
     if delivery == "unknown":
