@@ -302,7 +302,7 @@ class SharedAppServerPlatform:
     title = "the shared app-server"
     serving_hint = SERVABLE_SESSION
     follow_only_reads = False  # following resumes the thread, which notifies every client
-    injection_limit = None  # thread/inject_items
+    injection_limit: str | None = None  # thread/inject_items
 
     def __init__(self, env: Mapping[str, str] | None = None) -> None:
         self.env = os.environ if env is None else env

@@ -120,7 +120,7 @@ class ExtensionIpc:
     title = "the VS Code extension"
     serving_hint = "open the thread in a VS Code window with the Codex extension"
     follow_only_reads = True  # a follower subscribes to the owner's broadcasts; nothing else is told
-    injection_limit = INJECTION_LIMIT
+    injection_limit: str | None = INJECTION_LIMIT
 
     def __init__(self, env: Mapping[str, str] | None = None, *, settled: evidence.Settled | None = None,
                  early: EarlyFollow | BaseException | None = None) -> None:
