@@ -21,11 +21,13 @@ Used by ``bench/verify_codex.py --path app-server`` and ``bench/lifecycle.py --a
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import os
 import statistics
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -65,20 +67,41 @@ async def _filled_thread(socket_path: Path, model: MockModel) -> str:
     return thread_id
 
 
+async def run_job(thread_id: str, handoff: dict[str, Any], env: dict[str, str]) -> dict[str, Any]:
+    """Schedule a job (a real detached worker); its status once it ended and its worker exited."""
+    terminal = {s.value for s in TERMINAL_STATES}
+    scheduled = await service.schedule(thread_id, handoff, env=env)
+    while (status := service.status(thread_id, env=env))["state"] not in terminal:
+        await anyio.sleep(POLL_S)  # the worker is another process; its status file is the interface
+    while True:  # its exit, so that runs do not overlap
+        try:
+            os.kill(scheduled["pid"], 0)
+        except ProcessLookupError:
+            return status
+        await anyio.sleep(POLL_S)
+
+
+@contextlib.contextmanager
+def bench_daemon(binary: Path, model: MockModel, idle_stable_ms: int) -> Iterator[tuple[Path, dict[str, str]]]:
+    """One real daemon in a scratch ``CODEX_HOME`` on ``model``: its socket, and rekall's environment for it."""
+    with tempfile.TemporaryDirectory(prefix="rekall-bench-daemon-") as scratch:
+        root = Path(scratch)
+        home = make_isolated_home(root / "codex-home", model.base_url)
+        daemon = start_daemon(binary, home)
+        try:
+            yield daemon.socket_path, {
+                **{k: v for k, v in os.environ.items() if not k.startswith(("REKALL_", "CODEX_"))},
+                "CODEX_HOME": str(home), "REKALL_JOBS_DIR": str(root / "jobs"),
+                "REKALL_IDLE_STABLE_MS": str(idle_stable_ms)}
+        finally:
+            stop_daemon(daemon)
+
+
 async def _one_job(socket_path: Path, model: MockModel, env: dict[str, str], index: int,
                    idle_stable_ms: int) -> dict[str, Any]:
-    terminal = {s.value for s in TERMINAL_STATES}
     with anyio.fail_after(TIMEOUT_S):
         thread_id = await _filled_thread(socket_path, model)
-        scheduled = await service.schedule(thread_id, HANDOFF, env=env)
-        while (status := service.status(thread_id, env=env))["state"] not in terminal:
-            await anyio.sleep(POLL_S)  # the worker is another process; its status file is the interface
-        while True:  # its exit, so that runs do not overlap
-            try:
-                os.kill(scheduled["pid"], 0)
-            except ProcessLookupError:
-                break
-            await anyio.sleep(POLL_S)
+        status = await run_job(thread_id, HANDOFF, env)
     explanation = build_explanation(JobStore.open_reader(env), status["jobId"])
     connected = next(n["at"] for n in explanation["notes"] if n["kind"] == "connected")
     requesting = next(t["at"] for t in explanation["timeline"] if t["to"] == "requesting")
@@ -101,18 +124,8 @@ async def _one_job(socket_path: Path, model: MockModel, env: dict[str, str], ind
 
 async def app_server_jobs(binary: Path, runs: int, idle_stable_ms: int) -> dict[str, Any]:
     """``runs`` whole jobs on one real daemon; the per-run figures, their medians and whether all resumed."""
-    with tempfile.TemporaryDirectory(prefix="rekall-bench-daemon-") as scratch, MockModel() as model:
-        root = Path(scratch)
-        home = make_isolated_home(root / "codex-home", model.base_url)
-        daemon = start_daemon(binary, home)
-        try:
-            env = {**{k: v for k, v in os.environ.items() if not k.startswith(("REKALL_", "CODEX_"))},
-                   "CODEX_HOME": str(home), "REKALL_JOBS_DIR": str(root / "jobs"),
-                   "REKALL_IDLE_STABLE_MS": str(idle_stable_ms)}
-            jobs = [await _one_job(daemon.socket_path, model, env, index, idle_stable_ms)
-                    for index in range(1, runs + 1)]
-        finally:
-            stop_daemon(daemon)
+    with MockModel() as model, bench_daemon(binary, model, idle_stable_ms) as (socket_path, env):
+        jobs = [await _one_job(socket_path, model, env, index, idle_stable_ms) for index in range(1, runs + 1)]
 
     def median(key: str) -> float | None:
         values = [j[key] for j in jobs if j.get(key) is not None]

@@ -103,6 +103,39 @@ SETTLE_S = NumberSetting("REKALL_SETTLE_S", 60.0, 24 * 3600, "seconds")
 SETTINGS: tuple[NumberSetting, ...] = (IDLE_STABLE_MS, DEADLINE_S, REQUEST_TIMEOUT_S, SYSTEM_ERROR_WINDOW_S,
                                        RECONNECT_WINDOW_S, SETTLE_S)
 
+
+class SwitchSetting(NamedTuple):
+    """A ``REKALL_*`` switch: ``on`` or ``off`` (also ``1``/``0``, ``true``/``false``, ``yes``/``no``)."""
+
+    name: str
+    default: bool
+
+    _ON = ("on", "1", "true", "yes")
+    _OFF = ("off", "0", "false", "no")
+
+    def read(self, env: Mapping[str, str]) -> bool:
+        raw = env_value(env, self.name)
+        if raw is None:
+            return self.default
+        if raw.strip().lower() in self._ON:
+            return True
+        if raw.strip().lower() in self._OFF:
+            return False
+        raise InvalidInput(f"{self.name} must be on or off", field=self.name, code="invalid_setting",
+                           hint=f"set {self.name} to on or off, or unset it to use the default "
+                                f"({'on' if self.default else 'off'})")
+
+    def shown(self, env: Mapping[str, str]) -> str:
+        """``on``/``off``, and whether that is the default (``doctor`` shows it)."""
+        value = self.read(env)
+        return f"{self.name}={'on' if value else 'off'}" + (" (the default)" if env_value(env, self.name) is None
+                                                            else "")
+
+
+#: After a compaction that no continuation turn follows (resume false, skipped for headroom, or overtaken by
+#: the user's input), inject the verified handoff into the thread's context where the platform has a way in.
+INJECT_HANDOFF = SwitchSetting("REKALL_INJECT_HANDOFF", True)
+
 DEFAULT_IDLE_STABLE_MS = IDLE_STABLE_MS.default
 DEFAULT_DEADLINE_S = DEADLINE_S.default
 
@@ -115,6 +148,7 @@ def check_settings(env: Mapping[str, str] | None = None) -> None:
     env = os.environ if env is None else env
     for setting in SETTINGS:
         setting.read(env)
+    INJECT_HANDOFF.read(env)
     WorkerSettings.from_env(env)
 
 
@@ -126,6 +160,7 @@ class WorkerSettings(NamedTuple):
     system_error_window_s: float = SYSTEM_ERROR_WINDOW_S.default
     reconnect_window_s: float = RECONNECT_WINDOW_S.default
     settle_s: float = SETTLE_S.default
+    inject_handoff: bool = INJECT_HANDOFF.default
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> WorkerSettings:
@@ -137,4 +172,5 @@ class WorkerSettings(NamedTuple):
             system_error_window_s=SYSTEM_ERROR_WINDOW_S.read(env),
             reconnect_window_s=RECONNECT_WINDOW_S.read(env),
             settle_s=SETTLE_S.read(env),
+            inject_handoff=INJECT_HANDOFF.read(env),
         )

@@ -43,7 +43,7 @@ from typing import Any
 
 import attrs
 
-from rekall.config import SETTINGS, check_settings
+from rekall.config import INJECT_HANDOFF, SETTINGS, check_settings
 from rekall.homes import codex_home, env_value
 from rekall.errors import RekallError
 from rekall.ids import is_uuid
@@ -80,6 +80,23 @@ def check_settings_row(env: Mapping[str, str]) -> Row:
         return Row.failed("settings", exc)
     shown = ", ".join(f"{s.name}={s.read(env):g}" for s in SETTINGS)
     return Row.green("settings", shown)
+
+
+def check_delivery_row(env: Mapping[str, str]) -> Row:
+    """How the handoff reaches the model where no continuation carries it, on each platform."""
+    from rekall.owners import all_platforms
+
+    try:
+        setting = INJECT_HANDOFF.shown(env)
+    except RekallError as exc:
+        return Row.failed("handoff_delivery", exc)
+    if not INJECT_HANDOFF.read(env):
+        return Row.green("handoff_delivery", f"{setting}: where no continuation follows a compaction, the handoff "
+                                             "is not injected (the job's status says so)")
+    ways = [f"{platform.name}: " + ("injected into the thread's context" if platform.injection_limit is None
+                                    else f"not delivered, {platform.injection_limit}")
+            for platform in all_platforms(env)]
+    return Row.green("handoff_delivery", f"{setting}; where no continuation follows a compaction: " + "; ".join(ways))
 
 
 # --- CODEX_HOME ---------------------------------------------------------------------------
@@ -271,7 +288,7 @@ def check_workers(root: Path | None, lock_root: Path, legacy: tuple[Path, ...] =
 
 async def diagnose(env: Mapping[str, str] | None = None) -> Report:
     env = os.environ if env is None else env
-    rows = [check_settings_row(env), check_codex_home(env)]
+    rows = [check_settings_row(env), check_delivery_row(env), check_codex_home(env)]
     from rekall.owners import all_platforms
 
     # Each platform's rows, in the registry's order (the extension's: endpoint, protocol, router,

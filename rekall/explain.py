@@ -96,9 +96,30 @@ def _unknown_before_words(f: JobStatus) -> str:
             "checked, not that the compaction reduced the count.")
 
 
+def _delivery_words(f: JobStatus) -> str:
+    """How the handoff reached the model after the compaction, where the job says."""
+    delivery, note = known(f.handoffDelivery), str(known(f.handoffDeliveryNote) or "no reason recorded").rstrip(".")
+    if delivery == "continuation":
+        return " The handoff reached the model in the continuation turn."
+    if delivery == "injected":
+        size = f"{f.injectedBytes:,} bytes, " if isinstance(f.injectedBytes, int) else ""
+        return (f" The handoff was injected into the thread's context ({size}{_ms(f.injectDelayMs)} after the "
+                "compaction completed); no turn was started.")
+    if delivery == "not_delivered":
+        return f" The handoff was not delivered after the compaction: {note}."
+    if delivery == "unknown":
+        return f" Whether the handoff reached the thread is unknown: {note}."
+    return ""
+
+
 def describe_outcome(state: str, fields: Mapping[str, Any]) -> str:
-    """One or two plain sentences saying how the job ended (or where it is)."""
+    """One or two plain sentences saying how the job ended (or where it is), and how its handoff
+    reached the model."""
     f = read(fields)
+    return _ending_words(state, f) + _delivery_words(f)
+
+
+def _ending_words(state: str, f: JobStatus) -> str:
     if state == JobState.COMPLETED:
         if (reason := known(f.resumeSkipReason)) is not None:
             return f"Completed: {_compaction_words(f)}. No continuation: {reason}."

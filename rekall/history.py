@@ -26,7 +26,8 @@ log = logging.getLogger("rekall.store")
 
 _S = attrs.fields(JobStatus)
 #: What a row keeps of the job's status: its metrics, then how it ended.
-_KEPT = (*METRICS, _S.resumeSkipReason.name, _S.errorCode.name, _S.outcomeMayBeUnknown.name)
+_KEPT = (*METRICS, _S.resumeSkipReason.name, _S.handoffDelivery.name, _S.errorCode.name,
+         _S.outcomeMayBeUnknown.name)
 
 if TYPE_CHECKING:  # rich is imported by the printer only: `--json` output never loads it
     from rich.console import Console

@@ -9,6 +9,8 @@ A platform is how rekall reaches a thread's owner: the VS Code extension's IPC r
   or other clients (``probe``, ``schedule``'s preflight, ``doctor``);
 * **act**: ``compact()`` and ``start_turn(text, job_id)``, each sent at most once, answering
   with a typed :class:`Acted` whose failure says whether the request was delivered;
+* **deliver** the handoff without a turn: ``inject(text)`` adds a message to the thread's
+  model-visible context, sent at most once; a platform with no way in says so in ``injection_limit``;
 * **diagnose**: the platform's own ``doctor`` rows (endpoint, versions, schema), each saying what
   it becomes when another platform serves the thread or answers (:class:`Row`);
 * **check compatibility**: the public-schema report of the Codex binary behind it;
@@ -154,6 +156,11 @@ class FollowedThread(Protocol):
 
     def start_turn(self, text: str, job_id: str) -> Awaitable[Acted]: ...
 
+    def inject(self, text: str) -> Awaitable[Acted]:
+        """Add ``text`` to the thread's model-visible context as a developer message, starting no
+        turn. Only called where the platform's ``injection_limit`` is ``None``."""
+        ...
+
     async def aclose(self) -> None: ...
 
 
@@ -169,6 +176,9 @@ class Platform(Protocol):
     #: claimed its job. Otherwise (the app-server's ``thread/resume`` notifies every client) it
     #: follows only once the journal says it owns the job.
     follow_only_reads: bool
+    #: Why this platform cannot put the handoff into a thread's context without starting a turn
+    #: (said in the job's status and by ``doctor``); ``None``: it can (``FollowedThread.inject``).
+    injection_limit: str | None
 
     async def follow(self, thread_id: str, *, request_timeout_s: float) -> FollowedThread: ...
 

@@ -85,6 +85,12 @@ class Memo:
     system_error: Running | None = None
     telemetry_wait_armed: bool = False
     telemetry_wait_over: bool = False
+    #: Whether the handoff is injected where no continuation will carry it (the setting and the
+    #: platform's way in), and if not, why; ``None``: not said (nothing is added to the evidence).
+    inject: bool | None = None
+    injection_limit: str | None = None
+    #: The injection was sent (or is about to be, once the handoff is verified): never twice.
+    inject_sent: bool = False
 
 
 # --- events (besides the platform's domain events, which arrive wrapped in Observed) -------
@@ -118,10 +124,15 @@ class DeadlinePassed:
     pass
 
 
+Request = Literal["compact", "start_turn", "inject"]
+
+
 @attrs.frozen
 class RequestDone:
-    kind: Literal["compact", "start_turn"]
+    kind: Request
     acted: Acted
+    #: For ``inject``: the size of the text sent (UTF-8 bytes).
+    sent_bytes: int | None = None
 
 
 @attrs.frozen
@@ -163,9 +174,9 @@ class Fire:
 
 @attrs.frozen
 class Send:
-    """Send a request, once. ``start_turn`` carries the handoff verified just before."""
+    """Send a request, once. ``start_turn`` and ``inject`` carry the handoff verified just before."""
 
-    kind: Literal["compact", "start_turn"]
+    kind: Request
 
 
 @attrs.frozen
@@ -193,10 +204,10 @@ class Reconnect:
 
 @attrs.frozen
 class VerifyHandoff:
-    """Check the saved handoff; if it passes, fire ``passed`` in the same round (no decision
-    between the check and the transition it allows); if not, :class:`HandoffChecked` says why."""
+    """Check the saved handoff; if it passes, take ``passed`` in the same round (no decision
+    between the check and the transition or request it allows); if not, :class:`HandoffChecked` says why."""
 
-    passed: Fire
+    passed: Fire | Send
 
 
 Step = Fire | Send | Arm | Disarm | Note | Reconnect | VerifyHandoff
@@ -289,7 +300,9 @@ class _Rules:
             case TimerFired(timer="telemetry"):
                 self.remember(telemetry_wait_over=True)
             case HandoffChecked(problem=problem):
-                self.fail("handoff_changed", f"saved handoff failed verification: {problem}")
+                # Before an injection, nothing was sent: the job fails as before a continuation.
+                self.fail("handoff_changed", f"saved handoff failed verification: {problem}",
+                          "not_delivered" if self.state is JobState.INJECTING else None)
                 return
             case Fired():
                 self.on_fired(event)
@@ -310,6 +323,9 @@ class _Rules:
             self.consider()
 
     def on_fired(self, fired: Fired) -> None:
+        if fired.state is JobState.INJECTING:  # whatever led there: the handoff goes in next
+            self.consider()
+            return
         match fired.then:
             case "send_compact" if fired.state is JobState.REQUESTING:
                 self.emit(Send("compact"))
@@ -335,6 +351,12 @@ class _Rules:
                 self.emit(Note("compact_ack_lost", {"error": failure.message}))
             else:
                 self.fail(failure.code, failure.message, failure.delivery)
+        elif done.kind == "inject" and self.state is JobState.INJECTING:
+            if failure is None:
+                self.emit(Fire("handoff_injected", {"textBytes": done.sent_bytes or 0}))
+            else:
+                self.emit(Fire("handoff_not_delivered", {"errorCode": failure.code, "error": failure.message,
+                                                         "delivery": failure.delivery}))
         elif done.kind == "start_turn" and self.state is JobState.RESUMING:
             if failure is None:
                 self.emit(Fire("turn_started", {"turnId": done.acted.turn_id, "turnStatus": done.acted.turn_status},
@@ -366,8 +388,11 @@ class _Rules:
         if self.state in _REQUESTED:
             self.consider_requested()
             return
+        if self.state is JobState.INJECTING:
+            self.inject_once()
+            return
         if self.state is not JobState.RESUMING and (moved := self.user_moved_on()) is not None:
-            self.emit(Fire("cancel", {"reason": moved}))
+            self.overtaken(moved)
             return
         if self.state is JobState.WAITING_FOR_IDLE and facts.running_compaction_ids:
             self.refuse_second_compaction()
@@ -409,6 +434,30 @@ class _Rules:
         baseline is retaken at the moment of the request, in progress ones refused then)."""
         facts = self.seen.facts
         return (facts.completed_compaction_ids | facts.running_compaction_ids) - self.memo.baseline
+
+    def overtaken(self, reason: str) -> None:
+        """The user moved on before the continuation was sent: the job is cancelled, unless the
+        compaction completed and the handoff can be injected instead (no continuation then)."""
+        if self.state is JobState.WAITING_FOR_RESUME_IDLE and self.memo.inject:
+            self.emit(Fire("resume_overtaken", {"reason": reason}, then="consider"))
+        elif self.state is JobState.WAITING_FOR_RESUME_IDLE:
+            self.emit(Fire("cancel", {"reason": reason, **self.delivery_evidence()}))
+        else:
+            self.emit(Fire("cancel", {"reason": reason}))
+
+    def delivery_evidence(self) -> dict[str, Any]:
+        """What a transition after the compaction needs to choose between injecting the handoff and
+        saying why it is not (nothing where the worker did not say)."""
+        if self.memo.inject is None:
+            return {}
+        return {"inject": True} if self.memo.inject else {"injectionLimit": self.memo.injection_limit or "unknown"}
+
+    def inject_once(self) -> None:
+        """No continuation will carry the handoff: verify it and inject it, once."""
+        if self.memo.inject_sent or not self.memo.connected:
+            return
+        self.remember(inject_sent=True)
+        self.emit(VerifyHandoff(Send("inject")))
 
     def refuse_second_compaction(self) -> None:
         """A compaction this job did not ask for is running (say, a lost worker's): asking for
@@ -478,7 +527,8 @@ class _Rules:
             self.remember(baseline=facts.completed_compaction_ids)
             self.emit(Fire("idle_stable", common, then="send_compact"))
         elif self.state is JobState.WAITING_FOR_RESUME_IDLE:
-            self.emit(VerifyHandoff(Fire("idle_stable", {"handoffVerified": True, **common}, then="send_start_turn")))
+            self.emit(VerifyHandoff(Fire("idle_stable", {"handoffVerified": True, **common, **self.delivery_evidence()},
+                                         then="send_start_turn")))
 
     # --- a runtime stuck in systemError ----------------------------------------------------
 
@@ -541,7 +591,7 @@ class _Rules:
                 self.emit(Arm("telemetry", self.settings.idle_stable_s, 0))
             if not self.memo.telemetry_wait_over:
                 return
-        self.emit(Fire("compaction_completed", evidence, then="consider"))
+        self.emit(Fire("compaction_completed", {**evidence, **self.delivery_evidence()}, then="consider"))
 
     def telemetry_reflects_compaction(self) -> bool:
         """Token telemetry may trail the completed item by a frame; wait briefly for it."""

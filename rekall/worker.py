@@ -28,7 +28,7 @@ import sys
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from rekall import punctual
 from rekall.config import WorkerSettings
@@ -264,7 +264,9 @@ class Worker:
                 await self._connect()
             assert self.thread is not None
             first = self.thread.snapshot()
-            self.memo = policy.Memo(connected=True, baseline=first.facts.completed_compaction_ids)
+            limit = self._injection_limit()
+            self.memo = policy.Memo(connected=True, baseline=first.facts.completed_compaction_ids,
+                                    inject=limit is None, injection_limit=limit)
             self.lifecycle.note("connected", **self.thread.evidence(), baselineCompactions=len(self.memo.baseline),
                                 revision=first.revision)
             self._spawn(self._pump())
@@ -445,6 +447,21 @@ class Worker:
         the rest of the status: this runs just before the continuation is sent)."""
         return self.lifecycle.fields.get("handoffSha256")
 
+    def _injection_limit(self) -> str | None:
+        """Why the handoff cannot be injected where no continuation carries it (``None``: it can)."""
+        from rekall.config import INJECT_HANDOFF
+
+        if not self.settings.inject_handoff:
+            return f"injection is turned off ({INJECT_HANDOFF.name}=off)"
+        assert self.platform is not None  # set when the job was claimed
+        return self.platform.injection_limit
+
+    def _injection(self, verified: Verified) -> str:
+        from rekall.continuation import injection_text
+
+        return injection_text(verified.record, str(self.store.handoff_path(self.thread_id, self.job_id)),
+                              self.lifecycle.fields)
+
     def _continuation(self, verified: Verified) -> str:
         from rekall.continuation import continuation_text
 
@@ -488,6 +505,10 @@ class Worker:
                 ahead = self._validated
                 text = ahead[1] if ahead is not None and ahead[0] is handoff else self._continuation(handoff)
                 self._send(lambda: thread.start_turn(text, self.job_id), "start_turn")
+            case policy.Send(kind="inject"):
+                assert self._handoff is not None  # verified in this step (``VerifyHandoff``)
+                framed = self._injection(self._handoff)
+                self._send(lambda: thread.inject(framed), "inject", len(framed.encode()))
             case policy.Arm(timer=timer, delay=delay, generation=generation):
                 self._disarm(timer)
                 self._timers[timer] = self._at(self._decided_at + delay, policy.TimerFired(timer, generation))
@@ -511,7 +532,8 @@ class Worker:
         if (handle := self._timers.pop(timer, None)) is not None:
             handle.cancel()
 
-    def _send(self, request: Callable[[], Awaitable[Acted]], kind: Literal["compact", "start_turn"]) -> None:
+    def _send(self, request: Callable[[], Awaitable[Acted]], kind: policy.Request,
+              sent_bytes: int | None = None) -> None:
         """Send a request in this step (a platform that can writes it before ``request()`` returns,
         with no task switch before its bytes leave); its answer comes back as ``RequestDone``."""
         def unexpected(exc: Exception) -> Acted:  # a bug below us; the request may have gone out
@@ -522,7 +544,7 @@ class Worker:
         try:
             answer = request()
         except Exception as exc:
-            self.queue.put_nowait(policy.RequestDone(kind, unexpected(exc)))
+            self.queue.put_nowait(policy.RequestDone(kind, unexpected(exc), sent_bytes))
             return
 
         async def run() -> None:
@@ -530,7 +552,7 @@ class Worker:
                 acted = await answer
             except Exception as exc:
                 acted = unexpected(exc)
-            self.queue.put_nowait(policy.RequestDone(kind, acted))
+            self.queue.put_nowait(policy.RequestDone(kind, acted, sent_bytes))
 
         self._spawn(run())
 

@@ -33,9 +33,9 @@ pytestmark = pytest.mark.anyio
 
 EXTENSION_VERSION = "26.901.22334"
 SCHEMA_EXCERPT = Path(__file__).resolve().parents[1] / "fixtures" / "schema" / "codex-0.171.0"
-ALL_ROWS = ["settings", "codex_home", "ipc_endpoint", "extension_protocol", "router", "owner", "codex_binary",
-            "public_schema", "app_server_socket", "app_server", "app_server_thread", "app_server_schema", "jobs_dir",
-            "locks", "workers"]
+ALL_ROWS = ["settings", "handoff_delivery", "codex_home", "ipc_endpoint", "extension_protocol", "router", "owner",
+            "codex_binary", "public_schema", "app_server_socket", "app_server", "app_server_thread",
+            "app_server_schema", "jobs_dir", "locks", "workers"]
 
 
 # --- helpers ------------------------------------------------------------------------------

@@ -35,8 +35,8 @@ def test_a_compaction_the_user_moved_on_after_is_explained_as_completed_with_no_
     status = store.read_status(thread)
     assert (status["resumeSkipped"], status["outcomeMayBeUnknown"]) == ("new_user_input", False)
     last = explanation["timeline"][-1]
-    assert [(g["guard"], g["passed"]) for g in last["guards"]][:2] == [
-        ("resume_not_requested", False), ("resume_overtaken_by_user", True)]
+    assert [(g["guard"], g["passed"]) for g in last["guards"]][:3] == [
+        ("resume_not_requested", False), ("resume_not_requested_inject", False), ("resume_overtaken_by_user", True)]
 
 
 def test_the_timeline_shows_times_evidence_and_every_guard_verdict(store: JobStore, clock: FakeClock):
@@ -49,7 +49,8 @@ def test_the_timeline_shows_times_evidence_and_every_guard_verdict(store: JobSto
     assert (last["from"], last["to"], last["trigger"]) == ("accepted", "skipped", "compaction_completed")
     assert last["evidence"]["tokens"] == 61_000
     assert [(g["guard"], g["passed"]) for g in last["guards"]] == [
-        ("resume_not_requested", False), ("resume_overtaken_by_user", False), ("resume_with_headroom", False),
+        ("resume_not_requested", False), ("resume_not_requested_inject", False), ("resume_overtaken_by_user", False),
+        ("resume_overtaken_by_user_inject", False), ("resume_with_headroom", False),
         ("resume_without_headroom", True)]
 
 

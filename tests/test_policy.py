@@ -75,6 +75,9 @@ UNATTRIBUTABLE = fail("compaction_not_attributable", "2 compactions appeared on 
                       "request (c1, c2); the owner's answer names none, so which one is this job's cannot be told. "
                       "None was claimed and no continuation was started; nothing was retried", "unknown")
 STUCK = attrs.evolve(IDLE, runtime_status="systemError", busy_reason="runtime_systemError")
+INJECTS = attrs.evolve(MEMO, inject=True)
+NO_WAY_IN = attrs.evolve(MEMO, inject=False, injection_limit="no way in")
+MOVED_ON = attrs.evolve(BUSY, boundary_fingerprint="a-newer-user-turn")
 
 # (behaviour, job, facts, event, memo, steps, memo after (None: unchanged), at, now)
 ROWS: list[tuple[Any, ...]] = [
@@ -203,6 +206,17 @@ ROWS: list[tuple[Any, ...]] = [
      attrs.evolve(COMPACTED, interrupted=True), Observed(ev.UserBoundaryChanged(FP, True)), MEMO,
      [Fire("compaction_completed", {"compactionId": "c1", "tokens": 30_000, "window": 200_000, "revision": 7,
                                     "userMovedOn": "user_turn_stopped"}, then="consider")], None, 0.0, 0.0),
+    ("new user input after this job's compaction completed says the handoff is injected where it can be",
+     job(S.ACCEPTED), attrs.evolve(COMPACTED, boundary_fingerprint="x", tokens=90_000),
+     Observed(ev.UserBoundaryChanged("x", False)), INJECTS,
+     [Fire("compaction_completed", {"compactionId": "c1", "tokens": 90_000, "window": 200_000, "revision": 7,
+                                    "userMovedOn": "new_user_input", "inject": True}, then="consider")], None, 0, 0),
+    ("a stopped user turn after this job's compaction completed says why the handoff is not injected where it "
+     "cannot be", job(S.ACCEPTED), attrs.evolve(COMPACTED, interrupted=True),
+     Observed(ev.UserBoundaryChanged(FP, True)), NO_WAY_IN,
+     [Fire("compaction_completed", {"compactionId": "c1", "tokens": 30_000, "window": 200_000, "revision": 7,
+                                    "userMovedOn": "user_turn_stopped", "injectionLimit": "no way in"},
+           then="consider")], None, 0.0, 0.0),
     ("new user input while this job's compaction still runs cancels (its outcome is unknown)", job(S.ACCEPTED),
      attrs.evolve(BUSY, boundary_fingerprint="x", running_compaction_ids=frozenset({"c1"}), goal="none"),
      Observed(ev.UserBoundaryChanged("x", False)), MEMO, [Fire("cancel", {"reason": "new_user_input"})], None, 0, 0),
@@ -282,6 +296,48 @@ ROWS: list[tuple[Any, ...]] = [
      attrs.evolve(MEMO, connected=False),
      [Fire("deadline", {"deadlineS": 60.0, "waitingOn": WAITING_ON[S.ACCEPTED],
                         "lastFact": "the connection to the thread's owner was lost and not back"})], None, 0.0, 0.0),
+    # --- delivering the handoff where no continuation carries it
+    ("the completion says the handoff is injected where it can be", job(S.ACCEPTED, resume=False), COMPACTED,
+     Fired("completion", S.ACCEPTED), INJECTS,
+     [Fire("compaction_completed", {"compactionId": "c1", "tokens": 30_000, "window": 200_000, "revision": 7,
+                                    "inject": True}, then="consider")], None, 0.0, 0.0),
+    ("the completion says why the handoff is not injected where it cannot be", job(S.ACCEPTED, resume=False),
+     COMPACTED, Fired("completion", S.ACCEPTED), NO_WAY_IN,
+     [Fire("compaction_completed", {"compactionId": "c1", "tokens": 30_000, "window": 200_000, "revision": 7,
+                                    "injectionLimit": "no way in"}, then="consider")], None, 0.0, 0.0),
+    ("once injecting, the handoff is verified and injected", job(S.INJECTING), COMPACTED,
+     Fired("consider", S.INJECTING), INJECTS, [VerifyHandoff(Send("inject"))],
+     attrs.evolve(INJECTS, inject_sent=True), 0.0, 0.0),
+    ("whatever led to injecting, the handoff goes in next", job(S.INJECTING), COMPACTED,
+     Fired("send_start_turn", S.INJECTING), INJECTS, [VerifyHandoff(Send("inject"))],
+     attrs.evolve(INJECTS, inject_sent=True), 0.0, 0.0),
+    ("the injection is never sent twice", job(S.INJECTING), IDLE, Observed(ev.ThreadIdle(8)),
+     attrs.evolve(INJECTS, inject_sent=True), [], None, 0.0, 0.0),
+    ("the user's input while injecting cancels nothing", job(S.INJECTING), MOVED_ON,
+     Observed(ev.ThreadBusy("turn_running", 8)), attrs.evolve(INJECTS, inject_sent=True), [], None, 0.0, 0.0),
+    ("an injection is not sent while disconnected", job(S.INJECTING), COMPACTED, Fired("consider", S.INJECTING),
+     attrs.evolve(INJECTS, connected=False), [], None, 0.0, 0.0),
+    ("an acknowledged injection ends the job with its size", job(S.INJECTING), IDLE,
+     RequestDone("inject", Acted(), 1234), attrs.evolve(INJECTS, inject_sent=True),
+     [Fire("handoff_injected", {"textBytes": 1234})], None, 0.0, 0.0),
+    ("an injection whose answer was lost is unknown, not sent again", job(S.INJECTING), IDLE,
+     RequestDone("inject", Acted(TIMED_OUT), 1234), attrs.evolve(INJECTS, inject_sent=True),
+     [Fire("handoff_not_delivered", {"errorCode": "request_timeout", "error": TIMED_OUT.message,
+                                     "delivery": "unknown"})], None, 0.0, 0.0),
+    ("a handoff that changed before its injection fails the job with nothing sent", job(S.INJECTING), IDLE,
+     HandoffChecked("sha256 differs"), attrs.evolve(INJECTS, inject_sent=True),
+     [fail("handoff_changed", "saved handoff failed verification: sha256 differs", "not_delivered")], None, 0.0, 0.0),
+    ("the user's input before the continuation leads to the injection where it can be",
+     job(S.WAITING_FOR_RESUME_IDLE), MOVED_ON, Observed(ev.ThreadBusy("turn_running", 8)), INJECTS,
+     [Fire("resume_overtaken", {"reason": "new_user_input"}, then="consider")], None, 0.0, 0.0),
+    ("the user's input before the continuation cancels where it cannot be, saying why",
+     job(S.WAITING_FOR_RESUME_IDLE), MOVED_ON, Observed(ev.ThreadBusy("turn_running", 8)), NO_WAY_IN,
+     [Fire("cancel", {"reason": "new_user_input", "injectionLimit": "no way in"})], None, 0.0, 0.0),
+    ("the headroom check before the resume carries the delivery evidence", job(S.WAITING_FOR_RESUME_IDLE), IDLE,
+     TimerFired("idle", 1), attrs.evolve(idle_timer(S.WAITING_FOR_RESUME_IDLE), inject=True),
+     [VerifyHandoff(Fire("idle_stable", {"handoffVerified": True, **COMMON, "inject": True},
+                         then="send_start_turn"))],
+     attrs.evolve(MEMO, generation=1, inject=True), 1.0, 1.0),
 ]
 
 

@@ -861,3 +861,27 @@ async def test_a_handoff_changed_after_it_was_validated_fails_the_job_before_the
         assert status["errorCode"] == "handoff_changed" and status["outcomeMayBeUnknown"] is False
         assert "changed after it was saved (SHA-256 differs)" in status["error"]
         assert len(sim.compact_requests) == 1 and sim.start_turn_requests == []
+
+
+async def test_on_the_extension_a_job_without_a_continuation_says_its_handoff_was_not_delivered_and_why(tmp_path):
+    from rekall.adapters.extension.platform import INJECTION_LIMIT
+
+    async with SimulatedOwner() as sim:
+        store, job = await schedule(sim, tmp_path / "jobs", {**HANDOFF, "resume": False})
+        assert await run(store, sim, job) is JobState.COMPLETED
+        assert not sim.start_turn_requests
+    status = store.read_status(sim.thread_id)
+    assert (status["handoffDelivery"], status["handoffDeliveryNote"]) == ("not_delivered", INJECTION_LIMIT)
+    (row,) = [r for r in build_explanation(store, job)["timeline"] if r["trigger"] == "compaction_completed"]
+    assert row["evidence"]["injectionLimit"] == INJECTION_LIMIT  # journaled with the transition it decided
+    assert "not delivered after the compaction: the VS Code extension's IPC router has no way" in \
+        build_explanation(store, job)["outcome"]
+
+
+async def test_with_injection_turned_off_the_status_names_the_setting(tmp_path):
+    async with SimulatedOwner() as sim:
+        store, job = await schedule(sim, tmp_path / "jobs", {**HANDOFF, "resume": False})
+        off = FAST._replace(inject_handoff=False)
+        assert await run(store, sim, job, off) is JobState.COMPLETED
+    status = store.read_status(sim.thread_id)
+    assert status["handoffDeliveryNote"] == "injection is turned off (REKALL_INJECT_HANDOFF=off)"

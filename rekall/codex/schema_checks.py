@@ -14,7 +14,8 @@ the private relay has almost certainly changed too, so the public schema is our 
 The shared app-server platform also calls and reads more of the protocol; its suite
 (:data:`APP_SERVER_CHECKS`, run after these against the server's binary) checks
 ``thread/loaded/list``, ``thread/read``, ``thread/turns/list``, ``thread/resume`` (``excludeTurns``),
-``turn/start``'s ``clientUserMessageId``, ``thread/status/changed`` and ``serverRequest/resolved``.
+``turn/start``'s ``clientUserMessageId``, ``thread/inject_items`` (how the handoff is delivered
+where no continuation runs), ``thread/status/changed`` and ``serverRequest/resolved``.
 
 ``$ref``s are resolved fully (chains of references, ``oneOf``/``anyOf`` unions nested at any
 depth, ``allOf`` compositions), local to a file or across files of the generated directory, with
@@ -319,6 +320,20 @@ def _turn_start_marker(docs: SchemaDocuments) -> CheckResult:
     return "turn/start accepts clientUserMessageId (the job marker)", docs.resolve(marker)
 
 
+def _inject_items(docs: SchemaDocuments) -> CheckResult:
+    """``thread/inject_items`` takes ``threadId`` and an array of raw items, and requires nothing else."""
+    params = docs.method_params(REQUESTS_FILE, "thread/inject_items")
+    _, required = docs.object_view(params)
+    if extra := required - {"threadId", "items"}:
+        raise SchemaProblem(f"thread/inject_items now also requires {', '.join(sorted(extra))}", docs.resolve(params))
+    if not docs.allows_type(docs.property(params, "threadId"), "string"):
+        raise SchemaProblem("thread/inject_items threadId is not a string", docs.resolve(params))
+    items = docs.resolve(docs.property(params, "items"))
+    if not docs.allows_type(items, "array"):
+        raise SchemaProblem("thread/inject_items items is not an array", items)
+    return "thread/inject_items requires threadId and items (an array of raw Responses API items)", docs.resolve(params)
+
+
 def _notification_requires(method: str, *names: str) -> CheckFn:
     def check(docs: SchemaDocuments) -> CheckResult:
         params = docs.method_params(NOTIFICATIONS_FILE, method)
@@ -338,6 +353,7 @@ APP_SERVER_CHECKS: tuple[tuple[str, CheckFn], ...] = (
                                                           ("sortDirection", "enum"), ("itemsView", "enum"))),
     ("thread_resume.params", _requires_only_thread_id("thread/resume", ("excludeTurns", "boolean"))),
     ("turn_start.client_user_message_id", _turn_start_marker),
+    ("thread_inject_items.params", _inject_items),
     ("thread_status_changed.params", _notification_requires("thread/status/changed", "threadId", "status")),
     ("server_request_resolved.params", _notification_requires("serverRequest/resolved", "threadId", "requestId")),
 )

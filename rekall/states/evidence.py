@@ -100,6 +100,12 @@ _IDLE = (
     Key("revision", "int|null"),
     Key("boundaryFingerprint", "str|null"),
 )
+#: Where no continuation will carry the handoff: whether it is injected instead (``inject``), and
+#: if not, why (``injectionLimit``: the setting, or the platform's limit). Absent in older journals.
+_DELIVERY = (
+    Key("inject", "bool", required=False),
+    Key("injectionLimit", "str", required=False),
+)
 
 TRIGGERS: Mapping[str, TriggerSpec] = {
     spec.name: spec
@@ -113,7 +119,7 @@ TRIGGERS: Mapping[str, TriggerSpec] = {
             Key("deadlineS", "number", required=False),
         )),
         TriggerSpec("idle_stable", "The thread stayed idle for the stable interval.", (
-            *_IDLE, Key("handoffVerified", "bool", required=False),
+            *_IDLE, Key("handoffVerified", "bool", required=False), *_DELIVERY,
         )),
         TriggerSpec("compaction_accepted", "The owner answered the compaction request with ok "
                     "(or a new completed compaction proved it).", (
@@ -121,7 +127,7 @@ TRIGGERS: Mapping[str, TriggerSpec] = {
         )),
         TriggerSpec("compaction_completed", "A new completed contextCompaction item appeared.", (
             Key("compactionId", "str"), Key("tokens", "int|null"), Key("window", "int|null"),
-            Key("revision", "int|null"),
+            Key("revision", "int|null"), *_DELIVERY,
             # The user's input came after it (no continuation then): why, as for a cancel.
             Key("userMovedOn", "str", required=False, choices=USER_MOVED_ON),
             # The owner's own count from before the compaction, where the platform reports one
@@ -140,6 +146,17 @@ TRIGGERS: Mapping[str, TriggerSpec] = {
         TriggerSpec("cancel", "An explicit cancel marker, new user input (a new turn where goals cannot be told), "
                               "an active goal, or a stopped user turn.", (
             Key("reason", "str", choices=CANCEL_REASONS), Key("delivery", "str", required=False, choices=DELIVERY),
+            Key("injectionLimit", "str", required=False),
+        )),
+        TriggerSpec("resume_overtaken", "The user's input (or a stopped turn) came after the compaction completed "
+                    "and before the continuation: none will run, and the handoff is injected instead.", (
+            Key("reason", "str", choices=USER_MOVED_ON),
+        )),
+        TriggerSpec("handoff_injected", "The platform acknowledged the handoff's injection into the thread's "
+                    "context.", (Key("textBytes", "int"),)),
+        TriggerSpec("handoff_not_delivered", "The handoff's injection failed (refused, not sent, or its answer "
+                    "was lost: delivery unknown); it is never sent again.", (
+            Key("errorCode", "str"), Key("error", "text"), Key("delivery", "str", choices=DELIVERY),
         )),
         TriggerSpec("deadline", "The worker's deadline passed.", (
             Key("deadlineS", "number"),

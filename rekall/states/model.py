@@ -34,6 +34,11 @@ class JobState(str, Enum):
         "Compaction completed with headroom; waiting for idle before the continuation turn.",
     )
     RESUMING = "resuming", "The continuation turn is being started."
+    INJECTING = (
+        "injecting",
+        "Compaction completed and no continuation will carry the handoff; it is being injected into the "
+        "thread's context (the platform's way in, without a turn).",
+    )
     COMPLETED = "completed", "Terminal: the compaction completed; no continuation was asked for."
     RESUMED = "resumed", "Terminal: the compaction completed and one continuation turn started."
     SKIPPED = "skipped", "Terminal: the compaction completed; the continuation was refused for headroom."

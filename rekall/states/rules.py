@@ -56,14 +56,15 @@ def check_headroom(tokens: Any, window: Any, tokens_before: Any) -> Headroom:
 
 #: States in which rekall has sent a request whose effect it has not seen: a job ending in one
 #: (or a worker failing in one) may still have changed the thread.
-REQUEST_SENT_UNOBSERVED = frozenset({JobState.REQUESTING, JobState.ACCEPTED, JobState.RESUMING})
+REQUEST_SENT_UNOBSERVED = frozenset({JobState.REQUESTING, JobState.ACCEPTED, JobState.RESUMING,
+                                     JobState.INJECTING})
 
 
 def outcome_may_be_unknown(source: JobState, evidence: Mapping[str, Any]) -> bool:
     """True when a job leaving ``source`` early may still have changed the thread.
 
     Before any request (scheduled, waiting_for_idle) and between compaction and resume
-    (waiting_for_resume_idle) nothing is in flight. In requesting and resuming a request may
+    (waiting_for_resume_idle) nothing is in flight. In requesting, resuming and injecting a request may
     have been delivered, unless the evidence proves it was not (``delivery="not_delivered"``).
     In accepted the owner took the request, so the compaction may still complete.
     """

@@ -88,6 +88,8 @@ class HistoryEntry(_Record):
     outcomeMayBeUnknown: Maybe[bool | None] = _field("A request may have had an unobserved effect.", by=STORE)
     resumeSkipped: Maybe[str] = _field("insufficient_headroom, new_user_input or user_turn_stopped when its "
                                        "continuation was skipped.", by=STORE)
+    handoffDelivery: Maybe[str] = _field("How its handoff reached the model after the compaction (see the job's "
+                                         "handoffDelivery).", by=STORE)
 
 
 @attrs.frozen(kw_only=True, eq=False, repr=False)
@@ -168,6 +170,19 @@ class JobStatus(_Record):
     resumedAt: Maybe[str] = _field("When the continuation turn started.", by=LIFECYCLE)
     resumeDelayMs: Maybe[int | float | None] = _field("From the compaction to the continuation turn.",
                                                       by=LIFECYCLE, label="resume delay (ms)")
+    handoffDelivery: Maybe[str] = _field(
+        "How the saved handoff reached the model after the compaction: continuation (inside the continuation "
+        "turn), injected (added to the thread's context, no turn started), not_delivered (handoffDeliveryNote "
+        "says why, naming the platform's limit), or unknown (an injection whose answer was lost; never sent "
+        "again).", by=LIFECYCLE, label="handoff delivered")
+    handoffDeliveryNote: Maybe[str] = _field("Why the handoff was not delivered, or how its delivery ended.",
+                                             by=LIFECYCLE, label="handoff delivery")
+    handoffInjectedAt: Maybe[str] = _field("When the platform acknowledged the handoff's injection.",
+                                           by=LIFECYCLE)
+    injectedBytes: Maybe[int] = _field("The size of the injected message's text (UTF-8 bytes).", by=LIFECYCLE)
+    injectDelayMs: Maybe[int | float | None] = _field(
+        "From the compaction's completion to the injection's acknowledgement.", by=LIFECYCLE,
+        label="injected after (ms)")
     reason: Maybe[str] = _field("Why the job was cancelled.", by=LIFECYCLE, label="cancel reason")
     cancelledAt: Maybe[str] = _field("When the job was cancelled.", by=LIFECYCLE)
     error: Maybe[str] = _field("What went wrong, for people.", by=LIFECYCLE, label="error")
@@ -266,5 +281,5 @@ METRICS: tuple[str, ...] = tuple(a.name for a in (
 SHOWN: tuple[tuple[str, str], ...] = tuple((a.name, a.metadata["label"]) for a in (
     _S.jobId, _S.jobNumber, _S.resume, _S.createdAt, _S.requestedAt, _S.acceptedAt, _S.compactionCompletedAt,
     _H.endedAt, _S.contextTokensBefore, _S.contextTokensAfter, _S.reclaimedFraction, _S.compactionDurationMs,
-    _S.contextWindowUsedFraction, _S.resumeSkipReason, _S.resumeTurnId, _S.resumeDelayMs, _S.reason,
-    _S.workerProblem, _S.errorCode, _S.error, _S.message))
+    _S.contextWindowUsedFraction, _S.resumeSkipReason, _S.resumeTurnId, _S.resumeDelayMs, _S.handoffDelivery,
+    _S.handoffDeliveryNote, _S.injectDelayMs, _S.reason, _S.workerProblem, _S.errorCode, _S.error, _S.message))

@@ -46,9 +46,18 @@ def boundary_unchanged(job: JobView, ev: Evidence) -> bool:
     return ev.get("boundaryFingerprint") == known(job.status.userFingerprint)
 
 
+def _injects(ev: Evidence) -> bool:
+    return ev.get("inject") is True
+
+
 def resume_not_requested(job: JobView, ev: Evidence) -> bool:
-    """The handoff did not ask for a continuation."""
-    return not job.resume
+    """The handoff did not ask for a continuation (and it is not injected)."""
+    return not job.resume and not _injects(ev)
+
+
+def resume_not_requested_inject(job: JobView, ev: Evidence) -> bool:
+    """The handoff did not ask for a continuation; the platform injects it."""
+    return not job.resume and _injects(ev)
 
 
 def _tokens_before(job: JobView, ev: Evidence) -> Any:
@@ -63,8 +72,14 @@ def _headroom(job: JobView, ev: Evidence) -> Headroom:
 
 
 def resume_overtaken_by_user(job: JobView, ev: Evidence) -> bool:
-    """A continuation was asked for, but the user's input came after the compaction completed."""
-    return job.resume and bool(ev.get("userMovedOn"))
+    """A continuation was asked for, but the user's input came after the compaction completed (not injected)."""
+    return job.resume and bool(ev.get("userMovedOn")) and not _injects(ev)
+
+
+def resume_overtaken_by_user_inject(job: JobView, ev: Evidence) -> bool:
+    """A continuation was asked for, but the user's input came after the compaction completed; the platform
+    injects the handoff."""
+    return job.resume and bool(ev.get("userMovedOn")) and _injects(ev)
 
 
 def resume_with_headroom(job: JobView, ev: Evidence) -> bool:
@@ -73,8 +88,15 @@ def resume_with_headroom(job: JobView, ev: Evidence) -> bool:
 
 
 def resume_without_headroom(job: JobView, ev: Evidence) -> bool:
-    """A continuation was asked for, the user has not moved on, but the telemetry shows no headroom."""
-    return job.resume and not ev.get("userMovedOn") and not _headroom(job, ev).safe
+    """A continuation was asked for, the user has not moved on, but the telemetry shows no headroom (the handoff
+    is not injected)."""
+    return job.resume and not ev.get("userMovedOn") and not _headroom(job, ev).safe and not _injects(ev)
+
+
+def resume_without_headroom_inject(job: JobView, ev: Evidence) -> bool:
+    """A continuation was asked for, the user has not moved on, but the telemetry shows no headroom; the platform
+    injects the handoff."""
+    return job.resume and not ev.get("userMovedOn") and not _headroom(job, ev).safe and _injects(ev)
 
 
 def _resume_authorised(job: JobView, ev: Evidence) -> bool:
@@ -87,8 +109,23 @@ def ready_to_resume(job: JobView, ev: Evidence) -> bool:
 
 
 def headroom_lost(job: JobView, ev: Evidence) -> bool:
-    """Handoff verified, user boundary unchanged, but the headroom re-check fails."""
-    return _resume_authorised(job, ev) and not _headroom(job, ev).safe
+    """Handoff verified, user boundary unchanged, but the headroom re-check fails (not injected)."""
+    return _resume_authorised(job, ev) and not _headroom(job, ev).safe and not _injects(ev)
+
+
+def headroom_lost_inject(job: JobView, ev: Evidence) -> bool:
+    """Handoff verified, user boundary unchanged, the headroom re-check fails; the platform injects it."""
+    return _resume_authorised(job, ev) and not _headroom(job, ev).safe and _injects(ev)
+
+
+def skipped_for_headroom(job: JobView, ev: Evidence) -> bool:
+    """The continuation was refused for headroom before the injection."""
+    return job.status.resumeSkipped == "insufficient_headroom"
+
+
+def not_skipped_for_headroom(job: JobView, ev: Evidence) -> bool:
+    """No continuation was asked for, or the user's input overtook it."""
+    return not skipped_for_headroom(job, ev)
 
 
 def quiet_for_the_settle_window(job: JobView, ev: Evidence) -> bool:
@@ -144,27 +181,63 @@ def _known_outcome(now: Instant) -> dict[str, Any]:
     return wire(JobStatus(completedAt=now.iso, outcomeMayBeUnknown=False))
 
 
+def _not_injected(ev: Evidence) -> dict[str, Any]:
+    """No continuation carries the handoff and it is not injected: why (when the evidence says)."""
+    limit = ev.get("injectionLimit")
+    return {} if limit is None else wire(JobStatus(handoffDelivery="not_delivered", handoffDeliveryNote=limit))
+
+
+def _cut_short(job: JobView, ev: Evidence) -> dict[str, Any]:
+    """A job ending while it injects the handoff: whether the injection reached the thread is unknown,
+    unless the evidence proves it was never sent."""
+    if job.state is not S.INJECTING:
+        return _not_injected(ev) if job.state is S.WAITING_FOR_RESUME_IDLE else {}
+    sent = ev.get("delivery") != "not_delivered"
+    return wire(JobStatus(handoffDelivery="unknown" if sent else "not_delivered",
+                          handoffDeliveryNote="the job ended while the handoff was being injected; "
+                                              + ("it may or may not have reached the thread, and is never sent "
+                                                 "again" if sent else "it was not sent")))
+
+
+def _since_completion(job: JobView, now: Instant) -> int | None:
+    """From the compaction's completion (as the worker observed it) to now."""
+    after = S.WAITING_FOR_RESUME_IDLE if S.WAITING_FOR_RESUME_IDLE in job.entered_ms else S.INJECTING
+    return _since(job, after, now)
+
+
 def _skip(headroom: Headroom) -> dict[str, Any]:
     return wire(JobStatus(resumeSkipped="insufficient_headroom", resumeSkipReason=headroom.reason))
 
 
 def _completed(job: JobView, ev: Evidence, now: Instant) -> dict[str, Any]:
-    return {**_completion(job, ev, now), **_known_outcome(now)}
+    return {**_completion(job, ev, now), **_known_outcome(now), **_not_injected(ev)}
 
 
 _MOVED_ON_WORDS = {"user_turn_stopped": "the user stopped their turn", "new_user_input": "the user sent new input",
                    "new_turn": "a new turn started", "goal_active": "the thread's goal became active"}
 
 
+def _user_moved_on(reason: str, when: str = "") -> dict[str, Any]:
+    return wire(JobStatus(resumeSkipped=reason,
+                          resumeSkipReason=f"the compaction completed, then {_MOVED_ON_WORDS[reason]}{when}: a "
+                                           "continuation would talk over it, so none was started"))
+
+
 def _completed_user_moved_on(job: JobView, ev: Evidence, now: Instant) -> dict[str, Any]:
-    return {**_completion(job, ev, now), **_known_outcome(now), **wire(JobStatus(
-        resumeSkipped=ev["userMovedOn"],
-        resumeSkipReason=f"the compaction completed, then {_MOVED_ON_WORDS[ev['userMovedOn']]}: a continuation "
-                         "would talk over it, so none was started"))}
+    return {**_completion(job, ev, now), **_known_outcome(now), **_user_moved_on(ev["userMovedOn"]),
+            **_not_injected(ev)}
+
+
+def _user_moved_on_inject(job: JobView, ev: Evidence, now: Instant) -> dict[str, Any]:
+    return {**_completion(job, ev, now), **_user_moved_on(ev["userMovedOn"])}
 
 
 def _skipped_at_completion(job: JobView, ev: Evidence, now: Instant) -> dict[str, Any]:
-    return {**_completion(job, ev, now), **_skip(_headroom(job, ev)), **_known_outcome(now)}
+    return {**_completion(job, ev, now), **_skip(_headroom(job, ev)), **_known_outcome(now), **_not_injected(ev)}
+
+
+def _skipped_at_completion_inject(job: JobView, ev: Evidence, now: Instant) -> dict[str, Any]:
+    return {**_completion(job, ev, now), **_skip(_headroom(job, ev))}
 
 
 def _resume_check(job: JobView, ev: Evidence, **more: Any) -> dict[str, Any]:
@@ -177,17 +250,38 @@ def _resume_requested(job: JobView, ev: Evidence, now: Instant) -> dict[str, Any
 
 
 def _skipped_at_resume(job: JobView, ev: Evidence, now: Instant) -> dict[str, Any]:
-    return {**_resume_check(job, ev), **_skip(_headroom(job, ev)), **_known_outcome(now)}
+    return {**_resume_check(job, ev), **_skip(_headroom(job, ev)), **_known_outcome(now), **_not_injected(ev)}
+
+
+def _skipped_at_resume_inject(job: JobView, ev: Evidence, now: Instant) -> dict[str, Any]:
+    return {**_resume_check(job, ev), **_skip(_headroom(job, ev))}
+
+
+def _overtaken(job: JobView, ev: Evidence, now: Instant) -> dict[str, Any]:
+    return _user_moved_on(ev["reason"], " before the continuation")
+
+
+def _injected(job: JobView, ev: Evidence, now: Instant) -> dict[str, Any]:
+    return {**wire(JobStatus(handoffDelivery="injected", handoffInjectedAt=now.iso, injectedBytes=ev["textBytes"],
+                             injectDelayMs=_since_completion(job, now))), **_known_outcome(now)}
+
+
+def _not_delivered(job: JobView, ev: Evidence, now: Instant) -> dict[str, Any]:
+    unknown = ev["delivery"] == "unknown"
+    said = (f"the injection's answer was lost ({ev['errorCode']}: {ev['error']}); it may or may not have reached "
+            "the thread, and is never sent again" if unknown else f"{ev['errorCode']}: {ev['error']}")
+    return {**_known_outcome(now), **wire(JobStatus(handoffDelivery=ev["delivery"], handoffDeliveryNote=said,
+                                                    outcomeMayBeUnknown=unknown))}
 
 
 def _resumed(job: JobView, ev: Evidence, now: Instant) -> dict[str, Any]:
-    return wire(JobStatus(resumeTurnId=ev["turnId"], resumedAt=now.iso,
+    return wire(JobStatus(resumeTurnId=ev["turnId"], resumedAt=now.iso, handoffDelivery="continuation",
                           resumeDelayMs=_since(job, S.WAITING_FOR_RESUME_IDLE, now), outcomeMayBeUnknown=False))
 
 
 def _cancelled(job: JobView, ev: Evidence, now: Instant) -> dict[str, Any]:
-    return wire(JobStatus(reason=ev["reason"], cancelledAt=now.iso,
-                          outcomeMayBeUnknown=outcome_may_be_unknown(job.state, ev)))
+    return {**wire(JobStatus(reason=ev["reason"], cancelledAt=now.iso,
+                             outcomeMayBeUnknown=outcome_may_be_unknown(job.state, ev))), **_cut_short(job, ev)}
 
 
 def _settled(job: JobView, ev: Evidence, now: Instant) -> dict[str, Any]:
@@ -207,7 +301,7 @@ def _timed_out(job: JobView, ev: Evidence, now: Instant) -> dict[str, Any]:
     return wire(JobStatus(
         timedOutAt=now.iso, errorCode="deadline_exceeded",
         error=f"deadline of {ev['deadlineS']:g} s exceeded in {job.state.value}{waited}{seen}; no automatic retry",
-        outcomeMayBeUnknown=outcome_may_be_unknown(job.state, ev)))
+        outcomeMayBeUnknown=outcome_may_be_unknown(job.state, ev))) | _cut_short(job, ev)
 
 
 def _system_error(job: JobView, ev: Evidence, now: Instant) -> dict[str, Any]:
@@ -222,7 +316,7 @@ def _system_error(job: JobView, ev: Evidence, now: Instant) -> dict[str, Any]:
 
 def _failed(job: JobView, ev: Evidence, now: Instant) -> dict[str, Any]:
     return wire(JobStatus(errorCode=ev["errorCode"], error=ev["error"], failedAt=now.iso,
-                          outcomeMayBeUnknown=outcome_may_be_unknown(job.state, ev)))
+                          outcomeMayBeUnknown=outcome_may_be_unknown(job.state, ev))) | _cut_short(job, ev)
 
 
 # --- the table -----------------------------------------------------------------------------
@@ -253,18 +347,41 @@ TRANSITIONS: tuple[Transition, ...] = (
     Transition("compaction_accepted", (S.REQUESTING,), S.ACCEPTED, None, _accepted,
                "the owner answered ok; acceptance is not completion"),
     Transition("compaction_completed", (S.ACCEPTED,), S.COMPLETED, resume_not_requested, _completed,
-               "a new completed compaction; no continuation asked for"),
+               "a new completed compaction; no continuation asked for; no injection (handoffDeliveryNote says why)"),
+    Transition("compaction_completed", (S.ACCEPTED,), S.INJECTING, resume_not_requested_inject, _completion,
+               "a new completed compaction; no continuation asked for: the handoff is injected"),
     Transition("compaction_completed", (S.ACCEPTED,), S.COMPLETED, resume_overtaken_by_user, _completed_user_moved_on,
                "continuation asked for, but the owner shows the user's input after the compaction completed: "
-               "completed, resumeSkipped new_user_input (or user_turn_stopped), no continuation"),
+               "completed, resumeSkipped new_user_input (or user_turn_stopped), no continuation; no injection"),
+    Transition("compaction_completed", (S.ACCEPTED,), S.INJECTING, resume_overtaken_by_user_inject,
+               _user_moved_on_inject, "continuation asked for, but the owner shows the user's input after the "
+               "compaction completed: resumeSkipped new_user_input (or user_turn_stopped), no continuation, the "
+               "handoff is injected"),
     Transition("compaction_completed", (S.ACCEPTED,), S.WAITING_FOR_RESUME_IDLE, resume_with_headroom,
                _completion, "continuation asked for and the first headroom check passes"),
     Transition("compaction_completed", (S.ACCEPTED,), S.SKIPPED, resume_without_headroom,
-               _skipped_at_completion, "continuation asked for but no headroom (reason recorded)"),
+               _skipped_at_completion, "continuation asked for but no headroom (reason recorded); no injection"),
+    Transition("compaction_completed", (S.ACCEPTED,), S.INJECTING, resume_without_headroom_inject,
+               _skipped_at_completion_inject, "continuation asked for but no headroom: the handoff is injected"),
     Transition("idle_stable", (S.WAITING_FOR_RESUME_IDLE,), S.RESUMING, ready_to_resume, _resume_requested,
                "idle again; handoff hash verified; boundary unchanged; headroom re-checked"),
     Transition("idle_stable", (S.WAITING_FOR_RESUME_IDLE,), S.SKIPPED, headroom_lost, _skipped_at_resume,
                "the second headroom check fails (the design's headroom_lost, folded into idle_stable)"),
+    Transition("idle_stable", (S.WAITING_FOR_RESUME_IDLE,), S.INJECTING, headroom_lost_inject,
+               _skipped_at_resume_inject, "the second headroom check fails: the handoff is injected"),
+    Transition("resume_overtaken", (S.WAITING_FOR_RESUME_IDLE,), S.INJECTING, None, _overtaken,
+               "the user's input or a stopped turn came before the continuation: none runs (resumeSkipped "
+               "says why), the handoff is injected (without injection the job is cancelled instead)"),
+    Transition("handoff_injected", (S.INJECTING,), S.COMPLETED, not_skipped_for_headroom, _injected,
+               "the platform acknowledged the injection; no continuation was asked for, or the user's input "
+               "overtook it"),
+    Transition("handoff_injected", (S.INJECTING,), S.SKIPPED, skipped_for_headroom, _injected,
+               "the platform acknowledged the injection; the continuation was refused for headroom"),
+    Transition("handoff_not_delivered", (S.INJECTING,), S.COMPLETED, not_skipped_for_headroom, _not_delivered,
+               "the injection was refused or not sent (not_delivered), or its answer was lost (unknown: never "
+               "sent again; outcomeMayBeUnknown true)"),
+    Transition("handoff_not_delivered", (S.INJECTING,), S.SKIPPED, skipped_for_headroom, _not_delivered,
+               "as above, after the continuation was refused for headroom"),
     Transition("turn_started", (S.RESUMING,), S.RESUMED, None, _resumed,
                "the owner returned a started turn id"),
     Transition("outcome_settled", (S.REQUESTING, S.ACCEPTED), S.FAILED, quiet_for_the_settle_window, _settled,

@@ -162,7 +162,8 @@ def unjournaled_end(state: str, problem: str, owner: str) -> str:
     (``owner``: the thread's owner in its platform's words)."""
     may_have = {"requesting": f"the compaction request may have reached {owner}",
                 "accepted": "the compaction may still complete",
-                "resuming": "a continuation may have started"}.get(state, "nothing was sent after it")
+                "resuming": "a continuation may have started",
+                "injecting": "the handoff may have been injected"}.get(state, "nothing was sent after it")
     return f"the worker process is gone and the journal could not be written after `{state}` ({problem}); {may_have}"
 
 
@@ -192,5 +193,7 @@ def _lost_words(state: JobState, owner: str) -> str:
                                           "continuation did not run",
         JobState.RESUMING: ", after the compaction completed: the thread was compacted, and a continuation may "
                            "have started",
+        JobState.INJECTING: ", after the compaction completed: the thread was compacted, and the handoff may "
+                            "have been injected into its context",
     }.get(state, "")
     return f"the worker process ended while the job was {state.value}{done}; nothing is retried automatically"

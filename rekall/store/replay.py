@@ -106,6 +106,7 @@ def summarize(job: Replay) -> dict[str, Any]:
         compactionDurationMs=known(f.compactionDurationMs), resumeDelayMs=known(f.resumeDelayMs),
         errorCode=known(f.errorCode), outcomeMayBeUnknown=known(f.outcomeMayBeUnknown),
         resumeSkipped=ABSENT if known(f.resumeSkipped) is None else f.resumeSkipped,
+        handoffDelivery=f.handoffDelivery,
     )
     return wire(entry)
 

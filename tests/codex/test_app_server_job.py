@@ -136,9 +136,11 @@ async def test_the_agent_schedules_its_own_compaction_on_the_shared_app_server_a
     assert (probed_json["completedCompactions"], probed_json["compactionsInProgress"]) == (1, 0)
 
 
-def rekall_cli(daemon: Daemon, *args: str) -> str:
-    env = {"CODEX_HOME": str(daemon.codex_home), "REKALL_JOBS_DIR": str(daemon.jobs_dir), "PATH": "/usr/bin:/bin",
-           "TMPDIR": str(daemon.jobs_dir.parent), "COLUMNS": "120"}
+def rekall_cli(daemon: Daemon, *args: str, jobs: Path | None = None) -> str:
+    """The CLI's output for the daemon's jobs (or for ``jobs``)."""
+    jobs = daemon.jobs_dir if jobs is None else jobs
+    env = {"CODEX_HOME": str(daemon.codex_home), "REKALL_JOBS_DIR": str(jobs), "PATH": "/usr/bin:/bin",
+           "TMPDIR": str(jobs.parent), "COLUMNS": "120"}
     done = subprocess.run([sys.executable, "-m", "rekall", *args], capture_output=True, text=True, env=env, timeout=60)
     assert done.returncode == 0, done.stderr
     return done.stdout

@@ -106,7 +106,7 @@ async def test_doctor_names_the_daemon_its_version_and_the_binary_whose_schema_i
     assert f"Codex {app_server_daemon.version}, served by the daemon (pid {app_server_daemon.status['pid']})" in rows["app_server"].detail
     assert thread_id in rows["app_server_thread"].detail and "idle" in rows["app_server_thread"].detail
     assert app_server_daemon.status["managedCodexPath"] in rows["app_server_schema"].detail
-    assert "all 14 checks pass" in rows["app_server_schema"].detail  # the 7 public ones and the 7 of this platform
+    assert "all 15 checks pass" in rows["app_server_schema"].detail  # the 7 public ones and the 8 of this platform
     assert rows["owner"].level != "GREEN"  # the extension does not have it: said, not hidden
     # No VS Code here: its absence is worth a look, not fatal, while the shared app-server serves.
     assert rows["ipc_endpoint"].level == "AMBER" and "only VS Code chats need it" in rows["ipc_endpoint"].detail

@@ -163,3 +163,15 @@ def test_the_real_schema_passes_the_app_server_suite_and_a_drift_in_it_is_named(
     assert failed == {"thread_resume.params": "property 'excludeTurns' is missing",
                       "thread_read.params": "thread/read now also requires includeTurns"}
     assert all(check.passed for check in check_schema_dir(schema_copy))  # the extension's suite does not use them
+
+
+@pytest.mark.codex
+def test_the_real_schema_offers_thread_inject_items_and_its_drift_is_named(schema_copy: Path) -> None:
+    (check,) = [c for c in check_schema_dir(schema_copy, "app-server") if c.name == "thread_inject_items.params"]
+    assert check.passed and "threadId and items" in check.detail
+    with edit(schema_copy, REQUESTS) as doc:
+        params = doc["definitions"]["ThreadInjectItemsParams"]
+        params["properties"]["items"]["type"] = "string"
+        params["required"].append("turnId")
+    (check,) = [c for c in check_schema_dir(schema_copy, "app-server") if c.name == "thread_inject_items.params"]
+    assert not check.passed and check.detail == "thread/inject_items now also requires turnId"

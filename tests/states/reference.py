@@ -15,11 +15,12 @@ from rekall.states import TERMINAL_STATES, JobState
 S = JobState
 ILLEGAL, REFUSED = "illegal", "refused"
 TRIGGERS = ("worker_started", "idle_stable", "compaction_accepted", "compaction_completed", "turn_started",
-            "system_error_held", "outcome_settled", "cancel", "deadline", "fail")
+            "system_error_held", "outcome_settled", "cancel", "deadline", "fail", "resume_overtaken",
+            "handoff_injected", "handoff_not_delivered")
 #: The trigger that moves each non-terminal state forward (the stateful tests favour it).
 PROGRESS = {S.SCHEDULED: "worker_started", S.WAITING_FOR_IDLE: "idle_stable", S.REQUESTING: "compaction_accepted",
             S.ACCEPTED: "compaction_completed", S.WAITING_FOR_RESUME_IDLE: "idle_stable",
-            S.RESUMING: "turn_started"}
+            S.RESUMING: "turn_started", S.INJECTING: "handoff_injected"}
 
 
 def _count(value: Any) -> bool:
@@ -35,13 +36,16 @@ def has_room(tokens: Any, window: Any, before: Any) -> bool:
 
 
 def expected(state: JobState, trigger: str, ev: dict[str, Any], *, job_id: str, resume: bool,
-             fingerprint: str, before: Any) -> JobState | str:
+             fingerprint: str, before: Any, skipped: bool = False) -> JobState | str:
+    """Where ``trigger`` takes a job in ``state``; ``skipped``: its continuation was refused for
+    headroom on the way to injecting."""
     if state in TERMINAL_STATES:
         return ILLEGAL
     terminal = {"cancel": S.CANCELLED, "deadline": S.TIMED_OUT, "fail": S.FAILED}
     if trigger in terminal:
         return terminal[trigger]
     same_boundary = ev.get("boundaryFingerprint") == fingerprint
+    inject = ev.get("inject") is True
     match (state, trigger):
         case (S.SCHEDULED, "worker_started"):
             return S.WAITING_FOR_IDLE if ev["jobId"] == job_id else REFUSED
@@ -51,12 +55,20 @@ def expected(state: JobState, trigger: str, ev: dict[str, Any], *, job_id: str, 
             return S.ACCEPTED
         case (S.ACCEPTED, "compaction_completed"):
             if not resume:
-                return S.COMPLETED
-            return S.WAITING_FOR_RESUME_IDLE if has_room(ev["tokens"], ev["window"], before) else S.SKIPPED
+                return S.INJECTING if inject else S.COMPLETED
+            if has_room(ev["tokens"], ev["window"], before):
+                return S.WAITING_FOR_RESUME_IDLE
+            return S.INJECTING if inject else S.SKIPPED
         case (S.WAITING_FOR_RESUME_IDLE, "idle_stable"):
             if not (ev.get("handoffVerified") is True and same_boundary):
                 return REFUSED
-            return S.RESUMING if has_room(ev["tokens"], ev["window"], before) else S.SKIPPED
+            if has_room(ev["tokens"], ev["window"], before):
+                return S.RESUMING
+            return S.INJECTING if inject else S.SKIPPED
+        case (S.WAITING_FOR_RESUME_IDLE, "resume_overtaken"):
+            return S.INJECTING
+        case (S.INJECTING, "handoff_injected" | "handoff_not_delivered"):
+            return S.SKIPPED if skipped else S.COMPLETED
         case (S.RESUMING, "turn_started"):
             return S.RESUMED
         case (S.WAITING_FOR_IDLE | S.WAITING_FOR_RESUME_IDLE, "system_error_held"):
@@ -65,6 +77,12 @@ def expected(state: JobState, trigger: str, ev: dict[str, Any], *, job_id: str, 
             quiet = ev["idle"] and ev["compactionsInProgress"] == 0 and ev["quietMs"] >= 1000 * ev["settleWindowS"]
             return S.FAILED if quiet else REFUSED
     return ILLEGAL
+
+
+def skipped_into_injecting(resume: bool, trigger: str) -> bool:
+    """Whether a job that ``trigger`` took to ``injecting`` had its continuation refused for headroom
+    (with a continuation asked for, only headroom or the user's input leads there)."""
+    return resume and trigger != "resume_overtaken"
 
 
 # Boundary values (exactly 60%, equal to before) are drawn often, and small counts so that
@@ -81,14 +99,19 @@ def evidence_for(trigger: str, job_id: str) -> st.SearchStrategy[dict[str, Any]]
             "revision": st.one_of(st.none(), st.integers(0, 50)),
             "boundaryFingerprint": st.sampled_from(["fp-1", "fp-1", "fp-1", "fp-2"])}
     delivery = {"delivery": st.sampled_from(["not_delivered", "unknown"])}
+    inject = {"inject": st.booleans()}
     shapes: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
         "worker_started": ({"jobId": st.sampled_from([job_id, job_id, "00000000-0000-4000-8000-000000000000"]),
                             "pid": st.integers(1, 99_999), "host": st.just("h"),
                             "processStartTime": st.none()}, {}),
-        "idle_stable": (idle, {"handoffVerified": st.sampled_from([True, True, True, False])}),
+        "idle_stable": (idle, {"handoffVerified": st.sampled_from([True, True, True, False]), **inject}),
         "compaction_accepted": ({"ownerId": st.sampled_from(["o1", None])}, {}),
         "compaction_completed": ({"compactionId": st.just("c1"), "tokens": _tokens, "window": _window,
-                                  "revision": st.none()}, {}),
+                                  "revision": st.none()}, inject),
+        "resume_overtaken": ({"reason": st.sampled_from(["new_user_input", "user_turn_stopped"])}, {}),
+        "handoff_injected": ({"textBytes": st.integers(1, 40_000)}, {}),
+        "handoff_not_delivered": ({"errorCode": st.just("request_timeout"), "error": st.just("no answer"),
+                                   "delivery": st.sampled_from(["not_delivered", "unknown"])}, {}),
         "turn_started": ({"turnId": st.just("turn-1")}, {}),
         "outcome_settled": ({"idle": st.sampled_from([True, True, False]),
                              "compactionsInProgress": st.sampled_from([0, 0, 1]),

@@ -17,7 +17,7 @@ from rekall.states import IllegalTransition, Instant, JobMachine, JobState, JobV
 from rekall.testing import FakeClock
 
 from tests.jobkit import new_thread, open_store, run, schedule
-from tests.states.reference import ILLEGAL, PROGRESS, REFUSED, TRIGGERS, evidence_for, expected
+from tests.states.reference import ILLEGAL, PROGRESS, REFUSED, TRIGGERS, evidence_for, expected, skipped_into_injecting
 
 JOB = "11111111-1111-4111-8111-111111111111"
 
@@ -66,7 +66,8 @@ def test_a_refused_event_reports_every_guard_verdict():
     with pytest.raises(TransitionRefused) as caught:
         machine.fire("idle_stable", evidence, _now(), lambda s: None)
     assert [(v.guard, v.passed) for v in caught.value.verdicts] == [("ready_to_resume", False),
-                                                                    ("headroom_lost", False)]
+                                                                    ("headroom_lost", False),
+                                                                    ("headroom_lost_inject", False)]
     assert machine.state is JobState.WAITING_FOR_RESUME_IDLE
 
 
@@ -104,7 +105,7 @@ def test_each_guard_is_asked_once_per_event(monkeypatch):
     evidence = {"idleMs": 800, "tokens": 10, "window": 100, "revision": 1, "boundaryFingerprint": "fp-1"}
     with pytest.raises(TransitionRefused):
         machine.fire("idle_stable", {**evidence, "handoffVerified": False}, _now(), lambda s: None)
-    assert asked == ["ready_to_resume", "headroom_lost"]
+    assert asked == ["ready_to_resume", "headroom_lost", "headroom_lost_inject"]
     asked.clear()
     assert machine.fire("idle_stable", {**evidence, "handoffVerified": True}, _now(), lambda s: None).dest \
         is JobState.RESUMING
@@ -142,6 +143,7 @@ class LifecycleAgainstReference(RuleBasedStateMachine):
     def start(self, resume: bool) -> None:
         self.resume = resume
         self.before = None
+        self.skipped = False
         self.machine = JobMachine(JobView(JOB, "t", JobState.SCHEDULED, {"resume": resume, "userFingerprint": "fp-1"},
                                           {JobState.SCHEDULED: 0}))
         self.clock = FakeClock()
@@ -159,7 +161,7 @@ class LifecycleAgainstReference(RuleBasedStateMachine):
         evidence = data.draw(evidence_for(trigger, JOB))
         state = self.machine.state
         want = expected(state, trigger, evidence, job_id=JOB, resume=self.resume, fingerprint="fp-1",
-                        before=self.before)
+                        before=self.before, skipped=self.skipped)
         commits: list[Step] = []
         self.clock.advance(10)
         if want == ILLEGAL:
@@ -173,8 +175,12 @@ class LifecycleAgainstReference(RuleBasedStateMachine):
             assert (step.source, step.dest) == (state, want)
             if want is JobState.REQUESTING:
                 self.before = evidence["tokens"]
+            if want is JobState.INJECTING:
+                self.skipped = skipped_into_injecting(self.resume, trigger)
         assert len(commits) == (0 if want in (ILLEGAL, REFUSED) else 1)
         assert self.machine.state is (state if want in (ILLEGAL, REFUSED) else want)
+        if self.machine.state.terminal and state is JobState.INJECTING:  # how the injection ended is recorded
+            assert self.machine.view.fields["handoffDelivery"] in ("injected", "not_delivered", "unknown")
 
     @invariant()
     def the_library_reads_the_one_state_the_view_holds(self) -> None:

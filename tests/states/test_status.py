@@ -116,7 +116,8 @@ def test_rekall_status_shows_a_person_the_records_labels_in_reading_order(tmp_pa
     shown = [name for name, _ in SHOWN if any(line.strip().startswith(label[name] + " ") for line in lines)]
     assert shown == ["jobId", "jobNumber", "resume", "createdAt", "requestedAt", "acceptedAt", "compactionCompletedAt",
                      "endedAt", "contextTokensBefore", "contextTokensAfter", "reclaimedFraction",
-                     "compactionDurationMs", "contextWindowUsedFraction", "resumeTurnId", "resumeDelayMs"]
+                     "compactionDurationMs", "contextWindowUsedFraction", "resumeTurnId", "resumeDelayMs",
+                     "handoffDelivery"]
     positions = [next(i for i, line in enumerate(lines) if line.strip().startswith(label[name] + " "))
                  for name in shown]
     assert positions == sorted(positions)

@@ -19,7 +19,7 @@ from rekall.store.wire import RECORD_VERSION
 from rekall.testing import FakeClock
 
 from tests.jobkit import FINGERPRINT, handoff, idle, me, new_thread, run, schedule, snapshot
-from tests.states.reference import ILLEGAL, PROGRESS, REFUSED, TRIGGERS, evidence_for, expected
+from tests.states.reference import ILLEGAL, PROGRESS, REFUSED, TRIGGERS, evidence_for, expected, skipped_into_injecting
 
 
 class Crash(BaseException):
@@ -230,7 +230,7 @@ class LifecycleOnDisk(RuleBasedStateMachine):
         self.store = JobStore.open({"REKALL_JOBS_DIR": str(self.dir / "jobs")}, clock=self.clock)
         self.job = self.store.create_job(self.thread, handoff=handoff(resume), user_fingerprint=FINGERPRINT).job_id
         self.lifecycle = self.store.open_lifecycle(self.thread, self.job)
-        self.resume, self.before, self.model = resume, None, JobState.SCHEDULED
+        self.resume, self.before, self.model, self.skipped = resume, None, JobState.SCHEDULED, False
 
     def teardown(self) -> None:
         if hasattr(self, "dir"):
@@ -248,7 +248,7 @@ class LifecycleOnDisk(RuleBasedStateMachine):
     def _fire(self, trigger: str, data: st.DataObject) -> None:
         evidence = data.draw(evidence_for(trigger, self.job))
         want = expected(self.model, trigger, evidence, job_id=self.job, resume=self.resume,
-                        fingerprint=FINGERPRINT, before=self.before)
+                        fingerprint=FINGERPRINT, before=self.before, skipped=self.skipped)
         self.clock.advance(25)
         if want in (ILLEGAL, REFUSED):
             before = snapshot(self.store.root)
@@ -259,6 +259,8 @@ class LifecycleOnDisk(RuleBasedStateMachine):
         assert self.lifecycle.fire(trigger, **evidence) is want
         if want is JobState.REQUESTING:
             self.before = evidence["tokens"]
+        if want is JobState.INJECTING:
+            self.skipped = skipped_into_injecting(self.resume, trigger)
         self.model = want
 
     @precondition(lambda self: hasattr(self, "lifecycle"))

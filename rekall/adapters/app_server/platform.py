@@ -17,6 +17,8 @@ by several clients; the user's terminal is one, rekall another. What rekall does
 * **act**: ``thread/compact/start`` and ``turn/start`` (with ``clientUserMessageId`` = the
   job id, as on the extension), each sent at most once. Server requests (approvals,
   questions) are the user's: :class:`~rekall.adapters.app_server.shared.SharedAppServer` cannot answer them.
+* **deliver** the handoff with ``thread/inject_items``: one developer message (a raw Responses
+  API item) appended to the thread's model-visible history, no turn started; sent at most once.
 """
 
 from __future__ import annotations
@@ -291,6 +293,11 @@ class AppServerThread:
                                                "clientUserMessageId": job_id})
         return acted
 
+    async def inject(self, text: str) -> Acted:
+        if not isinstance(text, str) or not text.strip():
+            return Acted(Failure("invalid_input", "the injected handoff needs a non-empty text", "not_delivered"))
+        return await self._act("thread/inject_items", {"threadId": self.thread_id, "items": [developer_message(text)]})
+
     async def _act(self, method: str, params: dict[str, Any]) -> Acted:
         server = self.server
         if server is None or server.closed_reason is not None:  # provably never sent
@@ -335,6 +342,7 @@ class SharedAppServerPlatform:
     title = "the shared app-server"
     serving_hint = CHECK_AND_FIX
     follow_only_reads = False  # following resumes the thread, which notifies every client
+    injection_limit: str | None = None  # thread/inject_items
 
     def __init__(self, env: Mapping[str, str] | None = None) -> None:
         self.env = os.environ if env is None else env
@@ -386,6 +394,11 @@ def _tied(row: Row) -> Row:
         return attrs.evolve(row, unless={"serves_thread": Row.green(
             row.name, "not needed: a VS Code window owns the thread (see the owner row)")})
     return row
+
+
+def developer_message(text: str) -> dict[str, Any]:
+    """A developer message as a raw Responses API item (what ``thread/inject_items`` appends)."""
+    return {"type": "message", "role": "developer", "content": [{"type": "input_text", "text": text}]}
 
 
 async def _latest_turns(server: SharedAppServer, thread_id: str, timeout_s: float) -> list[Any]:

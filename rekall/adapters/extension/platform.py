@@ -32,6 +32,9 @@ from rekall.records import Acted, ConnectionLostError, Failure
 from rekall.transports import Endpoint, MessageChannel, resolve_endpoint, transport_for
 from rekall.transports.endpoint import override_endpoint
 
+#: The extension's router has no request that adds an item to a thread's context without a turn.
+INJECTION_LIMIT = ("the VS Code extension's IPC router has no way to add the handoff to a thread's context "
+                   "without starting a turn (no injection request yet); only a continuation carries it there")
 _COMPARED = frozenset(COMPARED_METHODS)
 
 #: Bounds for the doctor's IPC checks: a healthy router answers in milliseconds.
@@ -109,6 +112,9 @@ class IpcThread:
             return _at_once(Acted(_failure(exc)))
         return _acted(answer, lambda turn: Acted(turn_id=turn.turn_id, turn_status=turn.status))
 
+    def inject(self, text: str) -> Awaitable[Acted]:
+        return _at_once(Acted(Failure("not_supported", INJECTION_LIMIT, "not_delivered")))
+
     async def aclose(self) -> None:
         await self.session.aclose()
 
@@ -120,6 +126,7 @@ class ExtensionIpc:
     title = "the VS Code extension"
     serving_hint = "open the thread in a VS Code window with the Codex extension"
     follow_only_reads = True  # a follower subscribes to the owner's broadcasts; nothing else is told
+    injection_limit: str | None = INJECTION_LIMIT
 
     def __init__(self, env: Mapping[str, str] | None = None, *, settled: evidence.Settled | None = None,
                  early: EarlyFollow | BaseException | None = None) -> None:

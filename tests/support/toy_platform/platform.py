@@ -15,7 +15,7 @@ import attrs
 from rekall import events as ev
 from rekall.errors import IpcError, RekallError
 from rekall.platform import Absence, Row, ThreadSnapshot, noted
-from rekall.records import Acted, ThreadFacts
+from rekall.records import Acted, Failure, ThreadFacts
 from rekall.adapters.resume import ResumeToken
 from tests.support.toy_platform import NAME
 
@@ -101,6 +101,9 @@ class ToyThread:
     async def start_turn(self, text: str, job_id: str) -> Acted:
         return self.owner.start_turn(text, job_id)
 
+    async def inject(self, text: str) -> Acted:
+        return Acted(Failure("not_supported", ToyPlatform.injection_limit, "not_delivered"))
+
     async def aclose(self) -> None:
         self.owner.followers.remove(self)
         self.queue.put_nowait(None)
@@ -111,6 +114,7 @@ class ToyPlatform:
     title = "the toy platform"
     serving_hint = "create a ToyOwner for the thread"
     follow_only_reads = True
+    injection_limit: str | None = "the toy platform has no way into a thread's context"
 
     def __init__(self, resume: ResumeToken | None) -> None:
         self.resume = resume
