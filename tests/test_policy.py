@@ -77,7 +77,7 @@ UNATTRIBUTABLE = fail("compaction_not_attributable", "2 compactions appeared on 
 STUCK = attrs.evolve(IDLE, runtime_status="systemError", busy_reason="runtime_systemError")
 INJECTS = attrs.evolve(MEMO, inject=True)
 NO_WAY_IN = attrs.evolve(MEMO, inject=False, injection_limit="no way in")
-MOVED_ON = attrs.evolve(BUSY, boundary_fingerprint="a-newer-user-turn")
+MOVED_ON = attrs.evolve(BUSY, boundary_fingerprint="a-newer-user-turn", goal="none")
 
 # (behaviour, job, facts, event, memo, steps, memo after (None: unchanged), at, now)
 ROWS: list[tuple[Any, ...]] = [
@@ -207,7 +207,7 @@ ROWS: list[tuple[Any, ...]] = [
      [Fire("compaction_completed", {"compactionId": "c1", "tokens": 30_000, "window": 200_000, "revision": 7,
                                     "userMovedOn": "user_turn_stopped"}, then="consider")], None, 0.0, 0.0),
     ("new user input after this job's compaction completed says the handoff is injected where it can be",
-     job(S.ACCEPTED), attrs.evolve(COMPACTED, boundary_fingerprint="x", tokens=90_000),
+     job(S.ACCEPTED), attrs.evolve(COMPACTED, boundary_fingerprint="x", tokens=90_000, goal="none"),
      Observed(ev.UserBoundaryChanged("x", False)), INJECTS,
      [Fire("compaction_completed", {"compactionId": "c1", "tokens": 90_000, "window": 200_000, "revision": 7,
                                     "userMovedOn": "new_user_input", "inject": True}, then="consider")], None, 0, 0),
