@@ -64,9 +64,11 @@ CONTEXT_BYTE_BUDGET = CONTEXT_TOKEN_LIMIT * 4 - 600
 INPUT_LIMIT = 1024 * 1024
 #: A transcript larger than this is not read (the journal alone decides).
 TRANSCRIPT_LIMIT = 256 * 1024 * 1024
-#: A rollout line that records a compaction (``RolloutItem::Compacted``), at the start of its line:
-#: a compaction quoted inside another line never matches.
-_COMPACTED = re.compile(rb'^\{"timestamp":"([0-9T:.+Z-]{10,40})","type":"compacted"', re.MULTILINE)
+#: A rollout line that records a compaction (``RolloutItem::Compacted``), at the start of its line, so
+#: that a compaction quoted inside another line never matches. Codex 0.171 writes an ``ordinal``
+#: between the time and the type; plain number fields there are allowed.
+_COMPACTED = re.compile(rb'^\{"timestamp":"([0-9T:.+Z-]{10,40})",(?:"[a-z_]{1,40}":-?[0-9]{1,20},){0,8}"type":"compacted"',
+                        re.MULTILINE)
 _LINE = re.compile(rb'\A\{"crc32":"([0-9a-f]{8})","record":(.*)\}\n?\Z', re.DOTALL)
 #: States in which the continuation carries the handoff.
 _CONTINUING = frozenset({"resuming", "resumed"})

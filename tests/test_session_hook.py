@@ -68,8 +68,9 @@ def transcript_with(path: Path, *stamps: str) -> Path:
              json.dumps({"timestamp": "2026-11-30T13:00:00.000Z", "type": "response_item",
                          "payload": {"text": '{"timestamp":"2026-11-30T13:00:00.000Z","type":"compacted"}'}},
                         separators=(",", ":"))]
-    lines += [json.dumps({"timestamp": s, "type": "compacted", "payload": {"message": ""}}, separators=(",", ":"))
-              for s in stamps]
+    # Codex 0.171 writes an ordinal between the time and the type; older releases do not.
+    lines += [json.dumps({"timestamp": s, **({"ordinal": n} if n % 2 else {}), "type": "compacted",
+                          "payload": {"message": ""}}, separators=(",", ":")) for n, s in enumerate(stamps)]
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(lines) + "\n")
     return path
