@@ -23,6 +23,7 @@ import attrs
 import pytest
 
 from rekall import service
+from rekall.hook_doctor import handler_hash, hook_rows
 from rekall.store import JobStore
 from rekall.store.delivery import read_claim
 from tests.codex.daemonkit import Daemon, PeerClient, peer_client, start_daemon, stop_daemon
@@ -72,6 +73,9 @@ async def hook_daemon(codex_binary: Path, hook_model: MockModel, tmp_path_factor
         monkeypatch.delenv(name, raising=False)
     listed = await trust_hook(codex_binary, home)
     assert (listed["source"], listed["trustStatus"]) == ("plugin", "untrusted"), listed
+    # rekall doctor computes the handler's half of that hash from the installed files as Codex does.
+    assert handler_hash({"matcher": listed["matcher"], "command": listed["command"],
+                         "timeout": listed["timeoutSec"]}) == listed["currentHash"].split("/")[0]
     daemon = start_daemon(codex_binary, home)
     try:
         yield HookDaemon(daemon, hook_model, home / "tools" / "rekall" / "jobs")
@@ -145,6 +149,11 @@ async def test_after_a_resume_false_job_the_hook_puts_the_handoff_in_the_next_mo
     assert status["handoffDelivery"] == "hook" and status["handoffCut"] is False, status
     claim = read_claim(hooked.jobs / f"{thread_id}.{done['jobId']}.delivery")
     assert claim["route"] == "hook"
+    # rekall doctor asks the daemon's hooks/list: installed, enabled, trusted.
+    rows = await hook_rows({"CODEX_HOME": str(hooked.daemon.codex_home)})
+    assert [(r.name, r.level) for r in rows] == [("session_hook_installed", "GREEN"), ("session_hook_enabled", "GREEN"),
+                                                 ("session_hook_trusted", "GREEN")], rows
+    assert all(r.detail.startswith("hooks/list on ") for r in rows)
 
 
 async def test_after_a_resume_true_job_only_the_continuation_carries_the_handoff(hook_daemon: HookDaemon) -> None:
