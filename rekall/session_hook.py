@@ -66,10 +66,11 @@ INPUT_LIMIT = 1024 * 1024
 TRANSCRIPT_LIMIT = 256 * 1024 * 1024
 #: A rollout line that records a compaction (``RolloutItem::Compacted``), at the start of its line, so
 #: that a compaction quoted inside another line never matches. Codex 0.171 writes an ``ordinal``
-#: between the time and the type; plain number fields there are allowed.
-_COMPACTED = re.compile(rb'^\{"timestamp":"([0-9T:.+Z-]{10,40})",(?:"[a-z_]{1,40}":-?[0-9]{1,20},){0,8}"type":"compacted"',
-                        re.MULTILINE)
-_LINE = re.compile(rb'\A\{"crc32":"([0-9a-f]{8})","record":(.*)\}\n?\Z', re.DOTALL)
+#: between the time and the type; plain number fields there are allowed. Compiled when a
+#: transcript is read (each compiled pattern costs the hook's start-up).
+_COMPACTED = rb'^\{"timestamp":"([0-9T:.+Z-]{10,40})",(?:"[a-z_]{1,40}":-?[0-9]{1,20},){0,8}"type":"compacted"'
+#: A journal line as :mod:`rekall.store.wire` writes it: ``{"crc32":"<8 hex>","record":{...}}``.
+_CRC_HEAD, _RECORD_HEAD = b'{"crc32":"', b'","record":'
 #: States in which the continuation carries the handoff.
 _CONTINUING = frozenset({"resuming", "resumed"})
 
@@ -199,11 +200,14 @@ def _read_journal(path: Path) -> tuple[str, dict[str, Any], str] | None:
     fields: dict[str, Any] = {}
     created, state = None, None
     for line in complete:
-        match = _LINE.match(line)
-        if match is None or int(match[1], 16) != zlib.crc32(match[2]):
+        body = line[len(_CRC_HEAD) + 8 + len(_RECORD_HEAD):-1]
+        if not (line.startswith(_CRC_HEAD) and line[len(_CRC_HEAD) + 8:].startswith(_RECORD_HEAD)
+                and line.endswith(b"}")):
             return None
         try:
-            record = json.loads(match[2])
+            if int(line[len(_CRC_HEAD):len(_CRC_HEAD) + 8], 16) != zlib.crc32(body):
+                return None
+            record = json.loads(body)
         except ValueError:
             return None
         if not isinstance(record, dict) or record.get("type") != "transition":
@@ -240,7 +244,8 @@ def _compactions_since(transcript: Path | None, since: str) -> int | None:
     try:
         data = read_private(transcript, limit=TRANSCRIPT_LIMIT)
         start = _instant(since)
-        return sum(1 for found in _COMPACTED.finditer(data) if _instant(found[1].decode()) >= start)
+        found = re.finditer(_COMPACTED, data, re.MULTILINE)
+        return sum(1 for match in found if _instant(match[1].decode()) >= start)
     except (OSError, ValueError):
         return None
 
@@ -256,22 +261,43 @@ def _instant(text: str) -> Any:
 def _framed(journal: Path, thread: str, fields: Mapping[str, Any], state: str) -> tuple[str, str] | None:
     """The job's handoff, verified again and framed as the injection frames it, and where it is saved."""
     from rekall.continuation import injection_text
-    from rekall.errors import RekallError
-    from rekall.store.handoff import verify_sealed
     from rekall.store.paths import Layout
 
     job = fields.get("jobId")
     if not isinstance(job, str):
         return None
     path = Layout(journal.parent).handoff(thread, job)
-    try:
-        verified = verify_sealed(path, thread, job, fields.get("handoffSha256"))
-    except (RekallError, OSError):
+    record = _sealed_record(path, thread, job, fields.get("handoffSha256"))
+    if record is None:
         return None
     status = dict(fields)
     if status.get("resume") and not status.get("resumeSkipped") and state in ("accepted", "waiting_for_resume_idle"):
         status["resumeSkipped"] = "new_user_input"  # the turn starting now is not the continuation
-    return injection_text(verified.record, str(path), status), str(path)
+    return injection_text(record, str(path), status), str(path)
+
+
+def _sealed_record(path: Path, thread: str, job: str, sealed: object) -> dict[str, Any] | None:
+    """The handoff record at ``path`` when its bytes hash to the SHA-256 journaled at schedule and it
+    binds this thread and job, else ``None``. The file is read again; it is not validated again:
+    equal hashes mean the very bytes schedule validated and sealed (the check the worker makes
+    before the continuation, :func:`rekall.store.handoff.verify_sealed`, without loading the
+    credential filter, which would cost the hook most of its budget)."""
+    import hashlib
+    import hmac
+
+    from rekall.store.fsread import read_private
+
+    if not isinstance(sealed, str) or not sealed:
+        return None
+    try:
+        data = read_private(path, limit=1_000_000)
+        record = json.loads(data.decode("utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not hmac.compare_digest(hashlib.sha256(data).hexdigest(), sealed.lower()):
+        return None
+    bound = isinstance(record, dict) and record.get("threadId") == thread and record.get("jobId") == job
+    return record if bound and isinstance(record.get("handoff"), dict) else None
 
 
 def _fitted(framed: str, handoff_path: str, fields: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
