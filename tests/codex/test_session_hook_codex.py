@@ -210,3 +210,26 @@ async def test_a_later_compact_and_codexs_own_compaction_get_nothing_from_the_ho
     assert all(r.text.count(marker) <= 1 for r in hooked.model.requests_containing(marker))
     store = JobStore.open_reader({"CODEX_HOME": str(hooked.daemon.codex_home)})
     assert [job for _, job in store.all_jobs()] == [done["jobId"]]
+
+
+async def test_after_an_upgrade_that_changes_the_hook_codex_calls_it_modified_and_doctor_says_trust_it_again(
+        codex_binary: Path, hook_model: MockModel, tmp_path_factory: pytest.TempPathFactory) -> None:
+    from rekall.hook_doctor import file_rows, listing_rows
+    from tests.support.appserver import open_app_server
+
+    home = make_isolated_home(tmp_path_factory.mktemp("upgrade") / "h", hook_model.base_url, approval_policy="never")
+    await anyio.to_thread.run_sync(install_plugin, codex_binary, home)
+    await trust_hook(codex_binary, home)
+    # What an upgrade to a release with another hook definition leaves in the plugin cache.
+    (installed,) = (home / "plugins" / "cache" / "rekall" / "rekall").glob("*/hooks/hooks.json")
+    hooks = json.loads(installed.read_text())
+    hooks["hooks"]["SessionStart"][0]["hooks"][0]["timeout"] = 20
+    installed.write_text(json.dumps(hooks))
+    with anyio.fail_after(60):
+        async with open_app_server(codex_binary, home) as server:
+            listing = await server.request("hooks/list", {"cwds": [str(home)]})
+    (hook,) = [h for entry in listing["data"] for h in entry["hooks"] if h["key"] == HOOK_KEY]
+    assert hook["trustStatus"] == "modified", hook
+    assert listing_rows(hook, "hooks/list")[2].hint == "trust it again in /hooks"
+    from_files = file_rows(home)[2]
+    assert from_files.level == "AMBER" and from_files.hint == "trust it again in /hooks"
