@@ -130,7 +130,7 @@ def _event(raw: bytes) -> tuple[str, Path | None] | None:
     if not isinstance(data, dict) or data.get("hook_event_name") != "SessionStart" or data.get("source") != "compact":
         return None
     thread = data.get("session_id")
-    if not is_uuid(thread):
+    if not isinstance(thread, str) or not is_uuid(thread):
         return None
     transcript = data.get("transcript_path")
     path = Path(transcript) if isinstance(transcript, str) and "\0" not in transcript and os.path.isabs(transcript) \

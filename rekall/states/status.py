@@ -180,10 +180,11 @@ class JobStatus(_Record):
                                              by=LIFECYCLE, label="handoff delivery")
     handoffInjectedAt: Maybe[str] = _field("When the platform acknowledged the handoff's injection.",
                                            by=LIFECYCLE)
+    # Folded in by the job's readers from its delivery claim (rekall.store.delivery), never journaled.
     handoffHookAt: Maybe[str] = _field("When the plugin's SessionStart(compact) hook handed the handoff to Codex.",
-                                       by=STORE)
+                                       by=READER)
     handoffCut: Maybe[bool] = _field("The hook cut the handoff to fit Codex's hook context limit "
-                                     "(handoffDeliveryNote says where the whole is).", by=STORE,
+                                     "(handoffDeliveryNote says where the whole is).", by=READER,
                                      label="handoff cut")
     injectedBytes: Maybe[int] = _field("The size of the injected message's text (UTF-8 bytes).", by=LIFECYCLE)
     injectDelayMs: Maybe[int | float | None] = _field(

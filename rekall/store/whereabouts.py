@@ -21,7 +21,8 @@ _KEPT = 64
 
 
 def whereabouts_file() -> Path:
-    return paths.account_home() / ".rekall" / "jobs-dirs.json"  # looked up here: one seam for tests
+    # Looked up through paths, as the lock directory is: one seam for the tests.
+    return paths.account_home() / ".rekall" / "jobs-dirs.json"  # type: ignore[attr-defined]
 
 
 def known_jobs_dirs() -> list[Path]:
