@@ -209,6 +209,12 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     return run_stdio()
 
 
+def cmd_hook(args: argparse.Namespace) -> int:
+    from rekall.session_hook import main as hook  # what rekall.quick runs before the CLI is loaded
+
+    return hook()
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from rekall.demo import run_demo
 
@@ -290,6 +296,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     # The MCP server speaks JSON-RPC whatever is asked: a --json there would mean nothing, so it is refused.
     _add(sub, "mcp", cmd_mcp, "run the MCP server on stdio", json_flag=False)
+    p = _add(sub, "hook", cmd_hook, "run a Codex hook of the plugin (reads Codex's hook input on stdin)",
+             json_flag=False)
+    p.add_argument("event", choices=("session-start",), help="session-start: the SessionStart(compact) hook that "
+                   "carries a job's handoff into the first model request after its compaction")
     p = _add(sub, "demo", cmd_demo, "run a full job against the built-in simulated owner")
     p.add_argument("--keep", action="store_true", help="keep the demo's jobs directory afterwards")
     _add(sub, "doctor", cmd_doctor, "check the installation, one row per concern")

@@ -4,8 +4,11 @@ continuation turn, or, where no continuation runs, the framed handoff it injects
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
-from typing import Any
+
+TYPE_CHECKING = False  # not typing's: the plugin's hook (rekall.session_hook) pays for every import
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import Any
 
 #: What every message rekall adds says about the user's authority over it.
 _BOUNDARIES = ("Follow the latest user instructions and all existing permission boundaries. "

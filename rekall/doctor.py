@@ -14,6 +14,9 @@ Rows, in the order a problem in one makes the next meaningless:
 ``owner``          only when ``CODEX_THREAD_ID`` is set: owner discovery, follow, first snapshot
 ``codex_binary``   the extension-bundled ``codex`` (:func:`rekall.adapters.extension.discovery.discover_codex_binary`)
 ``public_schema``  the app-server schema checks, through the same cache as ``schedule``
+``session_hook_*`` the plugin's ``SessionStart(compact)`` hook: ``_installed``, ``_enabled``,
+                   ``_trusted`` (``hooks/list`` where an app-server answers, else the files:
+                   :mod:`rekall.hook_doctor`)
 ``jobs_dir``       the jobs directory: a directory, owned by you, writable (probed the way
                    ``schedule`` writes), no group or other access, no symlinks in it
 ``locks``          every ``<thread>.lock`` (in ``~/.rekall/locks``): held by a live worker,
@@ -296,6 +299,9 @@ async def diagnose(env: Mapping[str, str] | None = None) -> Report:
     by_platform = [await platform.diagnose() for platform in all_platforms(env)]
     for index, own in enumerate(by_platform):
         rows += beside_the_others(own, [row for i, other in enumerate(by_platform) if i != index for row in other])
+    from rekall.hook_doctor import hook_rows
+
+    rows += await hook_rows(env)
     jobs_row, root = check_jobs_dir(env)
     if jobs_row.level == "RED":
         rows += [jobs_row, *(Row.not_checked(name, "the jobs directory is unusable", "fix the jobs_dir row first")

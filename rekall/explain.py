@@ -105,6 +105,9 @@ def _delivery_words(f: JobStatus) -> str:
         size = f"{f.injectedBytes:,} bytes, " if isinstance(f.injectedBytes, int) else ""
         return (f" The handoff was injected into the thread's context ({size}{_ms(f.injectDelayMs)} after the "
                 "compaction completed); no turn was started.")
+    if delivery == "hook":
+        at = f" at {f.handoffHookAt}" if isinstance(f.handoffHookAt, str) else ""
+        return f" The handoff was {note}{at}; no turn was started."
     if delivery == "not_delivered":
         return f" The handoff was not delivered after the compaction: {note}."
     if delivery == "unknown":

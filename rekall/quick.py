@@ -1,5 +1,6 @@
 """Where ``rekall`` starts: the answers a trusted view gives at once, else the whole CLI.
 
+``rekall hook session-start`` (the plugin's hook, :mod:`rekall.session_hook`) runs here without the CLI.
 ``rekall status --json`` and ``rekall history --json`` are what scripts and agents poll. When
 the view on disk can be served as is (:mod:`rekall.store.views`: sealed, its journals
 unchanged, its jobs ended) they are answered here, before argparse, logging, attrs or the
@@ -21,6 +22,10 @@ from rekall.store.views import list_text, served_history, served_status
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv == ["hook", "session-start"]:  # Codex waits on it before the model request: the light path only
+        from rekall.session_hook import main as hook
+
+        return hook()
     answer = quick_answer(argv, os.environ)
     if answer is None:
         from rekall.cli import main as full

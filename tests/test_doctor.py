@@ -28,6 +28,7 @@ from tests.codexkit import real_codex
 from tests.support.account_home import account_env
 from tests.mcpkit import wait_for_worker_exit
 from tests.support.bundles import build_table, install_extension, minified
+from tests.test_hook_doctor import install_hook
 
 pytestmark = pytest.mark.anyio
 
@@ -35,7 +36,8 @@ EXTENSION_VERSION = "26.901.22334"
 SCHEMA_EXCERPT = Path(__file__).resolve().parents[1] / "fixtures" / "schema" / "codex-0.171.0"
 ALL_ROWS = ["settings", "handoff_delivery", "codex_home", "ipc_endpoint", "extension_protocol", "router", "owner",
             "codex_binary", "public_schema", "app_server_socket", "app_server", "app_server_thread",
-            "app_server_schema", "jobs_dir", "locks", "workers"]
+            "app_server_schema", "session_hook_installed", "session_hook_enabled", "session_hook_trusted", "jobs_dir",
+            "locks", "workers"]
 
 
 # --- helpers ------------------------------------------------------------------------------
@@ -115,6 +117,7 @@ def excerpt_codex(tmp_path: Path) -> Path:
 def test_a_healthy_installation_is_green_on_every_row_with_the_real_codex(codex_binary: Path, tmp_path: Path) -> None:
     codex = fake_extension(tmp_path / "extensions", wrapping(codex_binary))
     with start_sim_in_thread(codex_home=True) as sim:
+        install_hook(Path(sim.env["CODEX_HOME"]))
         thread = sim.thread_id
         env = base_env(tmp_path, **sim.env, CODEX_THREAD_ID=thread, PATH=f"{codex.parent}:/usr/bin:/bin")
         done = run_cli(env, "--json")
@@ -155,6 +158,7 @@ async def test_a_test_endpoint_is_named_and_its_filesystem_checks_are_skipped(tm
 
 async def test_without_codex_thread_id_there_is_no_owner_row_on_either_platform(sim_home: SimulatedOwner, tmp_path: Path,
                                                              excerpt_codex: Path) -> None:
+    install_hook(Path(sim_home.env["CODEX_HOME"]))
     report = await diagnose(base_env(tmp_path, **sim_home.env, PATH=f"{excerpt_codex.parent}:/usr/bin"))
     assert [r.name for r in report.rows] == [n for n in ALL_ROWS if n not in ("owner", "app_server_thread")]
     assert report.verdict == "GREEN", report

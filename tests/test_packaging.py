@@ -58,6 +58,7 @@ SDIST_ALLOWED = (
     ".agents/plugins/marketplace.json",
     "plugins/rekall/.codex-plugin/plugin.json",
     "plugins/rekall/.mcp.json",
+    "plugins/rekall/hooks/hooks.json",
     "plugins/rekall/skills/*/SKILL.md",
 )
 # Names of rekall's own private files and of local clutter; none may match the allowlists.

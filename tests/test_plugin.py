@@ -101,8 +101,9 @@ def test_every_skill_folder_has_a_skill_file_named_after_it():
 
 def test_the_plugin_folder_holds_only_files_the_manifest_refers_to():
     # Codex copies the whole folder into CODEX_HOME on install: nothing else may lie there.
+    # hooks/hooks.json is where Codex looks for a plugin's hooks when the manifest names none.
     root = plugin_root()
-    referenced = {root / ".codex-plugin" / "plugin.json", manifest_path("mcpServers")}
+    referenced = {root / ".codex-plugin" / "plugin.json", manifest_path("mcpServers"), root / "hooks" / "hooks.json"}
     skills = manifest_path("skills")
     present = {p for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts}
     stray = {p for p in present - referenced if not is_inside(p, skills)}
@@ -118,3 +119,16 @@ def test_the_plugin_forwards_the_variables_rekall_reads_and_never_the_thread():
     assert {"CODEX_HOME", "REKALL_JOBS_DIR"} <= set(forwarded)
     # One server serves every thread of the app-server: the thread always comes from the agent.
     assert "CODEX_THREAD_ID" not in forwarded
+
+
+def test_the_plugins_only_hook_is_the_sessionstart_compact_hook_running_the_rekall_hook_verb():
+    hooks = read_json(plugin_root() / "hooks" / "hooks.json")["hooks"]
+    assert list(hooks) == ["SessionStart"]
+    (group,) = hooks["SessionStart"]
+    assert group["matcher"] == "compact"
+    (handler,) = group["hooks"]
+    assert handler["type"] == "command" and 0 < handler["timeout"] <= 30
+    words = handler["command"].split()
+    scripts = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["scripts"]
+    assert scripts[words[0]] == "rekall.quick:main" and words[1:] == ["hook", "session-start"]
+    assert build_parser().parse_args(words[1:]).event == "session-start"  # the CLI knows the verb too

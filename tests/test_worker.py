@@ -885,3 +885,31 @@ async def test_with_injection_turned_off_the_status_names_the_setting(tmp_path):
         assert await run(store, sim, job, off) is JobState.COMPLETED
     status = store.read_status(sim.thread_id)
     assert status["handoffDeliveryNote"] == "injection is turned off (REKALL_INJECT_HANDOFF=off)"
+
+
+async def test_a_continuation_whose_delivery_the_plugins_hook_already_claimed_is_never_sent(tmp_path):
+    from rekall.store.delivery import claim
+
+    async with SimulatedOwner() as sim:
+        store, job = await schedule(sim, tmp_path / "jobs")
+        assert claim(store.layout.delivery(sim.thread_id, job), "hook")  # the user's turn started first
+        assert await run(store, sim, job) is JobState.FAILED
+        assert sim.start_turn_requests == []
+    status = store.read_status(sim.thread_id)
+    assert (status["errorCode"], status["outcomeMayBeUnknown"]) == ("handoff_claimed", False)
+    assert "already claimed by the hook route" in status["error"]
+    assert status["handoffDelivery"] == "hook"  # the claim, folded into the job's record
+
+
+async def test_the_continuation_claims_the_delivery_before_it_is_sent_so_the_hook_stays_silent(tmp_path):
+    from rekall.session_hook import answer
+    from rekall.store.delivery import read_claim
+
+    async with SimulatedOwner() as sim:
+        store, job = await schedule(sim, tmp_path / "jobs")
+        assert await run(store, sim, job) is JobState.RESUMED
+        assert len(sim.start_turn_requests) == 1
+    assert read_claim(store.layout.delivery(sim.thread_id, job))["route"] == "continuation"
+    hook_input = {"session_id": sim.thread_id, "hook_event_name": "SessionStart", "source": "compact"}
+    assert answer(json.dumps(hook_input).encode(), {"REKALL_JOBS_DIR": str(tmp_path / "jobs")}) is None
+    assert store.read_status(sim.thread_id)["handoffDelivery"] == "continuation"

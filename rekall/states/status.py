@@ -172,13 +172,20 @@ class JobStatus(_Record):
                                                       by=LIFECYCLE, label="resume delay (ms)")
     handoffDelivery: Maybe[str] = _field(
         "How the saved handoff reached the model after the compaction: continuation (inside the continuation "
-        "turn), injected (added to the thread's context, no turn started), not_delivered (handoffDeliveryNote "
-        "says why, naming the platform's limit), or unknown (an injection whose answer was lost; never sent "
-        "again).", by=LIFECYCLE, label="handoff delivered")
+        "turn), injected (added to the thread's context, no turn started), hook (handed to Codex by the plugin's "
+        "SessionStart(compact) hook for the next model request), not_delivered (handoffDeliveryNote says why, "
+        "naming the platform's limit), or unknown (an injection whose answer was lost; never sent again).",
+        by=LIFECYCLE, label="handoff delivered")
     handoffDeliveryNote: Maybe[str] = _field("Why the handoff was not delivered, or how its delivery ended.",
                                              by=LIFECYCLE, label="handoff delivery")
     handoffInjectedAt: Maybe[str] = _field("When the platform acknowledged the handoff's injection.",
                                            by=LIFECYCLE)
+    # Folded in by the job's readers from its delivery claim (rekall.store.delivery), never journaled.
+    handoffHookAt: Maybe[str] = _field("When the plugin's SessionStart(compact) hook handed the handoff to Codex.",
+                                       by=READER)
+    handoffCut: Maybe[bool] = _field("The hook cut the handoff to fit Codex's hook context limit "
+                                     "(handoffDeliveryNote says where the whole is).", by=READER,
+                                     label="handoff cut")
     injectedBytes: Maybe[int] = _field("The size of the injected message's text (UTF-8 bytes).", by=LIFECYCLE)
     injectDelayMs: Maybe[int | float | None] = _field(
         "From the compaction's completion to the injection's acknowledgement.", by=LIFECYCLE,
@@ -282,4 +289,4 @@ SHOWN: tuple[tuple[str, str], ...] = tuple((a.name, a.metadata["label"]) for a i
     _S.jobId, _S.jobNumber, _S.resume, _S.createdAt, _S.requestedAt, _S.acceptedAt, _S.compactionCompletedAt,
     _H.endedAt, _S.contextTokensBefore, _S.contextTokensAfter, _S.reclaimedFraction, _S.compactionDurationMs,
     _S.contextWindowUsedFraction, _S.resumeSkipReason, _S.resumeTurnId, _S.resumeDelayMs, _S.handoffDelivery,
-    _S.handoffDeliveryNote, _S.injectDelayMs, _S.reason, _S.workerProblem, _S.errorCode, _S.error, _S.message))
+    _S.handoffDeliveryNote, _S.handoffCut, _S.injectDelayMs, _S.reason, _S.workerProblem, _S.errorCode, _S.error, _S.message))

@@ -83,6 +83,7 @@ class JobStore:
         env = os.environ if env is None else env
         root, lock_root = resolve_jobs_dir(env), resolve_lock_dir()
         reports = [r for r in (ensure_private_dir(root), ensure_private_dir(lock_root, "lock directory")) if r]
+        _remember(root)
         return cls(root, lock_root=lock_root, clock=clock, fs=fs, permission_report="; ".join(reports) or None,
                    node_dirs=tuple(node_jobs_dirs(env, root)), legacy_lock_roots=legacy_lock_dirs(env, lock_root))
 
@@ -237,3 +238,18 @@ class JobStore:
             return verify_sealed(validated.path, thread_id, job_id, expected_sha256, validated)
         thread, job = valid_thread(thread_id), valid_job(job_id)
         return verify_sealed(self.layout.handoff(thread, job), thread, job, expected_sha256, validated)
+
+
+def _remember(root: Path) -> None:
+    """Record the jobs directory for the plugin's hook, which may run with another environment
+    (:mod:`rekall.store.whereabouts`); a failure costs only that hook's way to it."""
+    import logging
+
+    from rekall.errors import RekallError
+    from rekall.store.whereabouts import remember_jobs_dir
+
+    try:
+        remember_jobs_dir(root)
+    except (OSError, RekallError) as exc:
+        logging.getLogger("rekall.store").warning("the jobs directory %s could not be recorded for the "
+                                                  "SessionStart hook (%s)", root, exc)

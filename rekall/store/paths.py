@@ -2,7 +2,7 @@
 
 Jobs directory, per thread: ``<thread>.json`` (status, a derived view); per job:
 ``<thread>.<job>.journal.jsonl`` (the source of truth), ``.handoff.json`` (the immutable
-handoff record), ``.cancel`` (the cancel marker), ``.log`` (the worker's log). For all jobs:
+handoff record), ``.delivery`` (who delivers the handoff), ``.cancel`` (the cancel marker), ``.log`` (the worker's log). For all jobs:
 ``.history-rows`` (the history rows of ended jobs, a derived view).
 
 Lock directory, per thread: ``<thread>.lock`` (one job per thread), and ``.guard``, which
@@ -32,6 +32,8 @@ from rekall.homes import absolute_codex_home, absolute_path, account_home, env_v
 from rekall.ids import UUID_PATTERN
 
 JOURNAL_SUFFIX = ".journal.jsonl"
+#: The job's delivery claim (:mod:`rekall.store.delivery`), next to its journal.
+DELIVERY_SUFFIX = ".delivery"
 _JOURNAL_NAME = re.compile(rf"({UUID_PATTERN})\.({UUID_PATTERN}){re.escape(JOURNAL_SUFFIX)}", re.IGNORECASE)
 GUARD_NAME = ".guard"
 
@@ -180,6 +182,10 @@ class Layout:
 
     def handoff(self, thread: str, job: str) -> Path:
         return self.root / f"{thread}.{job}.handoff.json"
+
+    def delivery(self, thread: str, job: str) -> Path:
+        """Who delivers the job's handoff after its compaction (created once, exclusively)."""
+        return self.root / f"{thread}.{job}{DELIVERY_SUFFIX}"
 
     def cancel(self, thread: str, job: str) -> Path:
         return self.root / f"{thread}.{job}.cancel"

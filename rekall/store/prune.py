@@ -103,7 +103,8 @@ def prune(store: JobStore, *, older_than: timedelta | None, keep: int | None, dr
 def _remove(store: JobStore, job: Replay, ended: str | None, dry_run: bool) -> dict[str, Any]:
     layout, thread, job_id = store.layout, job.thread_id, job.job_id
     paths = [layout.log(thread, job_id), layout.cancel(thread, job_id), layout.handoff(thread, job_id),
-             layout.journal(thread, job_id)]  # the journal last: it is the record of the job
+             layout.journal(thread, job_id),  # the journal then: it is the record of the job
+             layout.delivery(thread, job_id)]  # its delivery claim after it: no hook delivers for it meanwhile
     files, size = [], 0
     for path in paths:
         try:

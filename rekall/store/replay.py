@@ -18,6 +18,7 @@ import attrs
 
 from rekall.states import SCHEDULE, JobState, JobView, find_row
 from rekall.states.status import ABSENT, HistoryEntry, ended_at, known, unknown, wire
+from rekall.store.delivery import fold_into
 from rekall.store.errors import JournalCorrupt
 from rekall.store.journal import Scan, scan_journal
 from rekall.store.wire import NoteRecord, TransitionRecord
@@ -83,7 +84,15 @@ def replay_scan(path: Path, scan: Scan, thread_id: str, job_id: str) -> Replay:
             raise _bad(path, record.seq, f"{record.source} --{record.trigger}--> {record.dest} is not a transition")
         view = view.advanced(record.dest, record.fields, record.mono_ms)
         transitions.append(record)
-    return Replay(thread_id, job_id, path, view, tuple(transitions), tuple(notes), scan)
+    return Replay(thread_id, job_id, path, with_claim(view, path), tuple(transitions), tuple(notes), scan)
+
+
+def with_claim(view: JobView, journal_path: Path) -> JobView:
+    """``view`` with the job's delivery claim folded in (:mod:`rekall.store.delivery`): a handoff the
+    plugin's hook delivered is part of the job's record though the journal never says so."""
+    fields = fold_into(view.fields, journal_path)
+    return view if fields is view.fields else JobView(view.job_id, view.thread_id, view.state, fields,
+                                                      view.entered_ms)
 
 
 def replay_file(path: Path, thread_id: str, job_id: str) -> Replay:
@@ -120,7 +129,9 @@ def history_before(job: Replay, earlier: list[Replay]) -> list[dict[str, Any]]:
 
 def derive_status(view: JobView, last: TransitionRecord, journal_path: Path, log_path: Path,
                   history: list[dict[str, Any]]) -> dict[str, Any]:
-    """The status file's content, built only from the journal (and the thread's history)."""
+    """The status file's content, built only from the journal (and the thread's history), with the
+    job's delivery claim folded in."""
+    view = with_claim(view, journal_path)
     state = view.state.value
     derived = attrs.evolve(view.status, jobId=view.job_id, threadId=view.thread_id, status=state, state=state,
                            updatedAt=last.at, journalSeq=last.seq, journalPath=str(journal_path),
