@@ -156,6 +156,6 @@ async def test_plain_codex_with_daemon_auto_start_off_runs_its_own_app_server_an
     make_isolated_home(daemon.codex_home, mock_model.base_url,
                        rekall_mcp_toml(daemon.codex_home, daemon.jobs_dir) + trusted_project_toml(daemon.workspace)
                        + "[features]\ndaemon_auto_start = false\n")
-    _, pane = await anyio.to_thread.run_sync(lambda: status_of_a_ui(daemon, tmux, [], {}))
-    assert ON_SHARED not in pane and "Server:" not in pane, pane
+    _, card = await anyio.to_thread.run_sync(lambda: status_of_a_ui(daemon, tmux, [], {}))
+    assert ON_SHARED not in card and "Server:" not in card, card
     assert not daemon.socket_path.exists()

@@ -16,6 +16,7 @@ import signal
 import subprocess
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -68,16 +69,20 @@ class Tmux:
     def capture(self) -> str:
         return self.run("capture-pane", "-p", "-J", "-t", "ui")
 
-    def wait_for_text(self, text: str, *, timeout: float) -> str:
-        """The pane once it shows ``text``; AssertionError with the pane after ``timeout`` s."""
+    def wait_until(self, shown: Callable[[str], bool], what: str, *, timeout: float) -> str:
+        """The pane once ``shown(pane)``; AssertionError naming ``what``, with the pane, after ``timeout`` s."""
         deadline = time.monotonic() + timeout
         while True:
             pane = self.capture()
-            if text in pane:
+            if shown(pane):
                 return pane
             if time.monotonic() > deadline:
-                raise AssertionError(f"the pane did not show {text!r} within {timeout} s; it shows:\n{pane}")
+                raise AssertionError(f"the pane did not show {what} within {timeout} s; it shows:\n{pane}")
             time.sleep(POLL_S)
+
+    def wait_for_text(self, text: str, *, timeout: float) -> str:
+        """The pane once it shows ``text``; AssertionError with the pane after ``timeout`` s."""
+        return self.wait_until(lambda pane: text in pane, repr(text), timeout=timeout)
 
     def paste(self, text: str, *, timeout: float) -> None:
         """Paste ``text`` and wait until the pane changes (the UI may show a long paste as a placeholder)."""
