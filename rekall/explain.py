@@ -284,7 +284,7 @@ def print_explanation(explanation: Mapping[str, Any], console: Console, *, show_
     from rich.panel import Panel
     from rich.text import Text
 
-    from rekall.render import longest_word
+    from rekall.wrapping import longest_word
 
     state = explanation["state"]
     console.print(Text(f"job {explanation['jobId']}", style="bold"))
@@ -292,7 +292,7 @@ def print_explanation(explanation: Mapping[str, Any], console: Console, *, show_
     console.print(Text("state ", style="dim") + Text(state, style="bold"))
     outcome = Text(explanation["outcome"])
     # A box cuts a word longer than its inside into pieces: such an outcome (a long path) goes unboxed.
-    console.print(Panel(outcome, expand=False) if longest_word(outcome) <= console.width - 4 else outcome)
+    console.print(Panel(outcome, expand=False) if longest_word(outcome.plain) <= console.width - 4 else outcome)
     print_timeline(explanation, console)
     console.print(Text("Path: " + " → ".join(explanation["path"])))
     console.print()

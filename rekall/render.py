@@ -13,6 +13,7 @@ from rich.text import Text
 
 from rekall.states import SUCCESSFUL_END_STATES, TERMINAL_STATES
 from rekall.states.status import SHOWN, ended_at
+from rekall.wrapping import longest_word
 
 if TYPE_CHECKING:
     from rekall.doctor import Report
@@ -63,10 +64,6 @@ class Indented:
             yield line
 
 
-def longest_word(value: RenderableType) -> int:
-    return max(map(len, value.plain.split()), default=0) if isinstance(value, Text) else 0
-
-
 class Fields:
     """Label and value pairs: side by side when an id fits next to the widest label, else stacked.
 
@@ -83,7 +80,7 @@ class Fields:
         value_width = options.max_width - label_width - 2
         side_by_side: list[tuple[str, RenderableType]] = []
         for label, value in self.rows:
-            if value_width >= _ID_WIDTH and longest_word(value) <= value_width:
+            if value_width >= _ID_WIDTH and (not isinstance(value, Text) or longest_word(value.plain) <= value_width):
                 side_by_side.append((label, value))
                 continue
             if side_by_side:

@@ -49,8 +49,8 @@ MAX_ROUNDS = 16
 
 #: After a request has left, what its steps held back (the status file, the log lines, the
 #: handoff validated ahead) waits this long, unless the next item comes first: the owner, woken
-#: by the request's bytes, gets the CPU before the worker's own writes. On a 2-core machine,
-#: writing them at once delayed the owner's read of the request by half a millisecond or more.
+#: by the request's bytes, gets the CPU before the worker's own writes (written at once, they
+#: compete with the owner's read of the request where cores are few).
 HELD_AFTER_REQUEST_S = 0.003
 
 #: The queue item a cancel signal puts (the marker is checked when it is handled).

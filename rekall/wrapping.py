@@ -41,6 +41,12 @@ def line_spans(text: str, width: int | None, first_width: int | None = None) -> 
     return spans or [(0, 0)]
 
 
+def longest_word(text: str) -> int:
+    """The length of the longest run of non-blank characters in ``text`` (0 for none): a box or
+    column narrower than that would cut the word."""
+    return max(map(len, text.split()), default=0)
+
+
 def wrap(text: str, width: int | None, *, first: str = "", rest: str = "") -> list[str]:
     """``text`` in lines of at most ``width`` characters (``None``: as it is), the first starting
     with ``first`` and the others with ``rest``."""

@@ -24,16 +24,40 @@ import pytest
 from rekall import __version__
 from tests.pluginkit import REPO_ROOT, front_matter, manifest, skill_file
 
-WHEEL_ALLOWED = (
-    "rekall/*.py",
+#: Every package the wheel ships, by folder: its own modules (``*.py`` directly inside) ship, a
+#: subfolder only when it is named here too. A new package fails the tests below until it is named.
+PACKAGES = (
+    "rekall",
+    "rekall/adapters",
+    "rekall/adapters/app_server",
+    "rekall/adapters/extension",
+    "rekall/codex",
+    "rekall/sim",
+    "rekall/states",
+    "rekall/store",
+    "rekall/thread",
+    "rekall/transports",
+)
+#: The package's files that are not modules.
+PACKAGE_DATA = (
     "rekall/py.typed",
     "rekall/mcp_light.json",  # the MCP light path's replies, generated from the SDK server
+)
+WHEEL_METADATA = (
     "rekall-{version}.dist-info/METADATA",
     "rekall-{version}.dist-info/WHEEL",
     "rekall-{version}.dist-info/RECORD",
     "rekall-{version}.dist-info/entry_points.txt",
     "rekall-{version}.dist-info/licenses/LICENSE*",
 )
+
+
+def shipped_module(path: str) -> bool:
+    """A module directly inside a named package (fnmatch's ``*`` would also cross ``/``)."""
+    folder, _, name = path.rpartition("/")
+    return folder in PACKAGES and name.endswith(".py") and name != ".py"
+
+
 # Paths inside the sdist's top folder. fnmatch's "*" also crosses "/": "tests/*.py" covers subpackages.
 SDIST_ALLOWED = (
     "PKG-INFO",
@@ -41,9 +65,6 @@ SDIST_ALLOWED = (
     "README.md",
     "LICENSE*",
     ".gitignore",
-    "rekall/*.py",
-    "rekall/py.typed",
-    "rekall/mcp_light.json",
     "tests/*.py",
     "docs/*.md",
     "bench/*.py",
@@ -86,6 +107,8 @@ def allowed(path: str, patterns: tuple[str, ...]) -> bool:
         return False
     if path.endswith((".journal.jsonl", ".handoff.json", ".lock", ".log", ".cancel", ".tmp", ".pyc")):
         return False
+    if shipped_module(path) or path in PACKAGE_DATA:
+        return True
     return any(fnmatch.fnmatchcase(path, p.format(version=__version__)) for p in patterns)
 
 
@@ -126,13 +149,27 @@ def test_python_m_build_makes_one_sdist_and_one_wheel_named_after_the_version(di
 
 @pytest.mark.parametrize("path", PRIVATE)
 def test_the_allowlists_refuse_private_files_and_clutter(path: str):
-    assert not allowed(path, SDIST_ALLOWED) and not allowed(path, WHEEL_ALLOWED)
+    assert not allowed(path, SDIST_ALLOWED) and not allowed(path, WHEEL_METADATA)
 
 
 def test_the_wheel_holds_only_the_package_and_its_metadata(dists):
     files = wheel_files(dists["wheel"])
     assert "rekall/cli.py" in files and "rekall/mcp_server.py" in files
-    assert not [f for f in files if not allowed(f, WHEEL_ALLOWED)]
+    assert not [f for f in files if not allowed(f, WHEEL_METADATA)]
+    assert sorted({f.rpartition("/")[0] for f in files if f.endswith("/__init__.py")}) == sorted(PACKAGES)
+
+
+def test_only_the_named_packages_ship_a_module():
+    assert shipped_module("rekall/store/jobstore.py") and shipped_module("rekall/cli.py")
+    # a module in a folder nobody named, however deep, does not ship: "rekall/*.py" would let it
+    assert not shipped_module("rekall/store/old/jobstore.py") and not shipped_module("rekall/scratch/x.py")
+    assert not shipped_module("rekall/notes.txt") and not shipped_module("tests/test_cli.py")
+
+
+def test_the_named_packages_are_the_source_tree_s_packages():
+    found = sorted(str(p.parent.relative_to(REPO_ROOT)) for p in (REPO_ROOT / "rekall").rglob("__init__.py")
+                   if "__pycache__" not in p.parts)
+    assert found == sorted(PACKAGES)
 
 
 def test_the_sdist_holds_only_sources_tests_docs_fixtures_and_the_plugin(dists):

@@ -36,14 +36,14 @@ QUICK_HEAVY = (*HEAVY, "attr", "attrs", "argparse", "logging", "typing", "rekall
 #: loaded (stdout of the command goes to stderr).
 PROBE = """
 import contextlib, json, sys
-from rekall.{module} import main
+from {module} import main
 with contextlib.redirect_stdout(sys.stderr):
     code = main(sys.argv[1:])
 print(json.dumps({{"code": code, "modules": sorted(sys.modules)}}))
 """
 
 
-def loaded_by(argv: list[str], env: dict[str, str], module: str = "cli") -> tuple[int, set[str], str]:
+def loaded_by(argv: list[str], env: dict[str, str], module: str = "rekall.cli") -> tuple[int, set[str], str]:
     done = subprocess.run([sys.executable, "-c", PROBE.format(module=module), *argv], env=env,
                           capture_output=True, text=True, timeout=60, check=False)
     assert done.stdout, done.stderr
@@ -84,7 +84,7 @@ def test_the_quick_answers_load_neither_the_cli_nor_the_stores_records(argv: lis
     env = {**os.environ, "REKALL_JOBS_DIR": str(jobs_dir)}
     argv = [a.format(thread=busy_thread) for a in argv]
     loaded_by(["history", "--json"], env)  # the full path saves the history rows the quick one serves
-    code, modules, output = loaded_by(argv, env, module="quick")
+    code, modules, output = loaded_by(argv, env, module="rekall.quick")
     assert code == 0, output
     assert busy_thread in output
     assert heavy_in(modules, QUICK_HEAVY) == []
@@ -93,7 +93,7 @@ def test_the_quick_answers_load_neither_the_cli_nor_the_stores_records(argv: lis
 def test_the_quick_probe_sees_the_cli_when_the_view_cannot_be_trusted(busy_thread: str, jobs_dir: Path):
     # No history rows saved yet: the quick path hands over to the CLI, and the probe sees it.
     env = {**os.environ, "REKALL_JOBS_DIR": str(jobs_dir)}
-    code, modules, _ = loaded_by(["history", "--json"], env, module="quick")
+    code, modules, _ = loaded_by(["history", "--json"], env, module="rekall.quick")
     assert code == 0
     assert {"rekall.cli", "argparse", "attrs"} <= set(heavy_in(modules, QUICK_HEAVY))
 

@@ -48,7 +48,7 @@ ANSWER = "answer"  # the answer of one call (schedule, cancel, the MCP server), 
 
 class _Record:
     """Equality and repr by the JSON fields: cheaper to define than attrs' generated methods
-    for some sixty fields, which would cost ``rekall status`` milliseconds at every start."""
+    for some sixty fields, which every start of ``rekall status`` would pay for."""
 
     __slots__ = ()
 

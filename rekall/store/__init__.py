@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import importlib
 
-TYPE_CHECKING = False  # not typing's: importing typing costs the fast read paths milliseconds
+TYPE_CHECKING = False  # not typing's: the fast read paths do not import typing
 
 #: Each public name and the module that defines it. Loaded on first use (PEP 562), so that a
 #: fast read path importing one light module of this package (``paths``, ``fsread``,

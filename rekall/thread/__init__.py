@@ -20,7 +20,7 @@ from __future__ import annotations
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
-from rekall.thread.layout import V11, Layout
+from rekall.thread.layout import FieldNames, V11
 
 if TYPE_CHECKING:
     from rekall.thread.facts import ThreadFacts, derive_facts
@@ -42,7 +42,7 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "V11",
-    "Layout",
+    "FieldNames",
     "PatchError",
     "RevisionGap",
     "ThreadFacts",

@@ -4,7 +4,7 @@ This module is the single statement of the rules. :func:`derive_facts` applies t
 obvious way, walking the whole state; the :class:`~rekall.thread.mirror.ThreadMirror`
 keeps the same facts up to date incrementally and is tested against it.
 
-The rules read every field name from a :class:`~rekall.thread.layout.Layout` (the v11
+The rules read every field name from a :class:`~rekall.thread.layout.FieldNames` (the v11
 names by default; they are the names used below), so a protocol generation that renames
 a field passes another layout and changes nothing here.
 
@@ -78,7 +78,7 @@ from rekall.records import RUNNING_STATUS as RUNNING_STATUS
 from rekall.records import RUNTIME_NULL as RUNTIME_NULL
 from rekall.records import STOPPED_STATUSES as STOPPED_STATUSES
 from rekall.records import ThreadFacts as ThreadFacts
-from rekall.thread.layout import V11, Layout
+from rekall.thread.layout import FieldNames, V11
 from rekall.thread.patches import MISSING
 
 
@@ -114,7 +114,7 @@ class Problems:
     entities_not_object: str
 
     @classmethod
-    def of(cls, lay: Layout) -> Problems:
+    def of(cls, lay: FieldNames) -> Problems:
         history = f"{lay.turn_history}.{lay.history}"
         compaction = f"a {lay.compaction_type} item"
         return cls(
@@ -133,10 +133,10 @@ class Problems:
         )
 
 
-_PROBLEMS: dict[Layout, Problems] = {}
+_PROBLEMS: dict[FieldNames, Problems] = {}
 
 
-def problems_of(lay: Layout) -> Problems:
+def problems_of(lay: FieldNames) -> Problems:
     """The problem sentences for a layout (built once per layout)."""
     found = _PROBLEMS.get(lay)
     if found is None:
@@ -169,7 +169,7 @@ def as_int(value: Any, *, minimum: int) -> int | None:
     return value if isinstance(value, int) and value >= minimum else None
 
 
-def telemetry(state: Any, lay: Layout = V11) -> tuple[int | None, int | None]:
+def telemetry(state: Any, lay: FieldNames = V11) -> tuple[int | None, int | None]:
     info = state.get(lay.token_usage) if isinstance(state, dict) else None
     if not isinstance(info, dict):
         return None, None
@@ -187,7 +187,7 @@ class RuntimeFacts:
     problems: tuple[str, ...]
 
 
-def runtime_facts(state: Any, lay: Layout = V11) -> RuntimeFacts:
+def runtime_facts(state: Any, lay: FieldNames = V11) -> RuntimeFacts:
     """Idle-related facts; reads three small top-level fields, never the turns."""
     if state is MISSING:
         return RuntimeFacts(None, "no_state", 0, 0, (NO_STATE,))
@@ -232,7 +232,7 @@ def runtime_facts(state: Any, lay: Layout = V11) -> RuntimeFacts:
     return RuntimeFacts(runtime, reason, pending, unconfirmed, tuple(problems))
 
 
-def pending_request(request: Any, lay: Layout = V11) -> bool:
+def pending_request(request: Any, lay: FieldNames = V11) -> bool:
     """A request waits for the user unless it says it is done (an answered approval)."""
     return not (isinstance(request, dict) and request.get(lay.request_completed) is True)
 
@@ -251,12 +251,12 @@ NOT_RELEVANT = ItemFacts()
 USER_MESSAGE = ItemFacts(is_user_message=True)
 
 
-def relevant_item_kinds(lay: Layout = V11) -> tuple[str, str]:
+def relevant_item_kinds(lay: FieldNames = V11) -> tuple[str, str]:
     """The item types :func:`item_facts` reads: any other object item is ``NOT_RELEVANT``."""
     return lay.user_message_type, lay.compaction_type
 
 
-def item_facts(item: Any, *, in_history: bool, lay: Layout = V11) -> ItemFacts:
+def item_facts(item: Any, *, in_history: bool, lay: FieldNames = V11) -> ItemFacts:
     if not isinstance(item, dict):
         return NOT_RELEVANT
     kind = item.get(lay.item_type)
@@ -277,7 +277,7 @@ def item_facts(item: Any, *, in_history: bool, lay: Layout = V11) -> ItemFacts:
     return ItemFacts(completed_id=item_id) if completed else ItemFacts(running_id=item_id)
 
 
-def turn_items(turn: Any, lay: Layout = V11) -> list[Any] | None:
+def turn_items(turn: Any, lay: FieldNames = V11) -> list[Any] | None:
     """A turn's items; ``None`` when the turn or its items have the wrong type."""
     if not isinstance(turn, dict):
         return None
@@ -287,23 +287,23 @@ def turn_items(turn: Any, lay: Layout = V11) -> list[Any] | None:
     return items if isinstance(items, list) else None
 
 
-def turn_problem(turn: Any, lay: Layout = V11) -> str | None:
+def turn_problem(turn: Any, lay: FieldNames = V11) -> str | None:
     if not isinstance(turn, dict):
         return TURN_NOT_OBJECT
     return problems_of(lay).items_not_array if turn_items(turn, lay) is None else None
 
 
-def turn_input(turn: Any, lay: Layout = V11) -> Any:
+def turn_input(turn: Any, lay: FieldNames = V11) -> Any:
     params = turn.get(lay.turn_params) if isinstance(turn, dict) else None
     return params.get(lay.turn_input) if isinstance(params, dict) else None
 
 
-def has_user_input(turn: Any, lay: Layout = V11) -> bool:
+def has_user_input(turn: Any, lay: FieldNames = V11) -> bool:
     value = turn_input(turn, lay)
     return isinstance(value, list) and len(value) > 0
 
 
-def turn_identity(turn: dict[str, Any], lay: Layout = V11) -> Any:
+def turn_identity(turn: dict[str, Any], lay: FieldNames = V11) -> Any:
     if _is_identity(turn.get(lay.turn_id)):
         return turn[lay.turn_id]
     params = turn.get(lay.turn_params)
@@ -342,13 +342,13 @@ def _digest(value: Any) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def message_digest(message: dict[str, Any], lay: Layout = V11) -> str:
+def message_digest(message: dict[str, Any], lay: FieldNames = V11) -> str:
     """Digest of one user message: its id and its normalised content."""
     return _digest({"id": message.get(lay.item_id),
                     "content": normalise_input(message.get(lay.user_message_content))})
 
 
-def fingerprint_of(turn: dict[str, Any], message_digests: list[str], lay: Layout = V11) -> str:
+def fingerprint_of(turn: dict[str, Any], message_digests: list[str], lay: FieldNames = V11) -> str:
     """The user-boundary fingerprint of a user-bearing turn (its status plays no part).
 
     Messages enter through their digests, so a turn with many steering messages costs one
@@ -358,25 +358,25 @@ def fingerprint_of(turn: dict[str, Any], message_digests: list[str], lay: Layout
                     "messages": message_digests})
 
 
-def stopped(turn: dict[str, Any], lay: Layout = V11) -> bool:
+def stopped(turn: dict[str, Any], lay: FieldNames = V11) -> bool:
     status = turn.get(lay.turn_status)
     return isinstance(status, str) and status in STOPPED_STATUSES
 
 
-def running(turn: dict[str, Any], lay: Layout = V11) -> bool:
+def running(turn: dict[str, Any], lay: FieldNames = V11) -> bool:
     return turn.get(lay.turn_status) == RUNNING_STATUS
 
 
-def is_user_message(item: Any, lay: Layout = V11) -> bool:
+def is_user_message(item: Any, lay: FieldNames = V11) -> bool:
     return isinstance(item, dict) and item.get(lay.item_type) == lay.user_message_type
 
 
-def user_messages(turn: Any, lay: Layout = V11) -> list[dict[str, Any]]:
+def user_messages(turn: Any, lay: FieldNames = V11) -> list[dict[str, Any]]:
     """A turn's ``userMessage`` items, in order."""
     return [item for item in (turn_items(turn, lay) or []) if is_user_message(item, lay)]
 
 
-def history_container(state: Any, lay: Layout = V11) -> tuple[Any, list[str]]:
+def history_container(state: Any, lay: FieldNames = V11) -> tuple[Any, list[str]]:
     """The ``turnHistory.history`` object (or ``None``) and its layout problems.
 
     Read by its structure: ``turnHistory.kind`` is not consulted (which kinds exist is not
@@ -396,7 +396,7 @@ def history_container(state: Any, lay: Layout = V11) -> tuple[Any, list[str]]:
     return inner, problems
 
 
-def island_keys(island: Any, lay: Layout = V11) -> Iterator[Any]:
+def island_keys(island: Any, lay: FieldNames = V11) -> Iterator[Any]:
     entries = island.get(lay.island_entries) if isinstance(island, dict) else None
     if isinstance(entries, list):
         for entry in entries:
@@ -412,7 +412,7 @@ def join_problems(problems: Any) -> str | None:
 # --- the naive derivation ---------------------------------------------------------------
 
 
-def derive_facts(state: Any, lay: Layout = V11) -> ThreadFacts:
+def derive_facts(state: Any, lay: FieldNames = V11) -> ThreadFacts:
     """All facts, recomputed from scratch by walking the whole state."""
     runtime = runtime_facts(state, lay)
     if not isinstance(state, dict):

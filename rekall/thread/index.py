@@ -27,7 +27,7 @@ from collections import Counter
 from typing import Any, cast
 
 from rekall.thread import facts as f
-from rekall.thread.layout import V11, Layout
+from rekall.thread.layout import FieldNames, V11
 from rekall.thread.patches import MISSING, Change
 
 
@@ -43,12 +43,12 @@ class _TurnEntry:
         self.user_list: list[str] | None = None  # digests of the user messages in order, lazily
         self.fingerprint: str | None = None  # lazily
 
-    def user_bearing(self, lay: Layout) -> bool:
+    def user_bearing(self, lay: FieldNames) -> bool:
         return self.problem is None and (self.user_messages > 0 or f.has_user_input(self.turn, lay))
 
 
 class FactIndex:
-    def __init__(self, layout: Layout = V11) -> None:
+    def __init__(self, layout: FieldNames = V11) -> None:
         self._lay = layout
         self._relevant_kinds = f.relevant_item_kinds(layout)
         self._runtime_fields = frozenset({layout.runtime_status, layout.requests, layout.submissions})

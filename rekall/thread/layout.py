@@ -1,7 +1,7 @@
 """The field names the thread model reads, as one record.
 
 The rules in :mod:`rekall.thread.facts` (and their incremental twin in
-:mod:`rekall.thread.index`) never spell a field name: they read it from a :class:`Layout`.
+:mod:`rekall.thread.index`) never spell a field name: they read it from a :class:`FieldNames`.
 A protocol generation that renames a field (say ``turnHistory`` or ``requests``) gives its
 adapter a layout with the new name (``V11._replace(requests="pendingRequests")``) and
 leaves the rules alone. A generation that changes the *meaning* of the state, not its
@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 
-class Layout(NamedTuple):
+class FieldNames(NamedTuple):
     """Where each fact lives in the conversation state. Defaults are the v11 names."""
 
     # Idle: the runtime status object and its type, pending requests, in-flight submissions.
@@ -61,4 +61,4 @@ class Layout(NamedTuple):
 
 
 #: The layout of ``thread-stream-state-changed`` v11.
-V11 = Layout()
+V11 = FieldNames()

@@ -18,7 +18,7 @@ from typing import Any
 from rekall import events as ev
 from rekall.records import EMPTY, ThreadFacts
 from rekall.thread.index import FactIndex
-from rekall.thread.layout import V11, Layout
+from rekall.thread.layout import FieldNames, V11
 from rekall.thread.patches import MISSING, apply_patches
 from rekall.errors import IpcError
 
@@ -57,7 +57,7 @@ class ThreadMirror:
 
     ``layout`` names the fields the rules read (the protocol adapter's ``LAYOUT``)."""
 
-    def __init__(self, layout: Layout = V11) -> None:
+    def __init__(self, layout: FieldNames = V11) -> None:
         self.layout = layout
         self._state: Any = MISSING
         self._index = FactIndex(layout)

@@ -18,8 +18,8 @@ it then accepts, ``json.loads`` accepts too, and a body nested deeper falls back
 
 The cyclic garbage collector is paused while msgspec builds the tree, and the new objects go
 to the oldest generation without being scanned (``gc.freeze()`` then ``gc.unfreeze()``): a
-parsed JSON tree holds no reference cycle, and the full pass the allocations set off took
-about 20 ms of a 47 MB load. The collector is left as it was found (disabled, or with objects
+parsed JSON tree holds no reference cycle, and the full pass the allocations set off is a
+large share of a large body's load. The collector is left as it was found (disabled, or with objects
 someone froze: then it is not touched).
 
 Imported only for large bodies: small frames stay on ``json`` and the fast paths never load

@@ -93,7 +93,7 @@ def decode_body(body: bytes | bytearray | memoryview) -> Any:
 def _body_buffer(length: int) -> bytearray | mmap.mmap:
     """A buffer for one large body. A kept one (up to KEEP_BIG_BUFFER_BYTES) is a bytearray;
     a bigger one is anonymous memory, which the kernel hands out already zeroed, page by page
-    as the body arrives: ``bytearray(n)`` zeroes all of it first (23 ms for 47 MB here)."""
+    as the body arrives: ``bytearray(n)`` zeroes all of it first, in time that grows with the body."""
     if length <= FrameDecoder.KEEP_BIG_BUFFER_BYTES:
         return bytearray(length)
     return mmap.mmap(-1, length)

@@ -10,7 +10,8 @@ from pathlib import Path
 import anyio
 import pytest
 
-from rekall.adapters.app_server.served import diagnose, served_by
+from rekall.adapters.app_server.platform import diagnose
+from rekall.adapters.app_server.served import served_by
 from tests.codex.fakeserver import env_for, folder  # noqa: F401 (a fixture)
 
 pytestmark = pytest.mark.anyio

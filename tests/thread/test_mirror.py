@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from rekall import events as ev
-from rekall.thread import V11, Layout, PatchError, RevisionGap, ThreadMirror, derive_facts
+from rekall.thread import V11, FieldNames, PatchError, RevisionGap, ThreadMirror, derive_facts
 from rekall.thread import facts as f
 from rekall.thread.patches import MISSING, apply_patches
 
@@ -591,7 +591,7 @@ def test_work_per_patch_does_not_grow_with_a_paginated_history(monkeypatch):
 # turn's input or a message's content (user input elements, hashed into the fingerprint), the
 # keys of entitiesByKey (island entries name them), indices, "-" and the keys a patch may never use.
 _KINDS = ("compaction_type", "user_message_type")
-RENAMED = Layout(**{name: "z" + default for name, default in Layout._field_defaults.items() if name not in _KINDS})
+RENAMED = FieldNames(**{name: "z" + default for name, default in FieldNames._field_defaults.items() if name not in _KINDS})
 _DATA_UNDER = frozenset({"input", "content"})
 _KEEP = frozenset({"-", "__proto__", "prototype", "constructor"})
 

@@ -34,7 +34,8 @@ import attrs
 
 from rekall import events as ev
 from rekall.adapters.app_server import NAME
-from rekall.adapters.app_server.releases import UnsupportedCodex
+from rekall.adapters.app_server.releases import Release, UnsupportedCodex
+from rekall.adapters.app_server.served import schema_report, served_by
 from rekall.adapters.app_server.rpc import AppServerClosed, AppServerError, AppServerTimeout
 from rekall.adapters.app_server.shared import SharedAppServer, open_shared_app_server
 from rekall.adapters.app_server.thread_model import TITLE_SOURCE, ThreadModel
@@ -42,7 +43,8 @@ from rekall.errors import IpcError, RekallError
 from rekall.platform import Absence, Row, ThreadSnapshot, noted
 from rekall.records import Acted, ConnectionLostError, Failure
 from rekall.transports.base import EndpointMissing
-from rekall.transports.control_socket import START_HINT
+from rekall.transports.control_socket import START_HINT, resolve_control_socket
+from rekall.homes import env_value
 
 log = logging.getLogger("rekall.codex.platform")
 
@@ -50,6 +52,8 @@ log = logging.getLogger("rekall.codex.platform")
 #: ``contextCompaction`` item, so a compaction, done or running, would be invisible): enough to find
 #: the latest user turn behind compactions.
 TURNS_OBSERVED = 10
+#: How long each of ``doctor``'s app-server rows waits for the server.
+DOCTOR_TIMEOUT_S = 8.0
 #: How 0.171.0 says a thread has no first turn yet (``thread/resume``; ``thread/turns/list``).
 NO_ROLLOUT = ("no rollout found", "is not materialized yet")
 #: The terminal sessions rekall reaches (Codex 0.171.0; docs/app-server.md says what was measured).
@@ -364,13 +368,9 @@ class SharedAppServerPlatform:
             raise _reached_error(exc) from None
 
     async def diagnose(self) -> list[Row]:
-        from rekall.adapters.app_server.served import diagnose
-
         return [_tied(row) for row in await diagnose(self.env)]
 
     def compatibility(self) -> dict[str, Any]:
-        from rekall.adapters.app_server.served import schema_report
-
         return schema_report(self.env, self.server_version)
 
     def absent(self, error: RekallError) -> Absence | None:
@@ -436,5 +436,89 @@ async def observe_on(server: SharedAppServer, thread_id: str, timeout_s: float) 
                           calls_in_progress=calls_in_progress(turns))
 
 
+# --- doctor ---------------------------------------------------------------------------------
+
+
+async def diagnose(env: Mapping[str, str]) -> list[Row]:
+    """``app_server_socket``, ``app_server`` and ``app_server_schema`` (and ``app_server_thread``
+    when CODEX_THREAD_ID is set)."""
+    thread = env_value(env, "CODEX_THREAD_ID")
+    later = ["app_server", *(["app_server_thread"] if thread is not None else []), "app_server_schema"]
+    try:
+        socket = resolve_control_socket(env)
+    except EndpointMissing as exc:
+        # Not an error: only threads of terminal sessions need it. A thread that is nobody's is the owner rows' news.
+        rows = [Row.green("app_server_socket", f"{exc.message}; only {SERVED_SESSIONS} need it")]
+        for name in later:
+            if name == "app_server_thread":
+                rows.append(Row("app_server_thread", "AMBER", *out_of_reach(
+                    f"thread {thread} is not on a shared app-server: none runs here")))
+            else:
+                rows.append(Row.green(name, "not applicable: no shared app-server runs"))
+        return rows
+    except RekallError as exc:
+        return [Row.failed("app_server_socket", exc)] + [
+            Row.not_checked(name, "the socket failed its checks", "fix the app_server_socket row first")
+            for name in later]
+    rows = [Row.green("app_server_socket", "; ".join(socket.checks))]
+    served = served_by(env)
+    version: str | None = None
+    try:
+        async with asyncio.timeout(DOCTOR_TIMEOUT_S):
+            async with open_shared_app_server(env, socket=socket, timeout_s=DOCTOR_TIMEOUT_S) as server:
+                version = server.server_version
+                who = (f"the daemon (pid {served.daemon_pid})" if served.daemon_managed
+                       else "an app-server not managed by `codex app-server daemon`")
+                rows.append(Row.green("app_server", f"initialize answered on {socket.target}: Codex "
+                                                    f"{server.server_version or 'version unknown'}, served by {who}; "
+                                                    f"peer check: {server.socket.peer_check}"))
+                if thread is not None:
+                    rows.append(await _thread_row(server, thread))
+    except TimeoutError:
+        rows.append(Row("app_server", "RED", f"no answer on {socket.target} within {DOCTOR_TIMEOUT_S:g} s",
+                        "the app-server may be hung; restart it (`codex app-server daemon restart`)"))
+    except BaseException as exc:
+        inner = unwrap(exc)
+        if not isinstance(inner, RekallError):
+            raise
+        if isinstance(inner, UnsupportedCodex):
+            version = inner.release.version
+        rows.append(Row.failed("app_server", inner))
+    if thread is not None and rows[-1].name == "app_server":  # the server did not answer
+        rows.append(Row.not_checked("app_server_thread", "the app-server did not answer", "fix the app_server row first"))
+    rows.append(await asyncio.to_thread(_schema_row, env, version))
+    return rows
+
+
+async def _thread_row(server: SharedAppServer, thread: str) -> Row:
+    try:
+        seen = await observe_on(server, thread, DOCTOR_TIMEOUT_S)
+    except RekallError as exc:
+        return Row("app_server_thread", "AMBER", exc.message, exc.hint or "see the detail")
+    facts = seen.facts
+    return Row.green("app_server_thread", f"thread {thread} is loaded in the shared app-server; status "
+                                          f"{facts.runtime_status}, {'idle' if facts.idle else facts.busy_reason}")
+
+
+def _schema_row(env: Mapping[str, str], version: str | None) -> Row:
+    try:
+        report = schema_report(env, version)
+    except RekallError as exc:
+        return Row.failed("app_server_schema", exc)
+    if "refusal" in report:
+        return Row("app_server_schema", "RED", report["refusal"]["message"],
+                   f"{report['refusal']['hint']}; schedule refuses until then")
+    if report["status"] == "not_checked":
+        return Row("app_server_schema", "AMBER", f"not checked: {report['note']}; {Release.of(version).words}",
+                   "put the Codex that serves the socket on PATH")
+    binary = f"{report['binaryPath']} ({report['binaryNote']})"
+    if report["status"] != "compatible":
+        failed = "; ".join(f"{c['name']}: {c['detail']}" for c in report["checks"] if not c["passed"])
+        return Row("app_server_schema", "RED", f"Codex {report['binary']['version']} at {binary} fails {failed}",
+                   "use a Codex version rekall supports, or update rekall; schedule refuses until then")
+    return Row.green("app_server_schema", f"Codex {report['binary']['version']} at {binary}: all "
+                                          f"{len(report['checks'])} checks pass")
+
+
 __all__ = ["CHECK_AND_FIX", "NAME", "OWN_APP_SERVER", "SERVED_SESSIONS", "START_HINT", "AppServerThread",
-           "NotAConversation", "SharedAppServerPlatform", "ThreadNotServed", "observe_on", "out_of_reach"]
+           "NotAConversation", "SharedAppServerPlatform", "ThreadNotServed", "diagnose", "observe_on", "out_of_reach"]

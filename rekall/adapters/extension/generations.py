@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Literal, NamedTuple, Protocol, TypeVar
 
-from rekall.thread.layout import V11, Layout
+from rekall.thread.layout import FieldNames, V11
 
 INITIALIZE = "initialize"
 OWNER_DISCOVERY = "thread-owner-discovery"
@@ -58,7 +58,7 @@ class Generation(NamedTuple):
     turn_path: tuple[str, ...] = ("result", "turn")
     compact_ack_field: str = "ok"
     #: The conversation-state field names.
-    layout: Layout = V11
+    layout: FieldNames = V11
     #: Where the record comes from (shown by ``rekall protocol``).
     source: str = ""
 

@@ -14,7 +14,7 @@ from rekall import __version__
 from rekall.adapters.extension import generations as gen
 from rekall.adapters.extension.errors import Delivery, HandshakeFailed, NoOwner, RequestFailed, VersionMismatch
 from rekall.adapters.extension import messages as m
-from rekall.thread.layout import Layout
+from rekall.thread.layout import FieldNames
 
 HOST_ID = "local"
 INITIAL_CLIENT_ID = "initializing-client"
@@ -75,7 +75,7 @@ class IpcAdapter:
     def __init__(self, generation: gen.Generation) -> None:
         self.generation = generation
         self.NAME: str = generation.name
-        self.LAYOUT: Layout = generation.layout
+        self.LAYOUT: FieldNames = generation.layout
         self.STATE_VERSION: int = generation.state_version
         targeted = generation.follower_envelope_host_id
         #: The versions as sent (requests) or expected (broadcasts in), for this generation.
