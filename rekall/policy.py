@@ -22,8 +22,10 @@ import attrs
 
 from rekall import events as ev
 from rekall.config import WorkerSettings
-from rekall.platform import Acted, ThreadSnapshot
+from rekall.platform import Acted, Failure, ThreadSnapshot
 from rekall.states import REQUEST_SENT_UNOBSERVED, TERMINAL_STATES, JobState
+from rekall.states.evidence import HOOK_DELIVERED
+from rekall.store.delivery import HOOK
 
 Timer = Literal["idle", "system_error", "telemetry"]
 Then = Literal["send_compact", "send_start_turn", "completion", "consider"]
@@ -125,6 +127,8 @@ class DeadlinePassed:
 
 
 Request = Literal["compact", "start_turn", "inject"]
+#: The requests that carry the handoff (each must win the job's delivery claim first).
+Delivering = Literal["start_turn", "inject"]
 
 
 @attrs.frozen
@@ -133,6 +137,17 @@ class RequestDone:
     acted: Acted
     #: For ``inject``: the size of the text sent (UTF-8 bytes).
     sent_bytes: int | None = None
+
+
+@attrs.frozen
+class DeliveryTaken:
+    """The handoff was about to be sent (``kind``), but another route holds the job's delivery claim
+    (:mod:`rekall.store.delivery`): ``holder`` is its route (``unknown`` where the claim cannot be read),
+    ``claim`` its file's name. Nothing was sent."""
+
+    kind: Delivering
+    holder: str
+    claim: str
 
 
 @attrs.frozen
@@ -156,8 +171,8 @@ class Fired:
     state: JobState
 
 
-Event = Observed | Began | TimerFired | CancelSignalled | DeadlinePassed | RequestDone | ReconnectDone | \
-    HandoffChecked | Fired
+Event = Observed | Began | TimerFired | CancelSignalled | DeadlinePassed | RequestDone | DeliveryTaken | \
+    ReconnectDone | HandoffChecked | Fired
 
 
 # --- steps ------------------------------------------------------------------------------
@@ -278,6 +293,8 @@ class _Rules:
                 return
             case RequestDone():
                 self.on_request_done(event)
+            case DeliveryTaken():
+                self.on_delivery_taken(event)
             case ReconnectDone(error=error) if error is not None:
                 self.fail("connection_lost", f"could not reconnect: {error}",
                           "unknown" if self.state in REQUEST_SENT_UNOBSERVED else None)
@@ -363,6 +380,17 @@ class _Rules:
                                then="consider"))
             else:
                 self.fail(failure.code, failure.message, failure.delivery)
+
+    def on_delivery_taken(self, taken: DeliveryTaken) -> None:
+        """Another route delivers the handoff. The hook runs only at a turn's start, and the continuation
+        was not sent: a hook holding the claim while resuming means the user's turn started and carries
+        the handoff, so the job ends completed. Otherwise the request ends as one that was not sent."""
+        if taken.kind == "start_turn" and self.state is JobState.RESUMING and taken.holder == HOOK:
+            self.emit(Fire("resume_overtaken", {"reason": HOOK_DELIVERED}))
+            return
+        message = (f"not sent: the handoff's delivery was already claimed by the {taken.holder} route "
+                   f"({taken.claim}); it is never delivered twice")
+        self.on_request_done(RequestDone(taken.kind, Acted(Failure("handoff_claimed", message, "not_delivered"))))
 
     def on_connection_lost(self, detail: str) -> None:
         if not self.memo.connected:

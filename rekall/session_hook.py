@@ -25,7 +25,8 @@ on the VS Code extension, and it works on every Codex host, so it is the route o
 **Races.** A job still in ``waiting_for_resume_idle`` has not sent its continuation (the claim
 is free), so the turn starting now is someone else's, the user's: the continuation would be
 overtaken by it, and the hook delivers (the worker then finds the claim taken and sends
-nothing). A job still in ``accepted`` (the completion not journaled yet, the user's queued
+nothing; one that moved to ``resuming`` meanwhile ends ``completed``, ``resumeSkipped:
+handoff_delivered_by_hook``). A job still in ``accepted`` (the completion not journaled yet, the user's queued
 message starting the next turn at once) is delivered for only when the transcript shows the
 compaction. A job in ``resuming`` or ``resumed`` gets nothing: the continuation carries it.
 

@@ -505,13 +505,13 @@ class Worker:
                 ahead = self._validated
                 text = ahead[1] if ahead is not None and ahead[0] is handoff else self._continuation(handoff)
                 if (lost := self._lost_delivery("continuation")) is not None:
-                    return policy.RequestDone("start_turn", lost)
+                    return lost
                 self._send(lambda: thread.start_turn(text, self.job_id), "start_turn")
             case policy.Send(kind="inject"):
                 assert self._handoff is not None  # verified in this step (``VerifyHandoff``)
                 framed = self._injection(self._handoff)
                 if (lost := self._lost_delivery("injection")) is not None:
-                    return policy.RequestDone("inject", lost)
+                    return lost
                 self._send(lambda: thread.inject(framed), "inject", len(framed.encode()))
             case policy.Arm(timer=timer, delay=delay, generation=generation):
                 self._disarm(timer)
@@ -532,21 +532,21 @@ class Worker:
                 return self._execute(passed)
         return None
 
-    def _lost_delivery(self, route: str) -> Acted | None:
+    def _lost_delivery(self, route: str) -> policy.Event | None:
         """Win the job's delivery claim for ``route`` before sending the handoff (:mod:`rekall.store.delivery`),
-        or say, as a request that was not sent, that another route (the plugin's hook) holds it."""
+        or say that another route (the plugin's hook) holds it, or that the claim failed (a request not sent)."""
         from rekall.store.delivery import claim, read_claim
 
+        kind: policy.Delivering = "start_turn" if route == "continuation" else "inject"
         path = self.store.layout.delivery(self.thread_id, self.job_id)
         try:
             if claim(path, route, jobId=self.job_id):
                 return None
         except OSError as exc:  # without the claim, exactly once cannot be promised: nothing is sent
-            return Acted(Failure("handoff_claim_failed", f"not sent: the delivery claim {path.name} could not be "
-                                                         f"created ({exc.strerror or exc})", "not_delivered"))
-        holder = (read_claim(path) or {}).get("route", "unknown")
-        return Acted(Failure("handoff_claimed", f"not sent: the handoff's delivery was already claimed by the {holder} "
-                                                f"route ({path.name}); it is never delivered twice", "not_delivered"))
+            return policy.RequestDone(kind, Acted(Failure(
+                "handoff_claim_failed", f"not sent: the delivery claim {path.name} could not be created "
+                                        f"({exc.strerror or exc})", "not_delivered")))
+        return policy.DeliveryTaken(kind, (read_claim(path) or {}).get("route", "unknown"), path.name)
 
     def _disarm(self, timer: str) -> None:
         if (handle := self._timers.pop(timer, None)) is not None:

@@ -22,6 +22,7 @@ from rekall.policy import (
     CancelSignalled,
     DeadlinePassed,
     Decision,
+    DeliveryTaken,
     Disarm,
     Fire,
     Fired,
@@ -239,6 +240,13 @@ ROWS: list[tuple[Any, ...]] = [
     ("a failed start_turn fails with the delivery class it reports", job(S.RESUMING), IDLE,
      RequestDone("start_turn", Acted(Failure("bad_ack", "no turn", "unknown"))), MEMO,
      [fail("bad_ack", "no turn", "unknown")], None, 0.0, 0.0),
+    ("a continuation the plugin's hook delivered first ends the job completed, nothing sent", job(S.RESUMING),
+     BUSY, DeliveryTaken("start_turn", "hook", "t.j.delivery"), MEMO,
+     [Fire("resume_overtaken", {"reason": "handoff_delivered_by_hook"})], None, 0.0, 0.0),
+    ("a continuation whose claim another route holds fails, nothing sent", job(S.RESUMING), IDLE,
+     DeliveryTaken("start_turn", "unknown", "t.j.delivery"), MEMO,
+     [fail("handoff_claimed", "not sent: the handoff's delivery was already claimed by the unknown route "
+                              "(t.j.delivery); it is never delivered twice", "not_delivered")], None, 0.0, 0.0),
     # --- a runtime stuck in systemError
     ("systemError after the user's turn arms its window", job(S.WAITING_FOR_IDLE), STUCK, Began(), MEMO,
      [Arm("system_error", 30.0, 1)], attrs.evolve(MEMO, generation=1, system_error=Running(1, 0.0)), 0.0, 0.0),
@@ -324,6 +332,11 @@ ROWS: list[tuple[Any, ...]] = [
      RequestDone("inject", Acted(TIMED_OUT), 1234), attrs.evolve(INJECTS, inject_sent=True),
      [Fire("handoff_not_delivered", {"errorCode": "request_timeout", "error": TIMED_OUT.message,
                                      "delivery": "unknown"})], None, 0.0, 0.0),
+    ("an injection the plugin's hook delivered first is not delivered, nothing sent", job(S.INJECTING), IDLE,
+     DeliveryTaken("inject", "hook", "t.j.delivery"), attrs.evolve(INJECTS, inject_sent=True),
+     [Fire("handoff_not_delivered", {"errorCode": "handoff_claimed", "error": "not sent: the handoff's delivery "
+                                     "was already claimed by the hook route (t.j.delivery); it is never delivered "
+                                     "twice", "delivery": "not_delivered"})], None, 0.0, 0.0),
     ("a handoff that changed before its injection fails the job with nothing sent", job(S.INJECTING), IDLE,
      HandoffChecked("sha256 differs"), attrs.evolve(INJECTS, inject_sent=True),
      [fail("handoff_changed", "saved handoff failed verification: sha256 differs", "not_delivered")], None, 0.0, 0.0),

@@ -887,18 +887,26 @@ async def test_with_injection_turned_off_the_status_names_the_setting(tmp_path):
     assert status["handoffDeliveryNote"] == "injection is turned off (REKALL_INJECT_HANDOFF=off)"
 
 
-async def test_a_continuation_whose_delivery_the_plugins_hook_already_claimed_is_never_sent(tmp_path):
+async def test_a_continuation_whose_delivery_the_plugins_hook_already_claimed_is_never_sent_and_the_job_completes(
+        tmp_path):
     from rekall.store.delivery import claim
 
     async with SimulatedOwner() as sim:
         store, job = await schedule(sim, tmp_path / "jobs")
         assert claim(store.layout.delivery(sim.thread_id, job), "hook")  # the user's turn started first
-        assert await run(store, sim, job) is JobState.FAILED
+        assert await run(store, sim, job) is JobState.COMPLETED
         assert sim.start_turn_requests == []
     status = store.read_status(sim.thread_id)
-    assert (status["errorCode"], status["outcomeMayBeUnknown"]) == ("handoff_claimed", False)
-    assert "already claimed by the hook route" in status["error"]
+    assert (status["resumeSkipped"], status["outcomeMayBeUnknown"]) == ("handoff_delivered_by_hook", False)
+    assert status.get("errorCode") is None and status.get("resumeTurnId") is None
     assert status["handoffDelivery"] == "hook"  # the claim, folded into the job's record
+    explanation = build_explanation(store, job)
+    assert explanation["timeline"][-1]["trigger"] == "resume_overtaken"
+    assert explanation["outcome"].endswith(
+        "No continuation: the compaction completed, then the user's turn started and the plugin's "
+        "SessionStart(compact) hook delivered the handoff at its start, just before the continuation: none was "
+        f"sent. The handoff was handed to Codex by the plugin's SessionStart(compact) hook for the next model "
+        f"request at {status['handoffHookAt']}; no turn was started.")
 
 
 async def test_the_continuation_claims_the_delivery_before_it_is_sent_so_the_hook_stays_silent(tmp_path):

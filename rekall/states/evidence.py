@@ -19,6 +19,10 @@ from rekall.errors import InvalidInput
 #: before a compaction completed). ``new_turn``: a new turn where goals cannot be told.
 USER_MOVED_ON = ("new_user_input", "new_turn", "goal_active", "user_turn_stopped")
 CANCEL_REASONS = ("explicit_cancellation", *USER_MOVED_ON)
+#: Once resuming, the continuation lost the job's delivery claim to the plugin's SessionStart(compact) hook: the
+#: hook runs only at a turn's start and the continuation was not sent, so the user's turn carries the handoff.
+HOOK_DELIVERED = "handoff_delivered_by_hook"
+OVERTAKEN_REASONS = (*USER_MOVED_ON, HOOK_DELIVERED)
 DELIVERY = ("not_delivered", "unknown")
 
 
@@ -149,8 +153,10 @@ TRIGGERS: Mapping[str, TriggerSpec] = {
             Key("injectionLimit", "str", required=False),
         )),
         TriggerSpec("resume_overtaken", "The user's input (or a stopped turn) came after the compaction completed "
-                    "and before the continuation: none will run, and the handoff is injected instead.", (
-            Key("reason", "str", choices=USER_MOVED_ON),
+                    "and before the continuation: none will run, and the handoff is injected instead. Or, just "
+                    "before the continuation was sent, the plugin's hook had delivered the handoff at the start of "
+                    "the user's turn (handoff_delivered_by_hook): nothing is sent.", (
+            Key("reason", "str", choices=OVERTAKEN_REASONS),
         )),
         TriggerSpec("handoff_injected", "The platform acknowledged the handoff's injection into the thread's "
                     "context.", (Key("textBytes", "int"),)),

@@ -86,8 +86,8 @@ class HistoryEntry(_Record):
     resumeDelayMs: Maybe[int | float | None] = _field("From the compaction to the continuation turn.", by=STORE)
     errorCode: Maybe[str | None] = _field("Its stable error code, if it failed.", by=STORE)
     outcomeMayBeUnknown: Maybe[bool | None] = _field("A request may have had an unobserved effect.", by=STORE)
-    resumeSkipped: Maybe[str] = _field("insufficient_headroom, new_user_input or user_turn_stopped when its "
-                                       "continuation was skipped.", by=STORE)
+    resumeSkipped: Maybe[str] = _field("insufficient_headroom, new_user_input, user_turn_stopped or "
+                                       "handoff_delivered_by_hook when its continuation was skipped.", by=STORE)
     handoffDelivery: Maybe[str] = _field("How its handoff reached the model after the compaction (see the job's "
                                          "handoffDelivery).", by=STORE)
 
@@ -155,8 +155,9 @@ class JobStatus(_Record):
     contextWindowUsedFraction: Maybe[float | None] = _field("The window used after the compaction.",
                                                             by=LIFECYCLE, label="window used after")
     completedAt: Maybe[str] = _field("When the job ended with a known outcome.", by=LIFECYCLE)
-    resumeSkipped: Maybe[str] = _field("insufficient_headroom, new_user_input or user_turn_stopped when the "
-                                       "continuation was skipped.", by=LIFECYCLE)
+    resumeSkipped: Maybe[str] = _field("insufficient_headroom, new_user_input, user_turn_stopped or "
+                                       "handoff_delivered_by_hook when the continuation was skipped.",
+                                       by=LIFECYCLE)
     resumeSkipReason: Maybe[str | None] = _field("Why the continuation was skipped.",
                                                  by=LIFECYCLE, label="resume skipped because")
     resumeCheckContextTokens: Maybe[int | None] = _field("Tokens at the check before resuming.", by=LIFECYCLE)

@@ -21,6 +21,7 @@ from typing import Any
 
 import attrs
 
+from rekall.states.evidence import HOOK_DELIVERED, USER_MOVED_ON
 from rekall.states.model import NON_TERMINAL_STATES, Instant, JobState, JobView, iso_time
 from rekall.states.rules import SYSTEM_ERROR_WAY_OUT, Headroom, check_headroom, outcome_may_be_unknown
 from rekall.states.status import JobStatus, known, wire
@@ -126,6 +127,17 @@ def skipped_for_headroom(job: JobView, ev: Evidence) -> bool:
 def not_skipped_for_headroom(job: JobView, ev: Evidence) -> bool:
     """No continuation was asked for, or the user's input overtook it."""
     return not skipped_for_headroom(job, ev)
+
+
+def overtaken_by_user(job: JobView, ev: Evidence) -> bool:
+    """The user's input (or a stopped turn) came before the continuation."""
+    return ev.get("reason") in USER_MOVED_ON
+
+
+def overtaken_by_hook(job: JobView, ev: Evidence) -> bool:
+    """The plugin's hook won the job's delivery claim at the start of the user's turn, before the continuation
+    was sent."""
+    return ev.get("reason") == HOOK_DELIVERED
 
 
 def quiet_for_the_settle_window(job: JobView, ev: Evidence) -> bool:
@@ -261,6 +273,15 @@ def _overtaken(job: JobView, ev: Evidence, now: Instant) -> dict[str, Any]:
     return _user_moved_on(ev["reason"], " before the continuation")
 
 
+def _delivered_by_hook(job: JobView, ev: Evidence, now: Instant) -> dict[str, Any]:
+    # handoffDelivery (hook), its note and time are the claim's, folded in by the job's readers.
+    return {**wire(JobStatus(resumeSkipped=HOOK_DELIVERED,
+                             resumeSkipReason="the compaction completed, then the user's turn started and the "
+                                              "plugin's SessionStart(compact) hook delivered the handoff at its "
+                                              "start, just before the continuation: none was sent")),
+            **_known_outcome(now)}
+
+
 def _injected(job: JobView, ev: Evidence, now: Instant) -> dict[str, Any]:
     return {**wire(JobStatus(handoffDelivery="injected", handoffInjectedAt=now.iso, injectedBytes=ev["textBytes"],
                              injectDelayMs=_since_completion(job, now))), **_known_outcome(now)}
@@ -369,9 +390,13 @@ TRANSITIONS: tuple[Transition, ...] = (
                "the second headroom check fails (the design's headroom_lost, folded into idle_stable)"),
     Transition("idle_stable", (S.WAITING_FOR_RESUME_IDLE,), S.INJECTING, headroom_lost_inject,
                _skipped_at_resume_inject, "the second headroom check fails: the handoff is injected"),
-    Transition("resume_overtaken", (S.WAITING_FOR_RESUME_IDLE,), S.INJECTING, None, _overtaken,
+    Transition("resume_overtaken", (S.WAITING_FOR_RESUME_IDLE,), S.INJECTING, overtaken_by_user, _overtaken,
                "the user's input or a stopped turn came before the continuation: none runs (resumeSkipped "
                "says why), the handoff is injected (without injection the job is cancelled instead)"),
+    Transition("resume_overtaken", (S.RESUMING,), S.COMPLETED, overtaken_by_hook, _delivered_by_hook,
+               "the plugin's hook won the delivery claim at the start of the user's turn, just before the "
+               "continuation was sent: nothing is sent, resumeSkipped handoff_delivered_by_hook, handoffDelivery "
+               "hook (from the claim), outcome known"),
     Transition("handoff_injected", (S.INJECTING,), S.COMPLETED, not_skipped_for_headroom, _injected,
                "the platform acknowledged the injection; no continuation was asked for, or the user's input "
                "overtook it"),

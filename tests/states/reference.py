@@ -66,7 +66,10 @@ def expected(state: JobState, trigger: str, ev: dict[str, Any], *, job_id: str, 
                 return S.RESUMING
             return S.INJECTING if inject else S.SKIPPED
         case (S.WAITING_FOR_RESUME_IDLE, "resume_overtaken"):
-            return S.INJECTING
+            return REFUSED if ev["reason"] == "handoff_delivered_by_hook" else S.INJECTING
+        case (S.RESUMING, "resume_overtaken"):
+            # The hook won the delivery claim just before the continuation was sent: nothing is sent.
+            return S.COMPLETED if ev["reason"] == "handoff_delivered_by_hook" else REFUSED
         case (S.INJECTING, "handoff_injected" | "handoff_not_delivered"):
             return S.SKIPPED if skipped else S.COMPLETED
         case (S.RESUMING, "turn_started"):
@@ -108,7 +111,8 @@ def evidence_for(trigger: str, job_id: str) -> st.SearchStrategy[dict[str, Any]]
         "compaction_accepted": ({"ownerId": st.sampled_from(["o1", None])}, {}),
         "compaction_completed": ({"compactionId": st.just("c1"), "tokens": _tokens, "window": _window,
                                   "revision": st.none()}, inject),
-        "resume_overtaken": ({"reason": st.sampled_from(["new_user_input", "user_turn_stopped"])}, {}),
+        "resume_overtaken": ({"reason": st.sampled_from(["new_user_input", "user_turn_stopped",
+                                                         "handoff_delivered_by_hook"])}, {}),
         "handoff_injected": ({"textBytes": st.integers(1, 40_000)}, {}),
         "handoff_not_delivered": ({"errorCode": st.just("request_timeout"), "error": st.just("no answer"),
                                    "delivery": st.sampled_from(["not_delivered", "unknown"])}, {}),

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from rekall.states import Instant, JobMachine, JobState, JobView
+from rekall.states.machine import TransitionRefused
 from rekall.testing import FakeClock
 
 S = JobState
@@ -139,3 +142,29 @@ def test_the_continuation_records_that_it_carried_the_handoff():
     fire(machine, "idle_stable", {**IDLE, "tokens": 30_000, "inject": True})
     assert fire(machine, "turn_started", {"turnId": "turn-9"}) is S.RESUMED
     assert fields(machine)["handoffDelivery"] == "continuation"
+
+
+def resuming() -> JobMachine:
+    machine = accepted(resume=True)
+    fire(machine, "compaction_completed", {**COMPLETED, "inject": True})
+    assert fire(machine, "idle_stable", {**IDLE, "tokens": 30_000, "inject": True}) is S.RESUMING
+    return machine
+
+
+def test_a_continuation_the_plugins_hook_delivered_first_ends_completed_with_the_outcome_known():
+    machine = resuming()
+    assert fire(machine, "resume_overtaken", {"reason": "handoff_delivered_by_hook"}) is S.COMPLETED
+    f = fields(machine)
+    assert (f["resumeSkipped"], f["outcomeMayBeUnknown"]) == ("handoff_delivered_by_hook", False)
+    assert "hook delivered the handoff at its start" in f["resumeSkipReason"] and "completedAt" in f
+    assert "handoffDelivery" not in f and "resumeTurnId" not in f and "errorCode" not in f  # the claim says hook
+
+
+def test_the_hooks_reason_and_the_users_reasons_do_not_cross_states():
+    machine = resuming()
+    with pytest.raises(TransitionRefused, match="overtaken_by_hook \\(to completed\\) said no"):
+        fire(machine, "resume_overtaken", {"reason": "new_user_input"})  # while resuming the user is not watched
+    machine = accepted(resume=True)
+    fire(machine, "compaction_completed", {**COMPLETED, "inject": True})
+    with pytest.raises(TransitionRefused, match="overtaken_by_user \\(to injecting\\) said no"):
+        fire(machine, "resume_overtaken", {"reason": "handoff_delivered_by_hook"})  # no continuation was due yet
