@@ -29,11 +29,9 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from rekall import safejson
+from rekall.mcp_wire import MAX_LINE_BYTES, claim_stdio
 
 DATA_PATH = Path(__file__).with_name("mcp_light.json")
-#: Far above any valid call (a handoff is at most 32,000 bytes), far below harm. A longer line goes to the SDK path,
-#: which refuses it.
-MAX_LINE_BYTES = 4 * 1024 * 1024
 _INT64 = 2**63
 
 
@@ -235,16 +233,6 @@ class LightSession:
         return {key: result[key] for key in self.version["statusResultKeys"]}  # what this version's wire keeps
 
 
-def claim_stdio() -> tuple[BinaryIO, BinaryIO]:
-    """As the SDK path does: the wire on private descriptors, fd 0 the null device, fd 1 stderr."""
-    wire_in, wire_out = os.dup(0), os.dup(1)
-    null = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(null, 0)
-    os.close(null)
-    os.dup2(2, 1)
-    return os.fdopen(wire_in, "rb"), os.fdopen(wire_out, "wb")
-
-
 def serve(wire_in: BinaryIO, wire_out: BinaryIO) -> int:
     session = LightSession(load_data())
     while True:
@@ -283,11 +271,22 @@ def run_stdio() -> int:
     return serve(wire_in, wire_out)
 
 
+def run_sdk_stdio() -> int:
+    """The SDK server alone on the wire, never the light path: what the generator and the tests compare against."""
+    import anyio
+
+    from rekall.mcp_server import build_server
+    from rekall.mcp_stdio import serve_wire
+
+    anyio.run(serve_wire, build_server(), *claim_stdio())
+    return 0
+
+
 # --- the data file, generated from the SDK server ------------------------------------------
 
 
 #: Runs the SDK server, never the light path: what the generator and the tests compare against.
-SDK_SERVER = "from rekall.mcp_server import run_stdio; raise SystemExit(run_stdio())"
+SDK_SERVER = "from rekall.mcp_light import run_sdk_stdio; raise SystemExit(run_sdk_stdio())"
 #: A thread with no job: its status is the same on every machine.
 SAMPLE_THREAD = "019a0000-0000-7000-8000-000000000000"
 

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from rekall.errors import RekallError
 from rekall.ids import is_uuid
 from rekall.store.paths import Layout, reader_dirs
-from rekall.store.views import list_text, served_history, served_status
+from rekall.store.views import left_out_note, list_text, served_history, served_status
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -43,11 +43,6 @@ def quick_answer(argv: list[str], env: Mapping[str, str]) -> tuple[str, str] | N
     except (RekallError, OSError):  # the CLI reports it, in its words
         return None
     return None
-
-
-def left_out_note(count: int) -> str:
-    """What ``history --json`` says on stderr when ``--limit`` left jobs out."""
-    return f"rekall: {count} older jobs left out; pass --limit 0 for all\n"
 
 
 def _status(args: list[str], env: Mapping[str, str]) -> tuple[str, str] | None:

@@ -118,6 +118,11 @@ def list_text(texts: list[str]) -> str:
     return "[\n" + ",\n".join(texts) + "\n]" if texts else "[]"
 
 
+def left_out_note(count: int) -> str:
+    """What ``history --json`` says on stderr when ``--limit`` left jobs out (served here or by the CLI)."""
+    return f"rekall: {count} older jobs left out; pass --limit 0 for all\n"
+
+
 class HistoryRows:
     """The rows file: ``{"rekall", "crc32"}``, a newline, then the index and the texts, checked
     together by the CRC. Keys are ``<thread>.<job>``."""
