@@ -23,7 +23,7 @@ from rekall.store.paths import Layout
 from rekall.store.parts import StoreParts
 from rekall.store.reaper import unrecorded_loss
 from rekall.store.replay import Replay, derive_status, history_before
-from rekall.store.views import served_status, thread_stamps
+from rekall.store.views import not_scheduled, served_status, thread_stamps
 
 log = logging.getLogger("rekall.store")
 
@@ -90,7 +90,7 @@ def _without_journal(layout: Layout, thread: str, on_disk: dict[str, Any] | None
         raise StatusCorrupt(f"the status file {layout.status(thread)} is {problem} and no journal "
                             "exists to rebuild it from",
                             hint="move the file aside; nothing else refers to it")
-    return wire(JobStatus(threadId=thread, status="not_scheduled", state="not_scheduled"))
+    return not_scheduled(thread)
 
 
 def _behind(on_disk: dict[str, Any] | None, status: dict[str, Any]) -> bool:
