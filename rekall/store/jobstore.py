@@ -56,8 +56,8 @@ class JobStore(StoreParts):
                  fs: FileOps | None = None, permission_report: str | None = None,
                  node_dirs: tuple[Path, ...] = (), legacy_lock_roots: tuple[Path, ...] | None = None) -> None:
         lock_root = lock_root if lock_root is not None else resolve_lock_dir()
-        super().__init__(root, lock_root=lock_root, clock=clock, fs=fs, permission_report=permission_report,
-                         node_dirs=node_dirs,
+        super().__init__(root, lock_root=lock_root, clock=clock, fs=fs or FileOps(),
+                         permission_report=permission_report, node_dirs=node_dirs,
                          legacy_lock_roots=(legacy_lock_dirs(os.environ, lock_root) if legacy_lock_roots is None
                                             else legacy_lock_roots))
 
