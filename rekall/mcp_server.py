@@ -331,10 +331,3 @@ def _refuse_unknown_arguments(server: MCPServer) -> None:
 
 
 TOOL_NAMES = ("probe_compaction", "schedule_compaction", "compaction_status", "cancel_compaction")
-
-
-def run_stdio() -> int:
-    from rekall.mcp_stdio import serve_stdio
-
-    anyio.run(serve_stdio, build_server())
-    return 0

@@ -33,7 +33,7 @@ from mcp.server import MCPServer
 from mcp.server.stdio import stdio_server
 
 from rekall import safejson
-from rekall.mcp_light import MAX_LINE_BYTES, claim_stdio
+from rekall.mcp_wire import MAX_LINE_BYTES
 PARSE_ERROR, INVALID_REQUEST, INTERNAL_ERROR = -32700, -32600, -32603
 #: The requests MCP allows before the session is initialized (its lifecycle: initialize, and ping).
 BEFORE_INITIALIZE = frozenset({"initialize", "ping"})
@@ -211,10 +211,6 @@ class CheckedLines:
             chunk = self._raw.readline(self._max)
             if not chunk or chunk.endswith(b"\n"):
                 return
-
-
-async def serve_stdio(server: MCPServer) -> None:
-    await serve_wire(server, *claim_stdio())
 
 
 async def serve_wire(server: MCPServer, wire_in: BinaryIO, wire_out: BinaryIO, replay: list[bytes] | None = None,

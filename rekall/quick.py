@@ -3,9 +3,14 @@
 ``rekall hook session-start`` (the plugin's hook, :mod:`rekall.session_hook`) runs here without the CLI.
 ``rekall status --json`` and ``rekall history --json`` are what scripts and agents poll. When
 the view on disk can be served as is (:mod:`rekall.store.views`: sealed, its journals
-unchanged, its jobs ended) they are answered here, before argparse, logging, attrs or the
-store are imported, with exactly the bytes the full command prints (tests/test_quick.py holds
-both to that). Everything else, every error included, goes to :func:`rekall.cli.main`.
+unchanged, its jobs ended; or nothing on disk for the thread) they are answered here, before
+argparse, logging, attrs or the store are imported, with exactly the bytes the full command
+prints (tests/test_quick.py holds both to that). Everything else, every error included, goes
+to :func:`rekall.cli.main`.
+
+Why a door beside the CLI: those imports cost more than ``bench/lifecycle.py`` allows a poll
+(``status_cli_ms``, ``status_no_job_cli_ms``: the interpreter's start-up + 50 ms). What is
+served here is only what the full path wrote or would write (the views), never a rule of its own.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from rekall.errors import RekallError
 from rekall.ids import is_uuid
 from rekall.store.paths import Layout, reader_dirs
-from rekall.store.views import list_text, served_history, served_status
+from rekall.store.views import left_out_note, list_text, served_history, trusted_status
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -50,20 +55,13 @@ def quick_answer(argv: list[str], env: Mapping[str, str]) -> tuple[str, str] | N
     return None
 
 
-def left_out_note(count: int) -> str:
-    """What ``history --json`` says on stderr when ``--limit`` left jobs out."""
-    return f"rekall: {count} older jobs left out; pass --limit 0 for all\n"
-
-
 def _status(args: list[str], env: Mapping[str, str]) -> tuple[str, str] | None:
     options = _options(args, valued=(), positional=True)
     if options is None or "--json" not in options:
         return None
     thread = options.get("") or env.get("CODEX_THREAD_ID") or ""
-    if not _full_id(thread):
-        return None  # a prefix, a wrong id or none at all: the CLI resolves or explains it
-    root, _, _ = reader_dirs(env)
-    served = served_status(Layout(root), thread)
+    # A prefix, a wrong id or none at all gets None: the CLI resolves or explains it.
+    served = trusted_status(env, thread)
     if served is None or "message" in served[0]:  # the CLI words a message for a terminal
         return None
     return served[1] + "\n", ""

@@ -223,7 +223,7 @@ class Worker:
             if self.platform is None:  # the one schedule found; never guessed again here
                 self.platform = platform_named(recorded.platform, self.env, resume=recorded)
             self.lifecycle = self.store.open_lifecycle(self.thread_id, self.job_id)
-            if self.store.cancel_path(self.thread_id, self.job_id).exists():
+            if self.store.cancel_requested(self.thread_id, self.job_id):
                 self._fire("cancel", reason="explicit_cancellation")  # cancelled before we started
                 return
             self._fire("worker_started", jobId=self.job_id, pid=me, host=socket.gethostname(),
@@ -302,7 +302,7 @@ class Worker:
 
                 job = self.store.load(self.thread_id, self.job_id)
                 if (job.view.status.jobId != self.job_id or job.state is not JobState.SCHEDULED
-                        or self.store.cancel_path(self.thread_id, self.job_id).exists()):
+                        or self.store.cancel_requested(self.thread_id, self.job_id)):
                     return None
                 said = ResumeToken.recorded(job.view.status)
             if self.platform is None:  # the one schedule found; never guessed
@@ -360,14 +360,13 @@ class Worker:
         if hasattr(signal, "SIGUSR1"):
             loop.add_signal_handler(signal.SIGUSR1, self.queue.put_nowait, _CANCEL_SIGNALLED)
         self._spawn(self._cancel_safety_poll())
-        if self.store.cancel_path(self.thread_id, self.job_id).exists():
+        if self.store.cancel_requested(self.thread_id, self.job_id):
             self.queue.put_nowait(_CANCEL_SIGNALLED)
 
     async def _cancel_safety_poll(self) -> None:
-        marker = self.store.cancel_path(self.thread_id, self.job_id)
         while True:
             await asyncio.sleep(_CANCEL_SAFETY_POLL_S)
-            if marker.exists():
+            if self.store.cancel_requested(self.thread_id, self.job_id):
                 self.queue.put_nowait(_CANCEL_SIGNALLED)
                 return
 
@@ -380,7 +379,7 @@ class Worker:
                 self._item_at = min(item.at, self._item_at)
             item = policy.Observed(item.event)
         elif item is _CANCEL_SIGNALLED:  # the event carries what it reports: is the marker there?
-            item = policy.CancelSignalled(self.store.cancel_path(self.thread_id, self.job_id).exists())
+            item = policy.CancelSignalled(self.store.cancel_requested(self.thread_id, self.job_id))
         self._apply(item)
 
     def _apply(self, event: policy.Event) -> None:
@@ -459,13 +458,13 @@ class Worker:
     def _injection(self, verified: Verified) -> str:
         from rekall.continuation import injection_text
 
-        return injection_text(verified.record, str(self.store.handoff_path(self.thread_id, self.job_id)),
+        return injection_text(verified.record, str(verified.path),
                               self.lifecycle.fields)
 
     def _continuation(self, verified: Verified) -> str:
         from rekall.continuation import continuation_text
 
-        return continuation_text(verified.record, str(self.store.handoff_path(self.thread_id, self.job_id)))
+        return continuation_text(verified.record, str(verified.path))
 
     def _decide_and_execute(self, event: policy.Event) -> None:
         pending = [event]

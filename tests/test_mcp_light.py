@@ -239,3 +239,24 @@ def test_a_status_that_might_not_fit_the_output_schema_goes_to_the_sdk():
     assert not mcp_light.fits({**good, "jobNumber": "1"}, schema, defs)
     assert not mcp_light.fits(good, {**schema, "pattern": "x"}, defs)  # a keyword not known here: unsure
     assert mcp_light._plain_numbers({"a": [0.5, 1]}) and not mcp_light._plain_numbers({"a": [1e-7]})
+
+
+def test_the_status_of_ended_jobs_or_of_no_job_is_read_from_the_views_without_the_status_code(env, finished_thread):
+    # The first compaction_status costs what later ones do: it loads neither the SDK nor rekall's status code.
+    lines = [*codex_opening.OPENING, codex_opening.tool_call(4, "compaction_status", {"threadId": finished_thread}, 3),
+             codex_opening.tool_call(5, "compaction_status", {"threadId": new_thread()}, 4)]
+    replies, modules = both(lines, env)
+    assert not sdk_loaded(modules) and "rekall.service" not in modules and "rekall.store.jobstore" not in modules
+    states = [json.loads(line)["result"]["structuredContent"]["state"] for line in replies[-2:]]
+    assert states == ["resumed", "not_scheduled"]
+
+
+def test_the_status_of_a_job_not_over_is_derived_by_the_status_code_and_equals_the_sdks(env, jobs_dir, clock):
+    store = JobStore.open({"REKALL_JOBS_DIR": str(jobs_dir)}, clock=clock)
+    thread = new_thread()
+    scheduled_run(store, clock, thread, "resumed")
+    store.create_job(thread, handoff=None, user_fingerprint=None)  # scheduled, its worker not started
+    replies, modules = both([*codex_opening.OPENING, codex_opening.tool_call(4, "compaction_status",
+                                                                               {"threadId": thread}, 3)], env)
+    assert not sdk_loaded(modules) and "rekall.service" in modules
+    assert json.loads(replies[-1])["result"]["structuredContent"]["state"] == "scheduled"

@@ -252,3 +252,22 @@ def test_rekall_started_as_a_module_answers_quickly_and_falls_back(thread, capsy
         started = subprocess.run([sys.executable, "-m", "rekall", *argv], env=env, capture_output=True, text=True,
                                  timeout=60, check=True)
         assert started.stdout == full(status_argv(thread), capsys)[0]
+
+
+NO_JOB = "00000000-0000-4000-8000-000000000003"
+
+
+def test_a_thread_with_nothing_on_disk_is_answered_quickly_with_the_full_commands_bytes(thread, capsys):
+    quick, whole = quick_then_full(status_argv(NO_JOB), capsys)
+    assert quick == whole
+    assert json.loads(whole[0]) == {"threadId": NO_JOB, "status": "not_scheduled", "state": "not_scheduled"}
+
+
+def test_a_thread_with_a_lock_or_a_status_file_but_no_journal_is_left_to_the_full_command(thread, store, capsys):
+    lock = store.locks.places(NO_JOB)[0]
+    lock.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    lock.write_text("{}")  # a lock being taken, or a stale one the full path judges
+    assert quick_answer(status_argv(NO_JOB), os.environ) is None
+    lock.unlink()
+    store.layout.status(NO_JOB).write_text('{"state": "completed"}')  # the Node version's, or by hand
+    assert quick_answer(status_argv(NO_JOB), os.environ) is None

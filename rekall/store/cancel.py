@@ -16,10 +16,10 @@ from rekall.states.status import JobStatus, wire
 from rekall.store.errors import UnknownJob
 
 if TYPE_CHECKING:
-    from rekall.store.jobstore import JobStore
+    from rekall.store.parts import StoreParts
 
 
-def request_cancel(store: JobStore, thread_id: str, job_id: str) -> dict[str, Any]:
+def request_cancel(store: StoreParts, thread_id: str, job_id: str) -> dict[str, Any]:
     """Write the job's cancel marker, if it is the thread's current job and not over."""
     thread, job = valid_thread(thread_id), valid_job(job_id)
     current = store.catalog.latest(thread)

@@ -1,11 +1,13 @@
 """The job store: one private directory holding every job's journal, handoff, lock and status.
 
-``JobStore`` is the door callers use; each concern lives in its own module and the store
-only holds what they share (the directories, the clock, the file operations, the host, the
-jobs whose dead worker could not be journaled):
+``JobStore`` is the door callers use: the worker, the service and the surfaces ask it, not
+the files. Each concern lives in its own module and takes the parts they all share
+(:mod:`rekall.store.parts`: the directories, the clock, the file operations, the host, the
+status file, the jobs whose dead worker could not be journaled), never the door, so the
+dependency runs one way:
 
 - :mod:`rekall.store.catalog`: reading jobs (one job, a thread's jobs in order, the latest);
-- :mod:`rekall.store.status`: the status derived from a journal, and the status file;
+- :mod:`rekall.store.status`: the status derived from a journal;
 - :mod:`rekall.store.locks`: the per-thread lock, the guard, and whether a job still runs;
 - :mod:`rekall.store.reaper`: the ``worker_lost`` rule for a provably dead worker;
 - :mod:`rekall.store.schedule`: scheduling a job (the locking protocol) and a failed spawn;
@@ -28,17 +30,12 @@ from typing import Any
 from rekall.errors import InvalidInput
 from rekall.ids import job_id as valid_job, thread_id as valid_thread
 from rekall.store import cancel, reaper, schedule, status
-from rekall.store.catalog import Catalog
-from rekall.store.clock import Clock, SystemClock
-from rekall.store.errors import LockBusy, UnknownJob
+from rekall.store.clock import Clock
 from rekall.store.fsio import FileOps
 from rekall.store.handoff import Verified, verify_sealed
-from rekall.store.journal import JournalWriter, scan_journal
-from rekall.store.lifecycle import Lifecycle
-from rekall.store.locks import Locks, job_liveness
-from rekall.store.owner import Liveness, LockOwner, liveness, this_host
+from rekall.store.owner import Liveness, LockOwner, liveness
+from rekall.store.parts import StoreParts
 from rekall.store.paths import (
-    Layout,
     ensure_private_dir,
     legacy_lock_dirs,
     node_jobs_dirs,
@@ -46,35 +43,23 @@ from rekall.store.paths import (
     resolve_jobs_dir,
     resolve_lock_dir,
 )
-from rekall.store.replay import Replay, history_before, replay_scan
+from rekall.store.replay import Replay
 from rekall.store.schedule import CreatedJob
-from rekall.store.views import stamp, thread_stamps
 
 __all__ = ["CreatedJob", "JobStore"]
 
 
-class JobStore:
+class JobStore(StoreParts):
+    """The door to one jobs directory: every caller reads and drives jobs through these verbs."""
+
     def __init__(self, root: Path, *, lock_root: Path | None = None, clock: Clock | None = None,
                  fs: FileOps | None = None, permission_report: str | None = None,
                  node_dirs: tuple[Path, ...] = (), legacy_lock_roots: tuple[Path, ...] | None = None) -> None:
-        self.root = root
-        self.layout = Layout(root)
-        self.lock_root = lock_root if lock_root is not None else resolve_lock_dir()
-        #: Lock directories of earlier releases, read and released, never created (``rekall.store.paths``).
-        self.legacy_lock_roots = (legacy_lock_dirs(os.environ, self.lock_root) if legacy_lock_roots is None
-                                  else legacy_lock_roots)
-        self.clock: Clock = clock or SystemClock()
-        self.fs = fs or FileOps()
-        self.host = this_host()
-        self.catalog = Catalog(self.layout)
-        self.locks = Locks(self.lock_root, self.layout, self.fs, self.host, self.legacy_lock_roots)
-        self.status_file = status.StatusFile(self.layout, self.fs)
-        #: Set when opening had to tighten the directory's permissions (see ``ensure_private_dir``).
-        self.permission_report = permission_report
-        #: The Node version's jobs directories, read only (``rekall.store.node``).
-        self.node_dirs = node_dirs
-        #: Jobs whose dead worker could not be recorded (the journal refused the write): why.
-        self.unrecorded: dict[str, str] = {}
+        lock_root = lock_root if lock_root is not None else resolve_lock_dir()
+        super().__init__(root, lock_root=lock_root, clock=clock, fs=fs or FileOps(),
+                         permission_report=permission_report, node_dirs=node_dirs,
+                         legacy_lock_roots=(legacy_lock_dirs(os.environ, lock_root) if legacy_lock_roots is None
+                                            else legacy_lock_roots))
 
     @classmethod
     def open(cls, env: Mapping[str, str] | None = None, *, clock: Clock | None = None,
@@ -117,6 +102,10 @@ class JobStore:
     def cancel_path(self, thread_id: str, job_id: str) -> Path:
         return self.layout.cancel(valid_thread(thread_id), valid_job(job_id))
 
+    def cancel_requested(self, thread_id: str, job_id: str) -> bool:
+        """True once ``cancel`` has written the job's marker (``rekall.store.cancel``)."""
+        return self.cancel_path(thread_id, job_id).exists()
+
     def log_path(self, thread_id: str, job_id: str) -> Path:
         return self.layout.log(valid_thread(thread_id), valid_job(job_id))
 
@@ -151,25 +140,9 @@ class JobStore:
         with self.locks.guarded():
             yield
 
-    def lock_owner(self, thread_id: str) -> LockOwner | None:
-        """Who holds the thread's lock, or ``None`` when it is free."""
-        found = self.locks.find(valid_thread(thread_id))
-        return None if found is None else found[1]
-
     def is_owner_alive(self, owner: LockOwner) -> bool:
         """True only when the owner is proven alive. False does not prove death: see ``lock_liveness``."""
         return liveness(owner, host=self.host) is Liveness.ALIVE
-
-    def lock_liveness(self, thread_id: str) -> Liveness | None:
-        """ALIVE, DEAD or UNKNOWN for the thread's lock (the rule ``reap_if_dead`` applies); None when free."""
-        thread = valid_thread(thread_id)
-        try:
-            owner = self.lock_owner(thread)
-        except LockBusy:
-            return Liveness.UNKNOWN
-        if owner is None:
-            return None
-        return job_liveness(owner, reaper.lock_job(self, thread, owner)[1], host=self.host)
 
     def set_lock_owner(self, thread_id: str, job_id: str, pid: int, process_start_time: str | None) -> bool:
         """Name the worker process in the lock (compare-and-set on the job id).
@@ -201,23 +174,6 @@ class JobStore:
 
     def fail_unstarted(self, thread_id: str, job_id: str, error: str) -> dict[str, Any]:
         return schedule.fail_unstarted(self, thread_id, job_id, error)
-
-    def open_lifecycle(self, thread_id: str, job_id: str) -> Lifecycle:
-        """Open a job for driving (cuts a torn journal tail). Only the lock's owner may do this."""
-        thread, job = valid_thread(thread_id), valid_job(job_id)
-        path = self.layout.journal(thread, job)
-        try:
-            scan = scan_journal(path)
-        except FileNotFoundError:
-            raise UnknownJob(f"no job {job} for thread {thread} in {self.root}",
-                             hint="check the ids with `rekall status`") from None
-        replay = replay_scan(path, scan, thread, job)
-        writer = JournalWriter.open(path, scan, self.fs)
-        others = thread_stamps(self.layout, thread)  # before the history is read: see rekall.store.views
-        return Lifecycle(replay, writer, clock=self.clock, log_path=self.layout.log(thread, job),
-                         history=history_before(replay, self.catalog.earlier(replay, listed=list(others))),
-                         write_status=lambda value: self.status_file.save(
-                             thread, value, {**others, job: stamp(path)}))
 
     def request_cancel(self, thread_id: str, job_id: str) -> dict[str, Any]:
         return cancel.request_cancel(self, thread_id, job_id)

@@ -29,7 +29,7 @@ from rekall.store.fsio import FileOps
 from rekall.store.fsread import LOCK_LIMIT, read_private
 from rekall.store.guard import guarded
 from rekall.store.owner import Liveness, LockOwner, liveness
-from rekall.store.paths import Layout, LockLayout, ensure_private_dir
+from rekall.store.paths import Layout, LockLayout, ensure_private_dir, lock_places
 from rekall.store.replay import Replay
 from rekall.store.wire import decode_lock, encode_lock
 
@@ -64,10 +64,8 @@ class Locks:
             yield
 
     def places(self, thread: str) -> tuple[Path, ...]:
-        """Where the thread's lock may be: the lock directory, then (written by an earlier rekall,
-        whose worker may still run) the earlier lock directories and the jobs directory."""
-        return (self.layout.lock(thread), *(LockLayout(d).lock(thread) for d in self.legacy),
-                self._jobs.legacy_lock(thread))
+        """Where the thread's lock may be (:func:`rekall.store.paths.lock_places`)."""
+        return lock_places(self.root, self.legacy, self._jobs, thread)
 
     def exists(self, thread: str) -> bool:
         """Some lock file is there (readable or not)."""

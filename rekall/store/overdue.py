@@ -16,7 +16,7 @@ from rekall.states.status import JobStatus, known, read, wire
 from rekall.store.owner import Liveness, process_stopped
 
 if TYPE_CHECKING:
-    from rekall.store.jobstore import JobStore
+    from rekall.store.parts import StoreParts
     from rekall.store.replay import Replay
 
 #: How long past its deadline a running worker may take to journal ``timed_out`` before it is late.
@@ -46,7 +46,7 @@ def worker_problem(pid: int, deadline: datetime, stopped: bool | None) -> str:
             f"log, or `kill {pid}`: the next `rekall status` then records the job as worker_lost")
 
 
-def overdue_worker(store: JobStore, job: Replay) -> dict[str, Any]:
+def overdue_worker(store: StoreParts, job: Replay) -> dict[str, Any]:
     """``workerProblem`` for a job whose live worker is past its deadline; ``{}`` otherwise."""
     if job.state.terminal:
         return {}

@@ -226,3 +226,10 @@ class LockLayout:
 
     def guard(self) -> Path:
         return self.root / GUARD_NAME
+
+
+def lock_places(lock_root: Path, legacy_roots: tuple[Path, ...], jobs: Layout, thread: str) -> tuple[Path, ...]:
+    """Where the thread's lock may be: the lock directory, then (written by an earlier rekall,
+    whose worker may still run) the earlier lock directories and the jobs directory."""
+    return (LockLayout(lock_root).lock(thread), *(LockLayout(d).lock(thread) for d in legacy_roots),
+            jobs.legacy_lock(thread))

@@ -24,16 +24,15 @@ from rekall.states.status import JobStatus, known, wire
 from rekall.store.errors import LockBusy
 from rekall.store.locks import job_liveness
 from rekall.store.owner import Liveness, LockOwner
-from rekall.store.paths import inspect_jobs_dir
 from rekall.store.replay import Replay
 
 if TYPE_CHECKING:
-    from rekall.store.jobstore import JobStore
+    from rekall.store.parts import StoreParts
 
 log = logging.getLogger("rekall.store")
 
 
-def reap_if_dead(store: JobStore, thread_id: str) -> dict[str, Any] | None:
+def reap_if_dead(store: StoreParts, thread_id: str) -> dict[str, Any] | None:
     """Apply the ``worker_lost`` rule to the thread if its job's process is provably gone.
 
     Returns what was done (``jobId``, ``reaped``, ``lockRemoved``, ``state``) or ``None``
@@ -55,7 +54,7 @@ def reap_if_dead(store: JobStore, thread_id: str) -> dict[str, Any] | None:
         return _reap_orphan_if_dead(store, thread)
 
 
-def reap_all(store: JobStore) -> list[dict[str, Any]]:
+def reap_all(store: StoreParts) -> list[dict[str, Any]]:
     """``reap_if_dead`` for every thread that has a job here."""
     threads: dict[str, list[str]] = {}
     for thread, job in store.layout.journals():  # listed once, not once per thread
@@ -72,7 +71,7 @@ def reap_all(store: JobStore) -> list[dict[str, Any]]:
     return done
 
 
-def _may_need_reaping(store: JobStore, thread: str, listed: list[str] | None = None) -> bool:
+def _may_need_reaping(store: StoreParts, thread: str, listed: list[str] | None = None) -> bool:
     if store.locks.exists(thread):
         return True
     try:
@@ -82,16 +81,10 @@ def _may_need_reaping(store: JobStore, thread: str, listed: list[str] | None = N
     return latest is not None and not latest.state.terminal and latest.job_id not in store.unrecorded
 
 
-def lock_job(store: JobStore, thread: str, owner: LockOwner) -> tuple[JobStore | None, Replay | None]:
-    """The store holding the lock's job and the job, each ``None`` when it cannot be read."""
-    home = home_of(store, owner)
-    return home, (home.catalog.load_if_exists(thread, owner.job_id) if home is not None else None)
-
-
-def reap_lock_if_dead(store: JobStore, thread: str, path: Path, owner: LockOwner) -> dict[str, Any] | None:
+def reap_lock_if_dead(store: StoreParts, thread: str, path: Path, owner: LockOwner) -> dict[str, Any] | None:
     """Record the lock's job as ``worker_lost`` and remove the lock, if its processes are provably gone
     (call under the guard)."""
-    home, job = lock_job(store, thread, owner)
+    home, job = store.lock_job(thread, owner)
     if job_liveness(owner, job, host=store.host) is not Liveness.DEAD:
         return None
     reaped = job is not None and not job.state.terminal
@@ -108,22 +101,7 @@ def reap_lock_if_dead(store: JobStore, thread: str, path: Path, owner: LockOwner
             "state": None if job is None else job.state.value}
 
 
-def home_of(store: JobStore, owner: LockOwner) -> JobStore | None:
-    """The store holding the lock's job: ``store``, or the jobs directory the lock names
-    (another ``CODEX_HOME``); ``None`` when that directory cannot be used."""
-    if owner.jobs_dir is None or Path(owner.jobs_dir) == store.root:
-        return store
-    other = Path(owner.jobs_dir)
-    try:
-        inspect_jobs_dir(other)
-    except StoreError as exc:
-        log.warning("the lock of job %s names the jobs directory %s: %s", owner.job_id, other, exc.message)
-        return None
-    return type(store)(other, lock_root=store.lock_root, clock=store.clock, fs=store.fs,
-                       legacy_lock_roots=store.legacy_lock_roots)
-
-
-def _reap_orphan_if_dead(store: JobStore, thread: str) -> dict[str, Any] | None:
+def _reap_orphan_if_dead(store: StoreParts, thread: str) -> dict[str, Any] | None:
     """A job that is not over but has no lock: reap it if its worker is gone."""
     latest = store.catalog.latest(thread)
     if latest is None or latest.state.terminal or job_liveness(None, latest, host=store.host) is not Liveness.DEAD:
@@ -137,7 +115,7 @@ def _reap_orphan_if_dead(store: JobStore, thread: str) -> dict[str, Any] | None:
             "state": job.state.value}
 
 
-def mark_worker_lost(store: JobStore, job: Replay, error: str | None = None) -> Replay:
+def mark_worker_lost(store: StoreParts, job: Replay, error: str | None = None) -> Replay:
     """Journal ``fail`` (``worker_lost``), saying what the dead worker had already done (``error``
     when more precise words are known: they are kept, never replaced by vaguer ones).
 

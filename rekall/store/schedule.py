@@ -31,14 +31,14 @@ from rekall.store.handoff import record_bytes, sha256_hex, validate_handoff
 from rekall.store.locks import job_liveness
 from rekall.store.node import refuse_if_node_job_runs
 from rekall.store.owner import Liveness, LockOwner, process_start_time
-from rekall.store.reaper import lock_job, mark_worker_lost, reap_lock_if_dead
+from rekall.store.reaper import mark_worker_lost, reap_lock_if_dead
 from rekall.store.replay import Replay
 from rekall.store.status import status_of
 from rekall.store.views import thread_stamps
 from rekall.store.wire import TransitionRecord, encode_record
 
 if TYPE_CHECKING:
-    from rekall.store.jobstore import JobStore
+    from rekall.store.parts import StoreParts
 
 @attrs.frozen
 class CreatedJob:
@@ -67,7 +67,7 @@ def _checked_extra(extra: Mapping[str, Any] | None) -> dict[str, Any]:
     return fields
 
 
-def create_job(store: JobStore, thread_id: str, *, handoff: Mapping[str, Any] | None,
+def create_job(store: StoreParts, thread_id: str, *, handoff: Mapping[str, Any] | None,
                user_fingerprint: str | None, extra: Mapping[str, Any] | None = None) -> CreatedJob:
     """Schedule a job for the thread, or return the live job that already holds it."""
     thread = valid_thread(thread_id)
@@ -89,8 +89,8 @@ def create_job(store: JobStore, thread_id: str, *, handoff: Mapping[str, Any] | 
         return _create(store, thread, str(uuid.uuid4()), clean, user_fingerprint, fields)
 
 
-def _settle_lock(store: JobStore, thread: str, path: Path, owner: LockOwner) -> CreatedJob | None:
-    home, job = lock_job(store, thread, owner)
+def _settle_lock(store: StoreParts, thread: str, path: Path, owner: LockOwner) -> CreatedJob | None:
+    home, job = store.lock_job(thread, owner)
     alive = job_liveness(owner, job, host=store.host)
     if alive is Liveness.DEAD:
         reaped = reap_lock_if_dead(store, thread, path, owner)
@@ -116,7 +116,7 @@ def _settle_lock(store: JobStore, thread: str, path: Path, owner: LockOwner) -> 
                    hint="its worker is finishing; schedule again in a moment")
 
 
-def _settle_orphan(store: JobStore, job: Replay) -> None:
+def _settle_orphan(store: StoreParts, job: Replay) -> None:
     if job_liveness(None, job, host=store.host) is not Liveness.DEAD:
         raise LockBusy(f"job {job.job_id} is {job.state.value} without its lock and its worker may still run",
                        hint=f"inspect `rekall explain {job.job_id}`; schedule again once it has ended")
@@ -127,7 +127,7 @@ def _settle_orphan(store: JobStore, job: Replay) -> None:
                          code="journal_unusable", hint="free disk space, then schedule again")
 
 
-def _create(store: JobStore, thread: str, job: str, handoff: dict[str, Any] | None,
+def _create(store: StoreParts, thread: str, job: str, handoff: dict[str, Any] | None,
             fingerprint: str | None, extra: dict[str, Any]) -> CreatedJob:
     now = store.clock.now()
     pid = os.getpid()
@@ -168,7 +168,7 @@ def _create(store: JobStore, thread: str, job: str, handoff: dict[str, Any] | No
     return CreatedJob(job, status, already_scheduled=False)
 
 
-def fail_unstarted(store: JobStore, thread_id: str, job_id: str, error: str) -> dict[str, Any]:
+def fail_unstarted(store: StoreParts, thread_id: str, job_id: str, error: str) -> dict[str, Any]:
     """The worker could not be started: fail the job with the cause and release its lock.
 
     Nothing was sent to the extension, so the outcome is known. The journal is kept.

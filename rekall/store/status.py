@@ -1,4 +1,5 @@
-"""A thread's status: derived from its latest job's journal, and the status file that caches it.
+"""A thread's status: derived from its latest job's journal, and the status file that caches it
+(:class:`rekall.store.parts.StatusFile`).
 
 The journal is the truth; the status file (``<thread>.json``) is rebuilt from it whenever it
 is missing, stale or unreadable, unless a live worker owns the thread (its next transition
@@ -10,72 +11,24 @@ while they are unchanged (:mod:`rekall.store.views`).
 
 from __future__ import annotations
 
-import json
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rekall.ids import thread_id as valid_thread
-from rekall.states import TERMINAL_STATES
 from rekall.states.status import JobStatus, read, wire
 from rekall.store.errors import StatusCorrupt
-from rekall.store.fsio import FileOps
-from rekall.store.fsread import STATUS_LIMIT, TooLarge, read_private
 from rekall.store.overdue import overdue_worker
 from rekall.store.owner import Liveness
 from rekall.store.paths import Layout
+from rekall.store.parts import StoreParts
 from rekall.store.reaper import unrecorded_loss
 from rekall.store.replay import Replay, derive_status, history_before
-from rekall.store.views import sealed, served_status, thread_stamps, unsealed
-
-if TYPE_CHECKING:
-    from rekall.store.jobstore import JobStore
+from rekall.store.views import not_scheduled, served_status, thread_stamps
 
 log = logging.getLogger("rekall.store")
 
-ENDED = frozenset(state.value for state in TERMINAL_STATES)
 
-
-class StatusFile:
-    """The status files of one jobs directory: a derived view, never the truth."""
-
-    def __init__(self, layout: Layout, fs: FileOps) -> None:
-        self.layout = layout
-        self.fs = fs
-
-    def read(self, thread: str) -> tuple[dict[str, Any] | None, str | None]:
-        """The file's JSON object, or ``None`` and why not (``missing``, ``corrupt (…)``, …)."""
-        try:
-            raw = read_private(self.layout.status(thread), limit=STATUS_LIMIT)
-        except FileNotFoundError:
-            return None, "missing"
-        except TooLarge as exc:
-            return None, f"too large ({exc.strerror}; not read)"
-        except OSError as exc:
-            return None, f"unreadable ({exc.strerror or exc})"
-        try:
-            value = json.loads(raw.decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            return None, f"corrupt ({exc})"
-        if not isinstance(value, dict):
-            return None, "corrupt (not a JSON object)"
-        return unsealed(value), None
-
-    def save(self, thread: str, status: dict[str, Any], stamps: dict[str, list[int]]) -> None:
-        """Write ``status``, sealed with the ``stamps`` of the journals it was derived from (taken
-        before they were read: :mod:`rekall.store.views`)."""
-        value = sealed(status, stamps, ended=status["state"] in ENDED)
-        data = (json.dumps(value, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
-        self.fs.atomic_replace(self.layout.status(thread), data)
-
-    def save_quietly(self, thread: str, status: dict[str, Any], stamps: dict[str, list[int]]) -> None:
-        """Save, logging a failure: a reader never fails on a derived view."""
-        try:
-            self.save(thread, status, stamps)
-        except OSError as exc:
-            log.warning("status file of thread %s not written (%s); the journal holds the job", thread, exc)
-
-
-def status_of(store: JobStore, job: Replay) -> dict[str, Any]:
+def status_of(store: StoreParts, job: Replay) -> dict[str, Any]:
     """The derived status of ``job``, with the summaries of the thread's earlier jobs."""
     status = derive_status(job.view, job.transitions[-1], job.path, store.layout.log(job.thread_id, job.job_id),
                            history_before(job, store.catalog.earlier(job)))
@@ -85,7 +38,7 @@ def status_of(store: JobStore, job: Replay) -> dict[str, Any]:
     return status
 
 
-def current_fields(store: JobStore, job: Replay) -> dict[str, Any]:
+def current_fields(store: StoreParts, job: Replay) -> dict[str, Any]:
     """The job's fields and state, as :func:`status_of` reports them, without the thread's history."""
     fields = {**job.view.fields, **wire(JobStatus(state=job.state.value))}
     problem = store.unrecorded.get(job.job_id)
@@ -94,7 +47,7 @@ def current_fields(store: JobStore, job: Replay) -> dict[str, Any]:
     return fields
 
 
-def read_status(store: JobStore, thread_id: str) -> dict[str, Any]:
+def read_status(store: StoreParts, thread_id: str) -> dict[str, Any]:
     """The thread's latest job, derived from its journal.
 
     A status file that is missing, stale or unreadable is reported under
@@ -137,7 +90,7 @@ def _without_journal(layout: Layout, thread: str, on_disk: dict[str, Any] | None
         raise StatusCorrupt(f"the status file {layout.status(thread)} is {problem} and no journal "
                             "exists to rebuild it from",
                             hint="move the file aside; nothing else refers to it")
-    return wire(JobStatus(threadId=thread, status="not_scheduled", state="not_scheduled"))
+    return not_scheduled(thread)
 
 
 def _behind(on_disk: dict[str, Any] | None, status: dict[str, Any]) -> bool:

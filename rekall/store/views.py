@@ -18,8 +18,12 @@ Otherwise the reader takes the full path, which replays the journals and writes 
 again. Writers take the stamps before they read the journals, so a journal that changes
 meanwhile leaves a stamp that no longer matches, never one that matches older content.
 
+A thread with nothing on disk (no journal, status file or lock) has no job, and says so at once
+(:func:`trusted_status`).
+
 This module loads nothing heavy: ``rekall status --json`` and ``rekall history --json``
-serve from it before the rest of rekall is imported (:mod:`rekall.quick`).
+serve from it before the rest of rekall is imported (:mod:`rekall.quick`), and so does the
+MCP server's ``compaction_status`` before the status code is loaded (:mod:`rekall.mcp_light`).
 """
 
 from __future__ import annotations
@@ -31,11 +35,13 @@ from collections import namedtuple
 
 TYPE_CHECKING = False  # not typing's: importing typing costs the fast read paths milliseconds
 if TYPE_CHECKING:
+    from collections.abc import Mapping
     from typing import Any
 
 from rekall import __version__
+from rekall.ids import is_uuid
 from rekall.store.fsread import STATUS_LIMIT, read_private
-from rekall.store.paths import Layout
+from rekall.store.paths import Layout, legacy_lock_dirs, lock_places, reader_dirs
 
 #: The key of the status file's seal; never part of a status that is shown.
 SEAL = "derivedFrom"
@@ -99,6 +105,36 @@ def served_status(layout: Layout, thread: str) -> tuple[dict[str, Any], str] | N
     return found, text
 
 
+def not_scheduled(thread: str) -> dict[str, Any]:
+    """The status of a thread that has no job (the Node version's word for it, then rekall's)."""
+    return {"threadId": thread, "status": "not_scheduled", "state": "not_scheduled"}
+
+
+def trusted_status(env: Mapping[str, str], thread: str) -> tuple[dict[str, Any], str] | None:
+    """The thread's status and its text when what is on disk proves it without a replay: a sealed
+    status file (:func:`served_status`), or nothing at all that names the thread in an existing jobs
+    directory (no journal, status file or lock, and no Node version's jobs directory to look in);
+    else ``None``.
+
+    ``thread`` must be a whole lower-case UUID (anything else is ``None``: the full path resolves
+    or refuses it). Raises what :func:`rekall.store.paths.reader_dirs` raises for a directory
+    that fails its checks."""
+    if not (is_uuid(thread) and thread == thread.lower()):
+        return None
+    root, lock_root, node_dirs = reader_dirs(env)
+    layout = Layout(root)
+    served = served_status(layout, thread)
+    if served is not None or node_dirs or not os.path.isdir(root):  # no jobs directory yet: the full path says why
+        return served
+    if any(os.path.lexists(p) for p in (layout.status(thread),
+                                         *lock_places(lock_root, legacy_lock_dirs(env, lock_root), layout, thread))):
+        return None
+    for _ in layout.journal_entries(thread=thread):
+        return None
+    status = not_scheduled(thread)
+    return status, status_text(status)
+
+
 # --- the history rows of ended jobs ----------------------------------------------------------
 
 
@@ -116,6 +152,11 @@ def row_text(row: dict[str, Any]) -> str:
 def list_text(texts: list[str]) -> str:
     """The printed list of rows given by their :func:`row_text` (what ``json.dumps(rows, indent=2)`` gives)."""
     return "[\n" + ",\n".join(texts) + "\n]" if texts else "[]"
+
+
+def left_out_note(count: int) -> str:
+    """What ``history --json`` says on stderr when ``--limit`` left jobs out (served here or by the CLI)."""
+    return f"rekall: {count} older jobs left out; pass --limit 0 for all\n"
 
 
 class HistoryRows:

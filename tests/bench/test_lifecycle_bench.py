@@ -33,3 +33,19 @@ def test_the_owner_process_refuses_an_unknown_command_by_name():
         with pytest.raises(RuntimeError, match="could not reboot: ValueError: unknown command 'reboot'"):
             owner.call("reboot")
         assert owner.call("marks") == {"marks": {}}  # it answers on after a refusal
+
+
+def test_the_mcp_server_serves_two_whole_jobs_as_an_agent_makes_them(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    whole = bench.mcp_whole_jobs(50)  # raises unless each job ended resumed
+    assert [c["call"] for c in whole["calls"]] == ["opening"] + 2 * [
+        "compaction_status", "probe_compaction", "schedule_compaction", "compaction_status"]
+    assert len(whole["rss_mb_after_each_job"]) == 2
+    assert set(whole["first_call_excess_ms"]) == {"compaction_status", "probe_compaction", "schedule_compaction"}
+    assert math.isfinite(whole["mcp_first_call_excess_ms_max"])
+
+
+def test_a_target_below_the_sdks_own_floor_is_said_to_be_out_of_reach_and_one_above_it_is_not():
+    reach = bench.out_of_reach({"sdk_server_built_rss_mb": 70.0, "sdk_load_ms": 20.0})
+    assert list(reach) == ["mcp_whole_job_rss_mb"] and "70.0" in reach["mcp_whole_job_rss_mb"]

@@ -199,7 +199,7 @@ def test_a_crash_inside_any_journal_append_leaves_a_truthful_intact_job(tmp_path
 #: ``sys.argv[3]``: the request's journal record is durable, the status file is the one before.
 KILLED_AT_STATUS_WRITE = r"""
 import os, signal, sys
-from rekall.store.status import StatusFile
+from rekall.store.parts import StatusFile
 from rekall.worker_start import run_worker
 
 thread, job, state = sys.argv[1], sys.argv[2], sys.argv[3]
