@@ -2,7 +2,7 @@
 
 One ``codex app-server daemon`` (isolated ``CODEX_HOME``, the loopback mock model) serves every
 run. Per run, a ``websockets`` client plays the user's terminal: it starts a thread and fills its
-context with one long answer. Then ``rekall.service.schedule`` (what the MCP tool runs) starts a
+context with one long answer. Then ``rekall.usecases.service.schedule`` (what the MCP tool runs) starts a
 real detached worker that attaches with ``thread/resume``, waits for stable idle, compacts and
 starts the one continuation turn. The thread is idle before the worker attaches, so:
 
@@ -35,8 +35,8 @@ import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from rekall import service  # noqa: E402
-from rekall.explain import build_explanation  # noqa: E402
+from rekall.usecases import service  # noqa: E402
+from rekall.surfaces.explain import build_explanation  # noqa: E402
 from rekall.states import TERMINAL_STATES  # noqa: E402
 from rekall.store import JobStore  # noqa: E402
 from tests.codex.daemonkit import peer_client, start_daemon, stop_daemon  # noqa: E402
@@ -131,6 +131,6 @@ async def app_server_jobs(binary: Path, runs: int, idle_stable_ms: int) -> dict[
         values = [j[key] for j in jobs if j.get(key) is not None]
         return statistics.median(values) if values else None
 
-    return {"path": "rekall.service.schedule -> detached rekall worker -> WebSocket over the daemon's Unix socket",
+    return {"path": "rekall.usecases.service.schedule -> detached rekall worker -> WebSocket over the daemon's Unix socket",
             "idleStableMs": idle_stable_ms, "runs": jobs, "median": {key: median(key) for key in KEYS},
             "allResumed": all(j["state"] == "resumed" and j["continuationRequests"] == 1 for j in jobs)}

@@ -2,7 +2,7 @@
 
 One ``codex app-server daemon`` (isolated ``CODEX_HOME``, the loopback mock model) serves every
 run. Per run a ``websockets`` client plays the user's terminal: it fills a thread, rekall
-(``rekall.service.schedule``, a detached worker) compacts it, and then the user sends the next
+(``rekall.usecases.service.schedule``, a detached worker) compacts it, and then the user sends the next
 message. Three kinds of run alternate:
 
 * ``injected``: ``resume: false``; the worker injects the handoff with ``thread/inject_items``.

@@ -42,7 +42,7 @@ continuation against the simulated owner, ``compaction_status``): each call's ti
 (``mcp_whole_job_rss_mb``: after the first, target 45 MB) and how much slower each tool's first call was
 than its next (``mcp_first_call_excess_ms_max``, target 50 ms). ``sdk_floor`` is what the mcp SDK alone
 holds and costs in a fresh interpreter; a target below it is listed under ``out_of_reach`` with it, and
-does not fail the run (rekall/mcp_light.py says why the light path is kept).
+does not fail the run (rekall/surfaces/mcp_light.py says why the light path is kept).
 
 ``TARGETS`` holds every target; the output gives each figure, its target and its baseline
 (``targets``), ``targets_met``, and the load average seen before and after the run.
@@ -70,7 +70,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from rekall import punctual, service  # noqa: E402
+from rekall.worker import timers as punctual  # noqa: E402
+from rekall.usecases import service
 from rekall.store import FileOps, JobStore, process_start_time  # noqa: E402
 from rekall.store.journal import JournalWriter, scan_journal  # noqa: E402
 from rekall.store.paths import resolve_lock_dir  # noqa: E402
@@ -413,7 +414,7 @@ def rss():
 bare = rss()
 import mcp.server, pydantic
 imported = rss()
-from rekall.mcp_server import build_server
+from rekall.surfaces.mcp_server import build_server
 build_server()
 print(bare, imported, rss(), (time.perf_counter() - start) * 1000)
 """
@@ -483,7 +484,7 @@ TARGETS: dict[str, tuple[str | None, str, float]] = {
 #: Targets a server on the mcp SDK cannot meet beside the light path's figures (``mcp_ready_ms``,
 #: ``mcp_rss_mb``), whatever rekall does: each with the floor that shows it, measured in the same run
 #: by :func:`sdk_floor`. Reported and judged, never hidden, but they do not fail the run while their
-#: floor is above them; rekall/mcp_light.py says which figures the light path keeps and why.
+#: floor is above them; rekall/surfaces/mcp_light.py says which figures the light path keeps and why.
 FLOORS: dict[str, str] = {"mcp_whole_job_rss_mb": "sdk_server_built_rss_mb",
                           "mcp_first_call_excess_ms_max": "sdk_load_ms"}
 

@@ -29,7 +29,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from rekall import service  # noqa: E402
+from rekall.usecases import service  # noqa: E402
 from rekall.sim import start_sim_in_thread  # noqa: E402
 from tests.chaos.harness import COMPACT, FAST, START_TURN, wait_for_exit  # noqa: E402
 from tests.mcpkit import HANDOFF, job_env  # noqa: E402

@@ -3,7 +3,7 @@
     pip install -e '.[bench]' && python bench/secret_detectors.py [--json]
 
 Runs ``tests/store/secret_corpus.py`` (credentials that must be refused, legitimate handoff
-text that must pass) through ``rekall.secrets.credential_kind`` and through every
+text that must pass) through ``rekall.kernel.credentials.credential_kind`` and through every
 ``detect-secrets`` plugin, with and without its entropy plugins, line by line as it scans
 files. Prints how many credentials each catches, how many legitimate texts each flags, what
 ``detect-secrets`` would add to rekall's rules, and the cost of importing it (in a fresh
@@ -23,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from rekall.secrets import credential_kind  # noqa: E402
+from rekall.kernel.credentials import credential_kind  # noqa: E402
 from tests.store.secret_corpus import ADVERSARIAL, LEGITIMATE, REFUSED  # noqa: E402
 
 _IMPORT_COST = """

@@ -23,8 +23,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from rekall import service  # noqa: E402
-from rekall.errors import RekallError  # noqa: E402
+from rekall.usecases import service  # noqa: E402
+from rekall.kernel.errors import RekallError  # noqa: E402
 from rekall.sim import start_sim_in_thread  # noqa: E402
 
 UNKNOWN = "019a0000-0000-7000-8000-0000000000aa"

@@ -5,7 +5,7 @@ Each run starts the codex-backed simulated owner (``tests.support.codex_backend`
 fills the thread's context with one user turn (the mock answers with a long message). Then
 one of two paths:
 
-``job`` (``jobRuns``): a whole rekall job. ``rekall.service.schedule`` (what the
+``job`` (``jobRuns``): a whole rekall job. ``rekall.usecases.service.schedule`` (what the
 ``schedule_compaction`` tool runs) saves a ``resume: true`` handoff and starts the detached
 worker; the worker follows the thread over the Unix socket, waits for stable idle, asks the
 owner to compact, waits for the engine's ``contextCompaction`` item to complete, checks the
@@ -56,11 +56,12 @@ import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from rekall import events as ev, service  # noqa: E402
+from rekall.kernel import events as ev  # noqa: E402
+from rekall.usecases import service
 from rekall.adapters.extension import connect_thread  # noqa: E402
 from rekall.thread.facts import derive_facts  # noqa: E402
 from rekall.codex.schema import binary_identity  # noqa: E402
-from rekall.config import DEFAULT_IDLE_STABLE_MS  # noqa: E402
+from rekall.kernel.settings import DEFAULT_IDLE_STABLE_MS  # noqa: E402
 from rekall.sim import SimulatedOwner  # noqa: E402
 from rekall.states import TERMINAL_STATES  # noqa: E402
 from tests.support.codex_backend import CodexBackend  # noqa: E402
@@ -218,7 +219,7 @@ async def verify(binary: Path, runs: int, path: str = "both", idle_stable_ms: in
     if path in ("job", "both", "all"):
         jobs = [await one_job_run(binary, index, idle_stable_ms) for index in range(1, runs + 1)]
         result.update(
-            jobPath="rekall.service.schedule -> detached rekall worker -> Unix socket -> rekall.sim owner -> "
+            jobPath="rekall.usecases.service.schedule -> detached rekall worker -> Unix socket -> rekall.sim owner -> "
                     "codex app-server relay",
             jobRuns=jobs, jobMedian=summarise(jobs, JOB_KEYS),
             allJobsResumed=all(j["state"] == "resumed" and j["continuationReachedModel"]

@@ -65,7 +65,7 @@ class Rekall:
         return result.content[0].text
 
     async def _call(self, tool: str, arguments: Mapping[str, Any]) -> Any:
-        """As Codex calls a tool: from this thread, which its ``_meta`` names (``rekall.caller``)."""
+        """As Codex calls a tool: from this thread, which its ``_meta`` names (``rekall.kernel.caller``)."""
         return await self.client.call_tool(tool, {"threadId": self.thread_id, **arguments},
                                            meta=codex_meta(self.thread_id))  # type: ignore[arg-type]
 
@@ -102,7 +102,7 @@ async def rekall_mcp(env: Mapping[str, str], thread_id: str) -> AsyncIterator[Re
 async def wait_for_note(jobs_dir: Path, job_id: str, kind: str, timeout: float = WAIT_S) -> list[str]:
     """Wait until the worker journaled a note of ``kind`` (e.g. ``connected``: it holds its first
     snapshot); returns the kinds journaled so far."""
-    from rekall.explain import build_explanation
+    from rekall.surfaces.explain import build_explanation
     from rekall.store import JobStore
 
     store = JobStore.open({"REKALL_JOBS_DIR": str(jobs_dir)})

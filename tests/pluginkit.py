@@ -19,7 +19,7 @@ import anyio
 import yaml
 from mcp import Client
 
-from rekall.mcp_server import build_server
+from rekall.surfaces.mcp_server import build_server
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 MARKETPLACE_FILE = REPO_ROOT / ".agents" / "plugins" / "marketplace.json"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import ast
 import re
-from rekall.explain import describe_outcome
+from rekall.surfaces.explain import describe_outcome
 from rekall.states import check_headroom
 from rekall.store import JobStore
 from rekall.testing import FakeClock
@@ -98,9 +98,9 @@ def test_every_text_that_says_which_terminal_sessions_rekall_reaches_counts_plai
     import json
 
     from rekall.adapters.app_server.platform import OWN_APP_SERVER, SERVED_SESSIONS
-    from rekall.mcp_server import INSTRUCTIONS
+    from rekall.surfaces.mcp_server import INSTRUCTIONS
 
-    light = json.loads((REPO_ROOT / "rekall" / "mcp_light.json").read_text(encoding="utf-8"))
+    light = json.loads((REPO_ROOT / "rekall" / "surfaces" / "mcp_light.json").read_text(encoding="utf-8"))
     latest = light["versions"][light["latestHandshakeVersion"]]
     probe = next(t for t in latest["lists"]["tools/list"]["tools"] if t["name"] == "probe_compaction")
     texts = {"README.md": README, "docs/app-server.md": (REPO_ROOT / "docs" / "app-server.md").read_text("utf-8"),

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from rekall.cli import main
+from rekall.surfaces.cli import main
 from rekall.sim import start_sim_in_thread
 from rekall.store import FileOps
 
@@ -221,7 +221,7 @@ def test_an_unexpected_exception_is_reported_by_type_with_a_code_and_no_tracebac
     def broken(thread_id):
         raise ValueError(f"secret detail about {thread_id}")
 
-    monkeypatch.setattr("rekall.service.status", broken)
+    monkeypatch.setattr("rekall.usecases.service.status", broken)
     assert main(["status", THREAD, *(["--json"] if as_json else [])]) == 1
     out, err = capsys.readouterr()
     assert "Traceback" not in out + err and "secret detail" not in out + err
@@ -239,9 +239,9 @@ def test_each_printer_is_a_reference_an_editor_can_follow_not_a_string_naming_it
     import ast
     import importlib
 
-    import rekall.cli
+    import rekall.surfaces.cli
 
-    tree = ast.parse(Path(rekall.cli.__file__).read_text(encoding="utf-8"))
+    tree = ast.parse(Path(rekall.surfaces.cli.__file__).read_text(encoding="utf-8"))
     named = [node.value for node in ast.walk(tree) if isinstance(node, ast.Constant) and isinstance(node.value, str)
              and node.value.startswith("rekall.") and ":" in node.value]
     assert named == [], "a printer named by a 'module:function' string"
@@ -257,7 +257,7 @@ def test_each_printer_is_a_reference_an_editor_can_follow_not_a_string_naming_it
 
 @pytest.mark.parametrize("as_json", [True, False])
 def test_status_loads_rich_only_to_print_for_people(jobs, as_json):
-    code = ("import json, sys\nfrom rekall.cli import main\n"
+    code = ("import json, sys\nfrom rekall.surfaces.cli import main\n"
             f"code = main(['status', {THREAD!r}{', ' + repr('--json') if as_json else ''}])\n"
             "print(json.dumps({'code': code, 'rich': any(m.split('.')[0] == 'rich' for m in sys.modules)}), "
             "file=sys.stderr)")

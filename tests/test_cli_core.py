@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from rekall.cli import main
-from rekall.errors import InvalidInput
+from rekall.surfaces.cli import main
+from rekall.kernel.errors import InvalidInput
 from rekall.store import UnknownJob
 from rekall.states.render import render
 from rekall.testing import FakeClock

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from rekall.cli import main
+from rekall.surfaces.cli import main
 from rekall.testing import FakeClock
 
 from tests.jobkit import dead_pid, new_thread, open_store, schedule, scheduled_run

@@ -2,9 +2,9 @@ import pytest
 
 from pathlib import Path
 
-from rekall.config import (DEFAULT_DEADLINE_S, DEFAULT_IDLE_STABLE_MS, SETTINGS, WorkerSettings, app_server_socket,
+from rekall.kernel.settings import (DEFAULT_DEADLINE_S, DEFAULT_IDLE_STABLE_MS, SETTINGS, WorkerSettings, app_server_socket,
                            check_settings, env_value)
-from rekall.errors import InvalidInput
+from rekall.kernel.errors import InvalidInput
 
 
 def test_defaults_apply_when_variables_are_unset_or_empty():

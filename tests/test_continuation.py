@@ -1,6 +1,6 @@
 import json
 
-from rekall.continuation import continuation_text
+from rekall.worker.continuation import continuation_text
 
 RECORD = {
     "version": 1,
@@ -42,7 +42,7 @@ def test_the_continuation_ends_with_the_exact_handoff_json_after_a_blank_line():
 
 
 def test_the_injected_handoff_names_the_job_and_thread_and_says_whether_its_next_step_is_authorised():
-    from rekall.continuation import injection_text
+    from rekall.worker.continuation import injection_text
 
     record = {"jobId": "job-1", "threadId": "thread-1", "handoff": {"summary": "s", "preserve": [], "discard": [],
                                                                    "nextStep": "write the changelog", "resume": False}}

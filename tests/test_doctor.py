@@ -19,8 +19,8 @@ from pathlib import Path
 import anyio
 import pytest
 
-from rekall import service
-from rekall.doctor import Report, Row, diagnose
+from rekall.usecases import service
+from rekall.usecases.doctor import Report, Row, diagnose
 from rekall.sim import SimulatedOwner, start_sim_in_thread
 from rekall.sim import protocol as p
 from rekall.store import JobStore, process_start_time

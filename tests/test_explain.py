@@ -5,7 +5,7 @@ import io
 import pytest
 from rich.console import Console
 
-from rekall.explain import build_explanation, describe_outcome, print_explanation
+from rekall.surfaces.explain import build_explanation, describe_outcome, print_explanation
 from rekall.store import JobStore, UnknownJob
 from rekall.testing import FakeClock
 
@@ -142,7 +142,7 @@ def test_a_compaction_that_grew_the_context_says_nothing_was_reclaimed_not_a_neg
     words = describe_outcome("completed", grew)
     assert "-5%" not in words and "nothing reclaimed: the count grew 5%" in words
     out = io.StringIO()
-    from rekall.render import print_job
+    from rekall.surfaces.render import print_job
 
     print_job({"threadId": new_thread(), "state": "completed", **grew}, Console(file=out, width=100))
     shown = out.getvalue()  # the thread id is random: it may hold "-5" itself

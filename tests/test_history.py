@@ -6,8 +6,8 @@ from datetime import timedelta
 import pytest
 from rich.console import Console
 
-from rekall.errors import InvalidInput
-from rekall.history import collect_history, print_history
+from rekall.kernel.errors import InvalidInput
+from rekall.surfaces.history import collect_history, print_history
 from rekall.store import JobStore
 from rekall.testing import FakeClock
 

@@ -11,7 +11,7 @@ import json
 import shutil
 from pathlib import Path
 
-from rekall.hook_doctor import HOOK_KEY, file_rows, handler_hash, listing_rows
+from rekall.usecases.hook_doctor import HOOK_KEY, file_rows, handler_hash, listing_rows
 from tests.pluginkit import plugin_root, read_json
 
 #: What Codex 0.171.0's hooks/list reported as the handler half of the plugin hook's currentHash.

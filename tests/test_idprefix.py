@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from rekall.cli import main
+from rekall.surfaces.cli import main
 
 #: A credential pasted where an id belongs (the shape of a GitHub token; not a real one).
 PASTED = "ghp_" + "Zq9Xw8Vu7Ts6Rq5Po4Nm3Lk2Jh1Gf0EdCbA9"

@@ -17,14 +17,14 @@ from typing import Any
 
 import pytest
 
-from rekall import mcp_light
+from rekall.surfaces import mcp_light
 from rekall.store import JobStore
 from rekall.testing import FakeClock
 from tests.jobkit import new_thread, scheduled_run
 from tests.support import codex_opening
 
 #: The light server (as ``rekall mcp`` runs it), reporting its modules on stderr when stdin closes.
-LIGHT = ("import json, sys\nfrom rekall.mcp_light import run_stdio\ncode = run_stdio()\n"
+LIGHT = ("import json, sys\nfrom rekall.surfaces.mcp_light import run_stdio\ncode = run_stdio()\n"
          "print('MODULES ' + json.dumps(sorted(sys.modules)), file=sys.stderr)\nraise SystemExit(code)")
 UNKNOWN_VERSION = "2099-01-01"
 LIGHT_MODULES = ("mcp", "mcp_types", "pydantic", "anyio")
@@ -93,7 +93,7 @@ def finished_thread(jobs_dir: Path, clock: FakeClock) -> str:
 
 def test_the_shipped_data_is_what_the_sdk_server_generates_today():
     # Fails when a tool's description or schema, or the SDK's handshake, changed without
-    # `python -m rekall.mcp_light --generate`.
+    # `python -m rekall.surfaces.mcp_light --generate`.
     assert mcp_light.generated_text() == mcp_light.DATA_PATH.read_text(encoding="utf-8")
 
 
@@ -246,7 +246,7 @@ def test_the_status_of_ended_jobs_or_of_no_job_is_read_from_the_views_without_th
     lines = [*codex_opening.OPENING, codex_opening.tool_call(4, "compaction_status", {"threadId": finished_thread}, 3),
              codex_opening.tool_call(5, "compaction_status", {"threadId": new_thread()}, 4)]
     replies, modules = both(lines, env)
-    assert not sdk_loaded(modules) and "rekall.service" not in modules and "rekall.store.jobstore" not in modules
+    assert not sdk_loaded(modules) and "rekall.usecases.service" not in modules and "rekall.store.jobstore" not in modules
     states = [json.loads(line)["result"]["structuredContent"]["state"] for line in replies[-2:]]
     assert states == ["resumed", "not_scheduled"]
 
@@ -258,5 +258,5 @@ def test_the_status_of_a_job_not_over_is_derived_by_the_status_code_and_equals_t
     store.create_job(thread, handoff=None, user_fingerprint=None)  # scheduled, its worker not started
     replies, modules = both([*codex_opening.OPENING, codex_opening.tool_call(4, "compaction_status",
                                                                                {"threadId": thread}, 3)], env)
-    assert not sdk_loaded(modules) and "rekall.service" in modules
+    assert not sdk_loaded(modules) and "rekall.usecases.service" in modules
     assert json.loads(replies[-1])["result"]["structuredContent"]["state"] == "scheduled"

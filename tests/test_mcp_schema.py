@@ -152,8 +152,8 @@ async def test_the_sdk_refuses_a_result_with_a_field_the_schema_does_not_describ
 
 
 def test_a_status_without_a_required_field_is_an_internal_error_not_a_partial_answer():
-    from rekall.errors import InternalError
-    from rekall.mcp_server import StatusResult, _fit
+    from rekall.kernel.errors import InternalError
+    from rekall.surfaces.mcp_server import StatusResult, _fit
 
     with pytest.raises(InternalError, match="lacks state"):
         _fit(StatusResult, {"threadId": new_thread(), "jobNumber": "x"})

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from rekall.mcp_stdio import INVALID_REQUEST, PARSE_ERROR, CheckedLines, LineWriter, check_line
+from rekall.surfaces.mcp_stdio import INVALID_REQUEST, PARSE_ERROR, CheckedLines, LineWriter, check_line
 
 pytestmark = pytest.mark.anyio
 

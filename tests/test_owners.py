@@ -11,8 +11,8 @@ from pathlib import Path
 import anyio
 import pytest
 
-from rekall.errors import RekallError
-from rekall.owners import OwnerUnknown, find_owner, platform_named
+from rekall.kernel.errors import RekallError
+from rekall.adapters.owners import OwnerUnknown, find_owner, platform_named
 from rekall.sim import SimulatedOwner
 from tests.codex.fakeserver import env_for, fake_app_server, folder  # noqa: F401 (a fixture)
 from tests.codex.test_platform import IDLE_THREAD, Script, loaded, ok

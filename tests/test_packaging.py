@@ -32,16 +32,20 @@ PACKAGES = (
     "rekall/adapters/app_server",
     "rekall/adapters/extension",
     "rekall/codex",
+    "rekall/kernel",
     "rekall/sim",
     "rekall/states",
     "rekall/store",
+    "rekall/surfaces",
     "rekall/thread",
     "rekall/transports",
+    "rekall/usecases",
+    "rekall/worker",
 )
 #: The package's files that are not modules.
 PACKAGE_DATA = (
     "rekall/py.typed",
-    "rekall/mcp_light.json",  # the MCP light path's replies, generated from the SDK server
+    "rekall/surfaces/mcp_light.json",  # the MCP light path's replies, generated from the SDK server
 )
 WHEEL_METADATA = (
     "rekall-{version}.dist-info/METADATA",
@@ -154,13 +158,13 @@ def test_the_allowlists_refuse_private_files_and_clutter(path: str):
 
 def test_the_wheel_holds_only_the_package_and_its_metadata(dists):
     files = wheel_files(dists["wheel"])
-    assert "rekall/cli.py" in files and "rekall/mcp_server.py" in files
+    assert "rekall/surfaces/cli.py" in files and "rekall/surfaces/mcp_server.py" in files
     assert not [f for f in files if not allowed(f, WHEEL_METADATA)]
     assert sorted({f.rpartition("/")[0] for f in files if f.endswith("/__init__.py")}) == sorted(PACKAGES)
 
 
 def test_only_the_named_packages_ship_a_module():
-    assert shipped_module("rekall/store/jobstore.py") and shipped_module("rekall/cli.py")
+    assert shipped_module("rekall/store/jobstore.py") and shipped_module("rekall/surfaces/cli.py")
     # a module in a folder nobody named, however deep, does not ship: "rekall/*.py" would let it
     assert not shipped_module("rekall/store/old/jobstore.py") and not shipped_module("rekall/scratch/x.py")
     assert not shipped_module("rekall/notes.txt") and not shipped_module("tests/test_cli.py")
@@ -174,7 +178,7 @@ def test_the_named_packages_are_the_source_tree_s_packages():
 
 def test_the_sdist_holds_only_sources_tests_docs_fixtures_and_the_plugin(dists):
     files = sdist_files(dists["sdist"])
-    for expected in ("pyproject.toml", "rekall/cli.py", "tests/test_packaging.py", "docs/states.md",
+    for expected in ("pyproject.toml", "rekall/surfaces/cli.py", "tests/test_packaging.py", "docs/states.md",
                      ".agents/plugins/marketplace.json", "plugins/rekall/skills/rekall/SKILL.md"):
         assert expected in files
     assert not [f for f in files if not allowed(f, SDIST_ALLOWED)]

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from rekall.cli import build_parser, cmd_mcp
-from rekall.quick import quick_answer
+from rekall.surfaces.cli import build_parser, cmd_mcp
+from rekall.surfaces.cli_entry import quick_answer
 from tests.pluginkit import (
     MARKETPLACE_FILE,
     PLUGIN_NAME,
@@ -86,7 +86,7 @@ def test_the_mcp_config_starts_the_installed_rekall_command_with_the_mcp_verb():
     assert list(servers) == [PLUGIN_NAME]
     server = servers[PLUGIN_NAME]
     scripts = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["scripts"]
-    assert scripts[server["command"]] == "rekall.quick:main"  # which hands every verb but two to the CLI
+    assert scripts[server["command"]] == "rekall.surfaces.cli_entry:main"  # which hands every verb but two to the CLI
     assert quick_answer(server["args"], {}) is None
     assert build_parser().parse_args(server["args"]).handler is cmd_mcp
 
@@ -130,5 +130,5 @@ def test_the_plugins_only_hook_is_the_sessionstart_compact_hook_running_the_reka
     assert handler["type"] == "command" and 0 < handler["timeout"] <= 30
     words = handler["command"].split()
     scripts = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["scripts"]
-    assert scripts[words[0]] == "rekall.quick:main" and words[1:] == ["hook", "session-start"]
+    assert scripts[words[0]] == "rekall.surfaces.cli_entry:main" and words[1:] == ["hook", "session-start"]
     assert build_parser().parse_args(words[1:]).event == "session-start"  # the CLI knows the verb too

@@ -11,11 +11,11 @@ from typing import Any
 import attrs
 import pytest
 
-from rekall import events as ev
-from rekall.config import WorkerSettings
-from rekall.platform import ThreadSnapshot
-from rekall.records import Acted, Failure, ThreadFacts
-from rekall.policy import (
+from rekall.kernel import events as ev
+from rekall.kernel.settings import WorkerSettings
+from rekall.adapters.contract import ThreadSnapshot
+from rekall.kernel.records import Acted, Failure, ThreadFacts
+from rekall.worker.policy import (
     WAITING_ON,
     Arm,
     Began,

@@ -156,8 +156,8 @@ def test_probe_shows_a_runtime_status_that_is_not_idle_without_calling_it_a_layo
 
 @pytest.mark.anyio
 async def test_a_probe_whose_request_goes_unanswered_says_that_nothing_changed_not_that_the_outcome_is_unknown(tmp_path):
-    from rekall import service
-    from rekall.errors import RekallError
+    from rekall.usecases import service
+    from rekall.kernel.errors import RekallError
     from rekall.sim import SimulatedOwner
 
     async with SimulatedOwner() as sim:

@@ -8,7 +8,7 @@ import selectors
 
 import pytest
 
-from rekall import punctual, worker, worker_start
+from rekall.worker import timers as punctual, reactor as worker, start as worker_start
 from rekall.states import JobState
 
 WAIT_S = 5.0  # every wait below is bounded by this

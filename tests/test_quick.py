@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from rekall import cli
-from rekall.quick import quick_answer
+from rekall.surfaces import cli
+from rekall.surfaces.cli_entry import quick_answer
 from rekall.store import JobStore
 from rekall.store.paths import Layout
 from rekall.store.views import SEAL, HistoryRows

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from rekall.cli import main
-from rekall.demo import run_demo
+from rekall.surfaces.cli import main
+from rekall.surfaces.demo import run_demo
 from rekall.states import JobState
 from rekall.states.table import TRANSITIONS
 from rekall.testing import FakeClock

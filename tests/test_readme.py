@@ -9,9 +9,9 @@ import re
 import uuid
 from pathlib import Path
 
-from rekall.cli import build_parser
-from rekall.config import SETTINGS
-from rekall.doctor import diagnose
+from rekall.surfaces.cli import build_parser
+from rekall.kernel.settings import SETTINGS
+from rekall.usecases.doctor import diagnose
 from rekall.states.render import render
 from tests.pluginkit import REPO_ROOT, listed_tools, manifest_path, read_json
 

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from rekall import service
-from rekall import render
-from rekall.render import print_job, print_probe, watch_job
+from rekall.usecases import service
+from rekall.surfaces import render
+from rekall.surfaces.render import print_job, print_probe, watch_job
 from rekall.sim import start_sim_in_thread
 from rekall.store import JobStore
 from rekall.testing import FakeClock

@@ -40,7 +40,7 @@ async def test_a_job_resumes_once_in_the_builds_own_shapes_and_versions(jobs_dir
 
 
 def _connected_note(jobs_dir, job_id):
-    from rekall.explain import build_explanation
+    from rekall.surfaces.explain import build_explanation
     from rekall.store import JobStore
 
     explanation = build_explanation(JobStore.open({"REKALL_JOBS_DIR": str(jobs_dir)}), job_id)
@@ -69,8 +69,8 @@ async def test_a_26_721_job_pays_the_no_client_found_delay_once_schedule_settles
 
 
 async def test_an_owner_change_between_schedule_and_worker_makes_the_worker_settle_the_generation_again(jobs_dir):
-    from rekall import service
-    from rekall.spawn import spawn_worker
+    from rekall.usecases import service
+    from rekall.usecases.spawn import spawn_worker
 
     async with SimulatedOwner(generation="26.721", discovery_delay_s=0.2) as sim:
         env = job_env(sim.env, jobs_dir)

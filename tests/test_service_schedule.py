@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from rekall import service
-from rekall.errors import RekallError
+from rekall.usecases import service
+from rekall.kernel.errors import RekallError
 from rekall.sim import start_sim_in_thread
 from rekall.store.paths import resolve_lock_dir
 from tests.mcpkit import HANDOFF, job_env

@@ -1,7 +1,7 @@
 """The plugin's SessionStart(compact) hook: the rule, the races, safe input, finding the job, the cut.
 
 Jobs are written by the real store (tests/jobkit.py scripts what a worker fires); the hook runs
-in-process through :func:`rekall.session_hook.main` and, where the command line matters, as the
+in-process through :func:`rekall.surfaces.session_hook.main` and, where the command line matters, as the
 ``rekall hook session-start`` command Codex runs.
 """
 
@@ -18,9 +18,9 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rekall.explain import build_explanation
-from rekall.history import collect_history
-from rekall.session_hook import CONTEXT_BYTE_BUDGET, answer, main
+from rekall.surfaces.explain import build_explanation
+from rekall.surfaces.history import collect_history
+from rekall.surfaces.session_hook import CONTEXT_BYTE_BUDGET, answer, main
 from rekall.store import JobStore
 from rekall.store.delivery import claim, read_claim
 from rekall.testing import FakeClock
@@ -106,7 +106,7 @@ def test_the_hooks_delivery_is_folded_into_status_explain_and_history(tmp_path: 
     assert reader.read_status(thread)["handoffDelivery"] == "hook"
     assert "SessionStart(compact) hook" in build_explanation(reader, job)["outcome"]
     assert [row["handoffDelivery"] for row in collect_history(reader)] == ["hook"]
-    from rekall.quick import quick_answer
+    from rekall.surfaces.cli_entry import quick_answer
 
     served = quick_answer(["status", thread, "--json"], env_for(jobs))
     assert served is None or json.loads(served[0])["handoffDelivery"] == "hook"

@@ -11,8 +11,9 @@ from typing import Any
 
 import pytest
 
-from rekall import __version__, service
-from rekall.errors import InvalidInput
+from rekall import __version__
+from rekall.usecases import service
+from rekall.kernel.errors import InvalidInput
 from rekall.states import JobState
 from rekall.states.rules import HEADROOM_LIMIT
 from rekall.store.handoff import MAX_HANDOFF_BYTES, MAX_LIST_ITEMS, validate_handoff

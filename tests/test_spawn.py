@@ -13,14 +13,14 @@ from pathlib import Path
 import psutil
 import pytest
 
-from rekall import service
-from rekall.errors import RekallError
+from rekall.usecases import service
+from rekall.kernel.errors import RekallError
 from rekall.adapters.resume import ResumeToken
 from rekall.sim import SimulatedOwner
-from rekall.spawn import spawn_worker
+from rekall.usecases.spawn import spawn_worker
 from rekall.store import JobStore
-from rekall.store.owner import WorkerProcess, worker_processes
-from rekall.worker_start import configure_logging
+from rekall.store.processes import WorkerProcess, worker_processes
+from rekall.worker.start import configure_logging
 from tests.jobkit import new_thread
 from tests.mcpkit import HANDOFF, job_env, wait_for_note, wait_for_worker_exit
 
@@ -58,7 +58,7 @@ def test_the_worker_log_is_private(tmp_path: Path):
 async def test_a_worker_that_cannot_be_started_fails_its_job_and_frees_the_thread(tmp_path: Path, mocker):
     async with SimulatedOwner() as sim:
         env = {**sim.env, "REKALL_JOBS_DIR": str(tmp_path / "jobs")}
-        mocker.patch("rekall.spawn.subprocess.Popen", side_effect=OSError(errno.EAGAIN, "Resource temporarily "
+        mocker.patch("rekall.usecases.spawn.subprocess.Popen", side_effect=OSError(errno.EAGAIN, "Resource temporarily "
                                                                                          "unavailable"))
         with pytest.raises(RekallError, match="Resource temporarily unavailable") as caught:
             await service.schedule(sim.thread_id, HANDOFF, env=env)

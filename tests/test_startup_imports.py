@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from rekall import service
+from rekall.usecases import service
 from rekall.sim import start_sim_in_thread
 from rekall.store import JobStore
 from rekall.testing import FakeClock
@@ -25,14 +25,14 @@ from tests.jobkit import new_thread, scheduled_run
 
 #: Top-level packages (or modules) that the fast paths must not load.
 HEAVY = ("mcp", "mcp_types", "transitions", "rich", "cattrs", "psutil", "websockets", "asyncio", "ssl",
-         "rekall.secrets", "rekall.adapters.extension.bundles", "msgspec", "rekall.transports.fastdecode")
+         "rekall.kernel.credentials", "rekall.adapters.extension.bundles", "msgspec", "rekall.transports.fastdecode")
 
-#: The quick answers (rekall.quick) load less still: not even the CLI's argparse and logging,
+#: The quick answers (rekall.surfaces.cli_entry) load less still: not even the CLI's argparse and logging,
 #: nor attrs, typing or the store's records.
-QUICK_HEAVY = (*HEAVY, "attr", "attrs", "argparse", "logging", "typing", "rekall.cli", "rekall.states",
+QUICK_HEAVY = (*HEAVY, "attr", "attrs", "argparse", "logging", "typing", "rekall.surfaces.cli", "rekall.states",
                "rekall.store.jobstore", "rekall.store.journal")
 
-#: Runs the CLI (or where ``rekall`` starts: ``rekall.quick``) in-process, then prints the modules
+#: Runs the CLI (or where ``rekall`` starts: ``rekall.surfaces.cli_entry``) in-process, then prints the modules
 #: loaded (stdout of the command goes to stderr).
 PROBE = """
 import contextlib, json, sys
@@ -43,7 +43,7 @@ print(json.dumps({{"code": code, "modules": sorted(sys.modules)}}))
 """
 
 
-def loaded_by(argv: list[str], env: dict[str, str], module: str = "rekall.cli") -> tuple[int, set[str], str]:
+def loaded_by(argv: list[str], env: dict[str, str], module: str = "rekall.surfaces.cli") -> tuple[int, set[str], str]:
     done = subprocess.run([sys.executable, "-c", PROBE.format(module=module), *argv], env=env,
                           capture_output=True, text=True, timeout=60, check=False)
     assert done.stdout, done.stderr
@@ -84,7 +84,7 @@ def test_the_quick_answers_load_neither_the_cli_nor_the_stores_records(argv: lis
     env = {**os.environ, "REKALL_JOBS_DIR": str(jobs_dir)}
     argv = [a.format(thread=busy_thread) for a in argv]
     loaded_by(["history", "--json"], env)  # the full path saves the history rows the quick one serves
-    code, modules, output = loaded_by(argv, env, module="rekall.quick")
+    code, modules, output = loaded_by(argv, env, module="rekall.surfaces.cli_entry")
     assert code == 0, output
     assert busy_thread in output
     assert heavy_in(modules, QUICK_HEAVY) == []
@@ -93,9 +93,9 @@ def test_the_quick_answers_load_neither_the_cli_nor_the_stores_records(argv: lis
 def test_the_quick_probe_sees_the_cli_when_the_view_cannot_be_trusted(busy_thread: str, jobs_dir: Path):
     # No history rows saved yet: the quick path hands over to the CLI, and the probe sees it.
     env = {**os.environ, "REKALL_JOBS_DIR": str(jobs_dir)}
-    code, modules, _ = loaded_by(["history", "--json"], env, module="rekall.quick")
+    code, modules, _ = loaded_by(["history", "--json"], env, module="rekall.surfaces.cli_entry")
     assert code == 0
-    assert {"rekall.cli", "argparse", "attrs"} <= set(heavy_in(modules, QUICK_HEAVY))
+    assert {"rekall.surfaces.cli", "argparse", "attrs"} <= set(heavy_in(modules, QUICK_HEAVY))
 
 
 def test_the_probe_sees_a_heavy_module_when_one_is_loaded(busy_thread: str, jobs_dir: Path):
@@ -115,7 +115,7 @@ def test_the_mcp_light_path_loads_no_heavy_module(busy_thread: str, jobs_dir: Pa
     replies, modules = run_light([*codex_opening.OPENING,
                                   codex_opening.tool_call(4, "compaction_status", {"threadId": busy_thread}, 3)], env)
     assert busy_thread in replies[-1]  # the jobs were really read
-    assert heavy_in(modules | {"rekall.mcp_light"}) == [] and "rekall.mcp_light" in modules
+    assert heavy_in(modules | {"rekall.surfaces.mcp_light"}) == [] and "rekall.surfaces.mcp_light" in modules
     assert not any(m == "pydantic" or m.startswith(("pydantic.", "pydantic_core")) for m in modules)
 
 
@@ -130,8 +130,8 @@ def test_the_mcp_probe_sees_the_sdk_once_the_session_is_handed_over(jobs_dir: Pa
 #: What a worker may not have loaded when its follow goes out: following only reads, so the
 #: policy, the lifecycle machine (transitions), psutil and cattrs (the claim) load after; the CLI
 #: and its argument parser are not on the worker's way at all.
-NOT_BEFORE_FOLLOWING = ("rekall.policy", "transitions", "psutil", "cattrs", "rich", "mcp", "mcp_types", "websockets",
-                        "rekall.secrets", "rekall.cli", "argparse", "msgspec")
+NOT_BEFORE_FOLLOWING = ("rekall.worker.policy", "transitions", "psutil", "cattrs", "rich", "mcp", "mcp_types", "websockets",
+                        "rekall.kernel.credentials", "rekall.surfaces.cli", "argparse", "msgspec")
 
 #: Runs ``python -m rekall worker THREAD JOB`` in-process (runpy, as ``-m`` does) and prints the
 #: modules executed when the follow message was built (by the adapter, on either way of following)
@@ -188,19 +188,19 @@ def test_a_worker_follows_the_thread_before_it_loads_the_policy_the_machine_or_p
     report = run_worker_probe(jobs_dir, told=False)
     assert loaded(report["following"], NOT_BEFORE_FOLLOWING) == []
     # The same probe sees them once the job is done: the check can fail.
-    assert {"rekall.policy", "transitions", "psutil", "cattrs"} <= set(loaded(report["finished"], NOT_BEFORE_FOLLOWING))
+    assert {"rekall.worker.policy", "transitions", "psutil", "cattrs"} <= set(loaded(report["finished"], NOT_BEFORE_FOLLOWING))
 
 
 #: What a worker told what schedule journaled has not loaded either when its follow goes out:
 #: the store (journal replay, the lifecycle, the job's records) and the lifecycle's states; nor the
-#: event loop, the session or the reactor: it follows on a blocking socket (rekall.adapters.extension.early).
+#: event loop, the session or the reactor: it follows on a blocking socket (rekall.adapters.extension.first_follow).
 NOT_BEFORE_FOLLOWING_TOLD = (*NOT_BEFORE_FOLLOWING, "rekall.states", "rekall.store.jobstore", "rekall.store.catalog",
                              "rekall.store.replay", "rekall.store.journal", "rekall.store.wire",
-                             "rekall.store.lifecycle", "rekall.store.handoff", "rekall.continuation",
-                             "asyncio", "ssl", "concurrent", "rekall.worker", "rekall.punctual",
+                             "rekall.store.lifecycle", "rekall.store.handoff", "rekall.worker.continuation",
+                             "asyncio", "ssl", "concurrent", "rekall.worker.reactor", "rekall.worker.timers",
                              "rekall.adapters.extension.session", "rekall.adapters.extension.platform", "rekall.transports.channel",
-                             "rekall.transports.socketstream", "rekall.thread.mirror", "rekall.events",
-                             "rekall.platform")
+                             "rekall.transports.socketstream", "rekall.thread.mirror", "rekall.kernel.events",
+                             "rekall.adapters.contract")
 
 
 def test_a_worker_told_what_schedule_journaled_follows_before_it_loads_the_store_the_lifecycle_or_the_event_loop(jobs_dir: Path):
@@ -208,4 +208,4 @@ def test_a_worker_told_what_schedule_journaled_follows_before_it_loads_the_store
     assert loaded(report["following"], NOT_BEFORE_FOLLOWING_TOLD) == []
     finished = set(loaded(report["finished"], NOT_BEFORE_FOLLOWING_TOLD))
     assert {"rekall.states.machine", "rekall.store.replay", "rekall.store.jobstore", "transitions",
-            "cattrs", "asyncio", "rekall.worker", "rekall.adapters.extension.session"} <= finished
+            "cattrs", "asyncio", "rekall.worker.reactor", "rekall.adapters.extension.session"} <= finished

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from rekall import worker_start
+from rekall.worker import start as worker_start
 from rekall.adapters import registry
-from rekall.cli import main
+from rekall.surfaces.cli import main
 from rekall.adapters.resume import ResumeToken
 from tests.jobkit import handoff
 from tests.support import toy_platform
@@ -45,7 +45,7 @@ def test_a_toy_platform_added_by_one_registry_line_runs_a_whole_job_to_resumed_a
         started.append((thread_id, job_id, scheduled))  # run below, as the detached worker would run
         return os.getpid()
 
-    monkeypatch.setattr("rekall.spawn.spawn_worker", spawn)
+    monkeypatch.setattr("rekall.usecases.spawn.spawn_worker", spawn)
 
     code, probed = said(capsys, "probe", thread)
     assert code == 0 and probed["platform"] == "toy" and probed["ownerId"] == "toy-owner"
@@ -77,7 +77,7 @@ def test_with_three_platforms_and_none_claiming_the_thread_the_answer_is_each_pl
         toy_thread, monkeypatch):
     import asyncio
 
-    from rekall.owners import OwnerUnknown, find_owner
+    from rekall.adapters.owners import OwnerUnknown, find_owner
 
     monkeypatch.delitem(toy.OWNERS, toy_thread.thread_id)  # the toy platform does not have it either
     with pytest.raises(OwnerUnknown) as caught:

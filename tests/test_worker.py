@@ -15,16 +15,17 @@ from pathlib import Path
 import anyio
 import pytest
 
-from rekall import policy, punctual, service
-from rekall.config import WorkerSettings
+from rekall.worker import policy, timers as punctual
+from rekall.usecases import service
+from rekall.kernel.settings import WorkerSettings
 from rekall.adapters.extension.platform import ExtensionIpc
-from rekall.errors import RekallError
-from rekall.explain import build_explanation
+from rekall.kernel.errors import RekallError
+from rekall.surfaces.explain import build_explanation
 from rekall.adapters.resume import ResumeToken
 from rekall.sim import SimulatedOwner
 from rekall.states import JobState
 from rekall.store import JobStore
-from rekall.worker import Worker
+from rekall.worker.reactor import Worker
 from tests.mcpkit import HANDOFF
 
 pytestmark = pytest.mark.anyio
@@ -488,7 +489,7 @@ async def test_a_worker_told_what_schedule_journaled_closes_its_follow_when_the_
                                    ['{"platform": null, "generationAtSchedule": null}', "more"]],
                          ids=["not-json", "a-field-missing", "not-an-object", "a-field-of-another-type", "extra"])
 def test_the_worker_refuses_a_malformed_or_extra_argument_as_a_usage_error(extra, capsys):
-    from rekall.worker_start import main
+    from rekall.worker.start import main
 
     assert main(["0199a5c2-2222-7000-8000-0000000000a1", "0199a5c2-3333-7000-8000-0000000000a2", *extra]) == 2
     err = capsys.readouterr().err
@@ -661,7 +662,7 @@ class _SlowPlatform:
 ])
 async def test_a_requests_held_writes_wait_for_the_hold_or_the_next_item_and_keep_their_order(
         tmp_path, caplog, monkeypatch, hold_s, status_before_the_answer):
-    from rekall import worker as worker_module
+    from rekall.worker import reactor as worker_module
 
     monkeypatch.setattr(worker_module, "HELD_AFTER_REQUEST_S", hold_s)
     async with SimulatedOwner(compaction_delay_s=1.0) as sim:  # the compaction ends after the answer
@@ -835,7 +836,7 @@ async def test_a_handoff_rewritten_in_place_with_its_size_and_times_kept_fails_t
 
 
 async def test_the_start_turn_text_is_the_continuation_of_the_saved_handoff(tmp_path):
-    from rekall.continuation import continuation_text
+    from rekall.worker.continuation import continuation_text
 
     async with SimulatedOwner() as sim:
         store, job = await schedule(sim, tmp_path / "jobs")
@@ -910,7 +911,7 @@ async def test_a_continuation_whose_delivery_the_plugins_hook_already_claimed_is
 
 
 async def test_the_continuation_claims_the_delivery_before_it_is_sent_so_the_hook_stays_silent(tmp_path):
-    from rekall.session_hook import answer
+    from rekall.surfaces.session_hook import answer
     from rekall.store.delivery import read_claim
 
     async with SimulatedOwner() as sim:

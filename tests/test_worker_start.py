@@ -1,4 +1,4 @@
-"""The worker process's start (``rekall.worker_start``): the first follow on a blocking socket
+"""The worker process's start (``rekall.worker.start``): the first follow on a blocking socket
 before the event loop, and what happens to it, run in-process against the simulated owner on
 its own thread over a real Unix socket."""
 
@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from rekall import service, worker_start
+from rekall.usecases import service
+from rekall.worker import start as worker_start
 from rekall.adapters.resume import ResumeToken
 from rekall.sim import start_sim_in_thread
 from rekall.sim.threaded import SimHandle

@@ -11,8 +11,8 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from rekall.config import WorkerSettings
-from rekall.explain import build_explanation
+from rekall.kernel.settings import WorkerSettings
+from rekall.surfaces.explain import build_explanation
 from rekall.sim import SimulatedOwner
 from rekall.states import JobState
 from tests.test_worker import HANDOFF, run, schedule

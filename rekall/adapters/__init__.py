@@ -6,5 +6,5 @@
   model, its doctor rows).
 
 Byte transports are in :mod:`rekall.transports`; the contract every platform implements is
-:mod:`rekall.platform`. Nothing is imported here, so the worker's first follow stays light.
+:mod:`rekall.adapters.contract`. Nothing is imported here, so the worker's first follow stays light.
 """

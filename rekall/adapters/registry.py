@@ -5,12 +5,12 @@ protocol (the worker's first follow goes out before the event loop is imported):
 
 * ``NAME``: what the journal records (``extension-ipc``);
 * optionally ``OWNER``: how a message for people names the owner of a thread there (``the extension``);
-* ``open_platform(env, resume)``: the :class:`rekall.platform.Platform`, resuming from a
+* ``open_platform(env, resume)``: the :class:`rekall.adapters.contract.Platform`, resuming from a
   :class:`rekall.adapters.resume.ResumeToken` when it has one;
 * optionally ``follow_early(thread_id, env, resume, request_timeout_s=...)``: the worker's first
   follow, made before the event loop, which ``open_platform`` then goes on from.
 
-Owner finding asks every platform listed here, in this order (:mod:`rekall.owners`); ``doctor``
+Owner finding asks every platform listed here, in this order (:mod:`rekall.adapters.owners`); ``doctor``
 shows their rows in this order.
 """
 

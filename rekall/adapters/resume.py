@@ -10,7 +10,7 @@ follow before the event loop exists adds its head start to the token (``head_sta
 on from it when the worker opens the platform.
 
 This module imports nothing heavy: the worker reads its command line with it before its first follow
-(:func:`rekall.worker_start.followed_early` adds the head start).
+(:func:`rekall.worker.start.followed_early` adds the head start).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from rekall.errors import UsageError
+from rekall.kernel.errors import UsageError
 
 if TYPE_CHECKING:
     from rekall.states.status import JobStatus

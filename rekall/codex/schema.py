@@ -36,13 +36,13 @@ import attrs
 import cattrs
 
 from rekall.codex.schema_checks import APP_SERVER_CHECKS, CHECKS, SchemaCheck, Status, overall_status, run_checks
-from rekall.homes import codex_home
+from rekall.kernel.environment import codex_home
 from rekall.store.fsread import read_limited
 
 #: Size limits on what the schema check reads (every file rekall reads has one).
 SCHEMA_FILE_LIMIT = 64 * 1024 * 1024
 CACHE_RECORD_LIMIT = 4 * 1024 * 1024
-from rekall.errors import CodexError
+from rekall.kernel.errors import CodexError
 from rekall.store.fsio import FileOps
 
 CACHE_FORMAT = 1

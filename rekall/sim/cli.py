@@ -9,7 +9,7 @@ import signal
 import sys
 from typing import Any
 
-from rekall.errors import UsageError
+from rekall.kernel.errors import UsageError
 from rekall.sim.owner import SimulatedOwner
 from rekall.sim.protocol import DEFAULT_GENERATION, TABLES
 

@@ -37,7 +37,7 @@ from typing import Any
 import attrs
 
 from rekall.adapters.extension.generations import GENERATION_VAR, GENERATIONS, left_by_the_owners_answer
-from rekall.errors import RekallError
+from rekall.kernel.errors import RekallError
 from rekall.sim import protocol as p
 from rekall.sim.backend import Backend, RouterError, ScriptedBackend
 from rekall.transports import ByteStream, MessageChannel, encode_message

@@ -13,7 +13,7 @@ from typing import Any
 
 import attrs
 
-from rekall.errors import InvalidInput
+from rekall.kernel.errors import InvalidInput
 
 #: The user's (or the thread's own) moves after which no continuation is started (a cancel reason too,
 #: before a compaction completed). ``new_turn``: a new turn where goals cannot be told.

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from rekall.errors import RekallError
+from rekall.kernel.errors import RekallError
 from rekall.states.evidence import validate_evidence
 from rekall.states.model import Instant, JobState, JobView
 from rekall.states.table import TRANSITIONS, Transition

@@ -10,13 +10,13 @@ from __future__ import annotations
 import json
 from typing import Any, Literal
 
-from rekall.errors import UsageError
+from rekall.kernel.errors import UsageError
 from rekall.states.evidence import TRIGGERS, Key
 from rekall.states.machine import machine_config
 from rekall.states.model import NON_TERMINAL_STATES, TERMINAL_STATES, JobState
 from rekall.states.rules import HEADROOM_LIMIT
 from rekall.states.table import SCHEDULE, TRANSITIONS, Transition
-from rekall.wrapping import wrap
+from rekall.kernel.wrapping import wrap
 
 TITLE = "Job lifecycle"
 Format = Literal["mermaid", "markdown", "json"]

@@ -9,7 +9,7 @@ Derived from the record, so nothing else spells the list:
 - the fields the store owns and a caller's ``extra`` may not set (``RESERVED``, ``ANCHORS``);
 - the fields ``rekall status`` shows a person, with their labels (``SHOWN``);
 - the metrics a ``history`` entry keeps (``METRICS``);
-- the MCP tools' output schema (``rekall.mcp_server`` builds it from the annotations).
+- the MCP tools' output schema (``rekall.surfaces.mcp_server`` builds it from the annotations).
 
 This module is on the read path of ``rekall status`` and ``compaction_status``: it imports
 attrs and nothing else, and converts with plain dict comprehensions (no converter library).

@@ -24,7 +24,7 @@ _WHERE = {
     "MAX_HANDOFF_BYTES": "handoff", "read_handoff_file": "handoff", "validate_handoff": "handoff",
     "CreatedJob": "jobstore", "JobStore": "jobstore",
     "Lifecycle": "lifecycle",
-    "Liveness": "owner", "LockOwner": "owner", "process_start_time": "owner",
+    "Liveness": "processes", "LockHolder": "processes", "process_start_time": "processes",
     "resolve_jobs_dir": "paths",
     "HISTORY_LIMIT": "replay", "Replay": "replay",
 }
@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     from rekall.store.handoff import MAX_HANDOFF_BYTES, read_handoff_file, validate_handoff
     from rekall.store.jobstore import CreatedJob, JobStore
     from rekall.store.lifecycle import Lifecycle
-    from rekall.store.owner import Liveness, LockOwner, process_start_time
+    from rekall.store.processes import Liveness, LockHolder, process_start_time
     from rekall.store.paths import resolve_jobs_dir
     from rekall.store.replay import HISTORY_LIMIT, Replay
 

@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from rekall.errors import StoreError
-from rekall.ids import job_id as valid_job, thread_id as valid_thread
+from rekall.kernel.errors import StoreError
+from rekall.kernel.ids import job_id as valid_job, thread_id as valid_thread
 from rekall.states.status import JobStatus, wire
 from rekall.store.errors import UnknownJob
 

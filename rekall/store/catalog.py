@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rekall.ids import job_id as valid_job, thread_id as valid_thread
+from rekall.kernel.ids import job_id as valid_job, thread_id as valid_thread
 from rekall.states.status import read
 from rekall.store.errors import JournalCorrupt, UnknownJob
 from rekall.store.journal import first_record

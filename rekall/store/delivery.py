@@ -3,7 +3,7 @@
 Three routes can carry the verified handoff into the thread after the compaction a job asked
 for: the continuation turn and the injection (``thread/inject_items``), both sent by the job's
 worker, and the plugin's ``SessionStart(compact)`` hook, a process Codex starts at the next turn
-(:mod:`rekall.session_hook`), possibly after the job has ended and its worker is gone. The journal
+(:mod:`rekall.surfaces.session_hook`), possibly after the job has ended and its worker is gone. The journal
 has one writer, the holder of the job's lock, so the hook never writes it. Instead every route
 must win this claim before it delivers: ``<thread>.<job>.delivery`` (:meth:`Layout.delivery`),
 created with ``O_CREAT | O_EXCL`` (0600) in the jobs directory. Creation is atomic: exactly one

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rekall.errors import StoreError
+from rekall.kernel.errors import StoreError
 
 
 class JournalCorrupt(StoreError):

@@ -3,8 +3,8 @@
 Validation follows the Node version exactly (five keys, all required; at most 32,000 UTF-8
 bytes of compact JSON; lists of at most 40 non-empty strings; ``resume`` a real boolean;
 ``nextStep`` non-blank when resuming) and adds two rules: text holding terminal controls,
-bidirectional or zero-width characters (:mod:`rekall.characters`) is refused naming the field
-and the character's class, and values that look like credentials (:mod:`rekall.secrets`) are
+bidirectional or zero-width characters (:mod:`rekall.kernel.characters`) is refused naming the field
+and the character's class, and values that look like credentials (:mod:`rekall.kernel.credentials`) are
 refused, naming the field and the kind of secret but never echoing it.
 
 The saved record ``{version: 1, threadId, jobId, handoff}`` is pretty JSON (2-space indent,
@@ -23,8 +23,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from rekall import safejson
-from rekall.errors import InvalidInput
+from rekall.kernel import safejson
+from rekall.kernel.errors import InvalidInput
 from rekall.store.errors import HandoffChanged
 from rekall.store.fsread import STREAM_WAIT_S, ReadTimedOut, TooLarge, read_fd_limited, read_limited, read_private
 
@@ -56,8 +56,8 @@ def _strings(value: Mapping[str, Any]) -> list[tuple[str, str]]:
 def validate_handoff(value: Any) -> dict[str, Any]:
     """A normalised copy of a valid handoff, or ``InvalidInput`` naming the field at fault."""
     # Here, not at the top: reading jobs (status, history) never loads the secret detector.
-    from rekall.characters import unsafe_character
-    from rekall.secrets import credential_kind, shown_key
+    from rekall.kernel.characters import unsafe_character
+    from rekall.kernel.credentials import credential_kind, shown_key
 
     if not isinstance(value, Mapping):
         raise _invalid("handoff must be an object with summary, preserve, discard, nextStep and resume",

@@ -27,13 +27,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from rekall.errors import InvalidInput
-from rekall.ids import job_id as valid_job, thread_id as valid_thread
+from rekall.kernel.errors import InvalidInput
+from rekall.kernel.ids import job_id as valid_job, thread_id as valid_thread
 from rekall.store import cancel, reaper, schedule, status
 from rekall.store.clock import Clock
 from rekall.store.fsio import FileOps
 from rekall.store.handoff import Verified, verify_sealed
-from rekall.store.owner import Liveness, LockOwner, liveness
+from rekall.store.processes import Liveness, LockHolder, liveness
 from rekall.store.parts import StoreParts
 from rekall.store.paths import (
     ensure_private_dir,
@@ -140,7 +140,7 @@ class JobStore(StoreParts):
         with self.locks.guarded():
             yield
 
-    def is_owner_alive(self, owner: LockOwner) -> bool:
+    def is_owner_alive(self, owner: LockHolder) -> bool:
         """True only when the owner is proven alive. False does not prove death: see ``lock_liveness``."""
         return liveness(owner, host=self.host) is Liveness.ALIVE
 
@@ -201,7 +201,7 @@ def _remember(root: Path) -> None:
     (:mod:`rekall.store.whereabouts`); a failure costs only that hook's way to it."""
     import logging
 
-    from rekall.errors import RekallError
+    from rekall.kernel.errors import RekallError
     from rekall.store.whereabouts import remember_jobs_dir
 
     try:

@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from rekall.errors import InvalidInput
+from rekall.kernel.errors import InvalidInput
 from rekall.states import JobMachine, JobState, Step
 from rekall.store.clock import Clock
 from rekall.store.journal import JournalWriter

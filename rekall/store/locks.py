@@ -11,7 +11,7 @@ never created.
 Inspecting, taking over and releasing a lock happen under the store's guard (a kernel lock,
 see ``rekall.store.guard``), so that two processes never judge the same lock. A lock is
 removed only when its job's processes are provably gone (:func:`job_liveness`); the identity
-of one process (machine, pid, start time) is :mod:`rekall.store.owner`'s.
+of one process (machine, pid, start time) is :mod:`rekall.store.processes`'s.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from rekall.store.errors import LockBusy
 from rekall.store.fsio import FileOps
 from rekall.store.fsread import LOCK_LIMIT, read_private
 from rekall.store.guard import guarded
-from rekall.store.owner import Liveness, LockOwner, liveness
+from rekall.store.processes import Liveness, LockHolder, liveness
 from rekall.store.paths import Layout, LockLayout, ensure_private_dir, lock_places
 from rekall.store.replay import Replay
 from rekall.store.wire import decode_lock, encode_lock
@@ -71,7 +71,7 @@ class Locks:
         """Some lock file is there (readable or not)."""
         return any(os.path.lexists(p) for p in self.places(thread))
 
-    def find(self, thread: str) -> tuple[Path, LockOwner] | None:
+    def find(self, thread: str) -> tuple[Path, LockHolder] | None:
         """The thread's lock and where it is (the first of :meth:`places` that holds one)."""
         for path in self.places(thread):
             owner = self.read(path)
@@ -79,7 +79,7 @@ class Locks:
                 return path, owner
         return None
 
-    def read(self, path: Path) -> LockOwner | None:
+    def read(self, path: Path) -> LockHolder | None:
         try:
             raw = read_private(path, limit=LOCK_LIMIT)
         except FileNotFoundError:
@@ -93,7 +93,7 @@ class Locks:
             raise LockBusy(f"the lock {path} is unreadable ({exc})",
                            hint="if no rekall worker runs for this thread, move the lock aside") from exc
 
-    def take(self, owner: LockOwner) -> Path:
+    def take(self, owner: LockHolder) -> Path:
         """Create the thread's lock, complete and exclusively (call under the guard)."""
         path, mine = self.layout.lock(owner.thread_id), encode_lock(owner)
         try:
@@ -137,7 +137,7 @@ class Locks:
         self.fs.fsync_dir(path.parent)
 
 
-def job_liveness(owner: LockOwner | None, job: Replay | None, *, host: str) -> Liveness:
+def job_liveness(owner: LockHolder | None, job: Replay | None, *, host: str) -> Liveness:
     """Alive if any known process of the job is; dead only if every one is provably dead.
 
     The identities are the lock's owner and the worker recorded by ``worker_started``
@@ -147,7 +147,7 @@ def job_liveness(owner: LockOwner | None, job: Replay | None, *, host: str) -> L
     started = next((t for t in (job.transitions if job else ()) if t.trigger == "worker_started"), None)
     if started is not None and job is not None:
         ev = started.evidence
-        identities.append(LockOwner(job_id=job.job_id, thread_id=job.thread_id, pid=ev["pid"],
+        identities.append(LockHolder(job_id=job.job_id, thread_id=job.thread_id, pid=ev["pid"],
                                     process_start_time=ev.get("processStartTime"), host=ev["host"]))
     verdicts = {liveness(identity, host=host) for identity in identities}
     if Liveness.ALIVE in verdicts:

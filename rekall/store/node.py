@@ -20,11 +20,11 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from rekall.ids import is_uuid
+from rekall.kernel.ids import is_uuid
 from rekall.states.status import JobStatus, ended_at, wire
 from rekall.store.errors import LockBusy
 from rekall.store.fsread import STATUS_LIMIT, read_private
-from rekall.store.owner import pid_exists
+from rekall.store.processes import pid_exists
 
 log = logging.getLogger("rekall.store")
 

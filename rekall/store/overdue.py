@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from rekall.states.status import JobStatus, known, read, wire
-from rekall.store.owner import Liveness, process_stopped
+from rekall.store.processes import Liveness, process_stopped
 
 if TYPE_CHECKING:
     from rekall.store.parts import StoreParts

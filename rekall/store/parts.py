@@ -13,8 +13,8 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from rekall.errors import StoreError
-from rekall.ids import job_id as valid_job, thread_id as valid_thread
+from rekall.kernel.errors import StoreError
+from rekall.kernel.ids import job_id as valid_job, thread_id as valid_thread
 from rekall.states import TERMINAL_STATES
 from rekall.store.catalog import Catalog
 from rekall.store.clock import Clock, SystemClock
@@ -24,7 +24,7 @@ from rekall.store.fsread import STATUS_LIMIT, TooLarge, read_private
 from rekall.store.journal import JournalWriter, scan_journal
 from rekall.store.lifecycle import Lifecycle
 from rekall.store.locks import Locks, job_liveness
-from rekall.store.owner import Liveness, LockOwner, this_host
+from rekall.store.processes import Liveness, LockHolder, this_host
 from rekall.store.paths import Layout, inspect_jobs_dir
 from rekall.store.replay import Replay, history_before, replay_scan
 from rekall.store.views import sealed, stamp, thread_stamps, unsealed
@@ -115,7 +115,7 @@ class StoreParts:
                          write_status=lambda value: self.status_file.save(
                              thread, value, {**others, job: stamp(path)}))
 
-    def lock_owner(self, thread_id: str) -> LockOwner | None:
+    def lock_owner(self, thread_id: str) -> LockHolder | None:
         """Who holds the thread's lock, or ``None`` when it is free."""
         found = self.locks.find(valid_thread(thread_id))
         return None if found is None else found[1]
@@ -131,12 +131,12 @@ class StoreParts:
             return None
         return job_liveness(owner, self.lock_job(thread, owner)[1], host=self.host)
 
-    def lock_job(self, thread: str, owner: LockOwner) -> tuple[StoreParts | None, Replay | None]:
+    def lock_job(self, thread: str, owner: LockHolder) -> tuple[StoreParts | None, Replay | None]:
         """The store holding the lock's job and the job, each ``None`` when it cannot be read."""
         home = self.home_of(owner)
         return home, (home.catalog.load_if_exists(thread, owner.job_id) if home is not None else None)
 
-    def home_of(self, owner: LockOwner) -> StoreParts | None:
+    def home_of(self, owner: LockHolder) -> StoreParts | None:
         """The store holding the lock's job: this one, or the jobs directory the lock names
         (another ``CODEX_HOME``); ``None`` when that directory cannot be used."""
         if owner.jobs_dir is None or Path(owner.jobs_dir) == self.root:

@@ -8,7 +8,7 @@ handoff record), ``.delivery`` (who delivers the handoff), ``.cancel`` (the canc
 Lock directory, per thread: ``<thread>.lock`` (one job per thread), and ``.guard``, which
 serialises short critical sections (lock inspection, take-over) between processes. The lock
 directory is derived from the account alone, ``.rekall/locks`` in the home directory the password
-database records (:func:`rekall.homes.account_home`), never from ``HOME``, ``CODEX_HOME``,
+database records (:func:`rekall.kernel.environment.account_home`), never from ``HOME``, ``CODEX_HOME``,
 ``TMPDIR`` or ``XDG_*``: Codex starts MCP servers with few variables, and a terminal, a script
 or a service may set ``HOME`` differently, so two processes can resolve different jobs
 directories and homes, and a lock kept under either would let one thread get two jobs. The
@@ -27,9 +27,9 @@ import sys
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
-from rekall.errors import StoreError
-from rekall.homes import absolute_codex_home, absolute_path, account_home, env_value, expand_home
-from rekall.ids import UUID_PATTERN
+from rekall.kernel.errors import StoreError
+from rekall.kernel.environment import absolute_codex_home, absolute_path, account_home, env_value, expand_home
+from rekall.kernel.ids import UUID_PATTERN
 
 JOURNAL_SUFFIX = ".journal.jsonl"
 #: The job's delivery claim (:mod:`rekall.store.delivery`), next to its journal.

@@ -20,7 +20,7 @@ from collections import defaultdict
 from datetime import datetime, timedelta
 from typing import Any
 
-from rekall.errors import InvalidInput, StoreError
+from rekall.kernel.errors import InvalidInput, StoreError
 from rekall.store.jobstore import JobStore
 from rekall.store.replay import Replay, ended_at
 

@@ -16,14 +16,14 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rekall.errors import StoreError
-from rekall.ids import thread_id as valid_thread
+from rekall.kernel.errors import StoreError
+from rekall.kernel.ids import thread_id as valid_thread
 from rekall.states import JobState
 from rekall.states.rules import outcome_may_be_unknown
 from rekall.states.status import JobStatus, known, wire
 from rekall.store.errors import LockBusy
 from rekall.store.locks import job_liveness
-from rekall.store.owner import Liveness, LockOwner
+from rekall.store.processes import Liveness, LockHolder
 from rekall.store.replay import Replay
 
 if TYPE_CHECKING:
@@ -81,7 +81,7 @@ def _may_need_reaping(store: StoreParts, thread: str, listed: list[str] | None =
     return latest is not None and not latest.state.terminal and latest.job_id not in store.unrecorded
 
 
-def reap_lock_if_dead(store: StoreParts, thread: str, path: Path, owner: LockOwner) -> dict[str, Any] | None:
+def reap_lock_if_dead(store: StoreParts, thread: str, path: Path, owner: LockHolder) -> dict[str, Any] | None:
     """Record the lock's job as ``worker_lost`` and remove the lock, if its processes are provably gone
     (call under the guard)."""
     home, job = store.lock_job(thread, owner)

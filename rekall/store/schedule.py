@@ -22,15 +22,15 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from rekall.errors import InvalidInput, StoreError
-from rekall.ids import job_id as valid_job, thread_id as valid_thread
+from rekall.kernel.errors import InvalidInput, StoreError
+from rekall.kernel.ids import job_id as valid_job, thread_id as valid_thread
 from rekall.states import SCHEDULE, JobState
 from rekall.states.status import ANCHORS, RESERVED, JobStatus, wire
 from rekall.store.errors import LockBusy
 from rekall.store.handoff import record_bytes, sha256_hex, validate_handoff
 from rekall.store.locks import job_liveness
 from rekall.store.node import refuse_if_node_job_runs
-from rekall.store.owner import Liveness, LockOwner, process_start_time
+from rekall.store.processes import Liveness, LockHolder, process_start_time
 from rekall.store.reaper import mark_worker_lost, reap_lock_if_dead
 from rekall.store.replay import Replay
 from rekall.store.status import status_of
@@ -89,7 +89,7 @@ def create_job(store: StoreParts, thread_id: str, *, handoff: Mapping[str, Any] 
         return _create(store, thread, str(uuid.uuid4()), clean, user_fingerprint, fields)
 
 
-def _settle_lock(store: StoreParts, thread: str, path: Path, owner: LockOwner) -> CreatedJob | None:
+def _settle_lock(store: StoreParts, thread: str, path: Path, owner: LockHolder) -> CreatedJob | None:
     home, job = store.lock_job(thread, owner)
     alive = job_liveness(owner, job, host=store.host)
     if alive is Liveness.DEAD:
@@ -131,7 +131,7 @@ def _create(store: StoreParts, thread: str, job: str, handoff: dict[str, Any] | 
             fingerprint: str | None, extra: dict[str, Any]) -> CreatedJob:
     now = store.clock.now()
     pid = os.getpid()
-    me = LockOwner(job_id=job, thread_id=thread, pid=pid, process_start_time=process_start_time(pid),
+    me = LockHolder(job_id=job, thread_id=thread, pid=pid, process_start_time=process_start_time(pid),
                    host=store.host, created_at=now.iso, jobs_dir=str(store.root))
     journal, handoff_path = store.layout.journal(thread, job), store.layout.handoff(thread, job)
     fields = wire(JobStatus(jobId=job, threadId=thread, createdAt=now.iso,

@@ -14,11 +14,11 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from rekall.ids import thread_id as valid_thread
+from rekall.kernel.ids import thread_id as valid_thread
 from rekall.states.status import JobStatus, read, wire
 from rekall.store.errors import StatusCorrupt
 from rekall.store.overdue import overdue_worker
-from rekall.store.owner import Liveness
+from rekall.store.processes import Liveness
 from rekall.store.paths import Layout
 from rekall.store.parts import StoreParts
 from rekall.store.reaper import unrecorded_loss

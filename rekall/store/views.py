@@ -22,8 +22,8 @@ A thread with nothing on disk (no journal, status file or lock) has no job, and 
 (:func:`trusted_status`).
 
 This module loads nothing heavy: ``rekall status --json`` and ``rekall history --json``
-serve from it before the rest of rekall is imported (:mod:`rekall.quick`), and so does the
-MCP server's ``compaction_status`` before the status code is loaded (:mod:`rekall.mcp_light`).
+serve from it before the rest of rekall is imported (:mod:`rekall.surfaces.cli_entry`), and so does the
+MCP server's ``compaction_status`` before the status code is loaded (:mod:`rekall.surfaces.mcp_light`).
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from typing import Any
 
 from rekall import __version__
-from rekall.ids import is_uuid
+from rekall.kernel.ids import is_uuid
 from rekall.store.fsread import STATUS_LIMIT, read_private
 from rekall.store.paths import Layout, legacy_lock_dirs, lock_places, reader_dirs
 

@@ -20,7 +20,7 @@ from typing import Any
 import attrs
 
 from rekall.states import GuardVerdict, JobState
-from rekall.store.owner import LockOwner
+from rekall.store.processes import LockHolder
 
 #: 2: the worker's ``worker_started`` and ``connected`` evidence names the platform.
 RECORD_VERSION = 2
@@ -75,14 +75,14 @@ def converter() -> Any:
     register(NoteRecord, strict=True, **_RENAMES[NoteRecord])
     register(GuardVerdict, strict=True)
     # The lock is read leniently: the Node version wrote only jobId and threadId.
-    register(LockOwner, strict=False, **_RENAMES[LockOwner])
+    register(LockHolder, strict=False, **_RENAMES[LockHolder])
     return made
 
 
 _RENAMES: dict[type, dict[str, str]] = {
     TransitionRecord: {"mono_ms": "monoMs", "source": "from", "dest": "to"},
     NoteRecord: {"mono_ms": "monoMs"},
-    LockOwner: {"job_id": "jobId", "thread_id": "threadId", "process_start_time": "processStartTime",
+    LockHolder: {"job_id": "jobId", "thread_id": "threadId", "process_start_time": "processStartTime",
                 "created_at": "createdAt", "jobs_dir": "jobsDir"},
 }
 #: The JSON type each field has when a record is written by this rekall: bool, int, str, dict or a
@@ -245,17 +245,17 @@ def decode_line(line: bytes) -> Record:
         raise BadRecord("; ".join(problems)) from exc
 
 
-def encode_lock(owner: LockOwner) -> bytes:
+def encode_lock(owner: LockHolder) -> bytes:
     return (json.dumps(converter().unstructure(owner), indent=2) + "\n").encode("utf-8")
 
 
-def decode_lock(raw: bytes) -> LockOwner:
+def decode_lock(raw: bytes) -> LockHolder:
     """Raises ``ValueError`` with a reason when the lock is unreadable."""
     import cattrs
 
     try:
         data = json.loads(raw.decode("utf-8"))
-        return converter().structure(data, LockOwner)
+        return converter().structure(data, LockHolder)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ValueError(f"not JSON: {exc}") from exc
     except (cattrs.BaseValidationError, TypeError, KeyError) as exc:

@@ -9,7 +9,7 @@ the facts that changed::
     events = mirror.apply_patches(patches, base_revision=r, revision=r + 1)
     mirror.facts.idle, .boundary_fingerprint, .completed_compaction_ids, ...
 
-Modules: :mod:`~rekall.thread.layout` (the field names), :mod:`~rekall.thread.facts` (the
+Modules: :mod:`~rekall.thread.fields` (the field names), :mod:`~rekall.thread.facts` (the
 rules, stated once), :mod:`~rekall.thread.index` (the same facts kept incrementally),
 :mod:`~rekall.thread.patches` (applying patches in place), :mod:`~rekall.thread.mirror`
 (the three together, and the domain events).
@@ -20,7 +20,7 @@ from __future__ import annotations
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
-from rekall.thread.layout import FieldNames, V11
+from rekall.thread.fields import FieldNames, V11
 
 if TYPE_CHECKING:
     from rekall.thread.facts import ThreadFacts, derive_facts
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from rekall.thread.patches import PatchError, apply_patches
 
 #: Loaded on first use: a generation's record needs only the layout, and the worker's first
-#: follow is made before the rest of the model is imported (:mod:`rekall.adapters.extension.early`).
+#: follow is made before the rest of the model is imported (:mod:`rekall.adapters.extension.first_follow`).
 _ON_USE = {"ThreadFacts": "facts", "derive_facts": "facts", "RevisionGap": "mirror", "ThreadMirror": "mirror",
            "PatchError": "patches", "apply_patches": "patches"}
 

@@ -4,7 +4,7 @@ This module is the single statement of the rules. :func:`derive_facts` applies t
 obvious way, walking the whole state; the :class:`~rekall.thread.mirror.ThreadMirror`
 keeps the same facts up to date incrementally and is tested against it.
 
-The rules read every field name from a :class:`~rekall.thread.layout.FieldNames` (the v11
+The rules read every field name from a :class:`~rekall.thread.fields.FieldNames` (the v11
 names by default; they are the names used below), so a protocol generation that renames
 a field passes another layout and changes nothing here.
 
@@ -70,15 +70,15 @@ from typing import Any
 
 import attrs
 
-# The facts and their constants are shared records (rekall.records); the rules here derive them.
-from rekall.records import EMPTY as EMPTY
-from rekall.records import NO_STATE as NO_STATE
-from rekall.records import NO_USER_INPUT as NO_USER_INPUT
-from rekall.records import RUNNING_STATUS as RUNNING_STATUS
-from rekall.records import RUNTIME_NULL as RUNTIME_NULL
-from rekall.records import STOPPED_STATUSES as STOPPED_STATUSES
-from rekall.records import ThreadFacts as ThreadFacts
-from rekall.thread.layout import FieldNames, V11
+# The facts and their constants are shared records (rekall.kernel.records); the rules here derive them.
+from rekall.kernel.records import EMPTY as EMPTY
+from rekall.kernel.records import NO_STATE as NO_STATE
+from rekall.kernel.records import NO_USER_INPUT as NO_USER_INPUT
+from rekall.kernel.records import RUNNING_STATUS as RUNNING_STATUS
+from rekall.kernel.records import RUNTIME_NULL as RUNTIME_NULL
+from rekall.kernel.records import STOPPED_STATUSES as STOPPED_STATUSES
+from rekall.kernel.records import ThreadFacts as ThreadFacts
+from rekall.thread.fields import FieldNames, V11
 from rekall.thread.patches import MISSING
 
 

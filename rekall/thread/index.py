@@ -27,7 +27,7 @@ from collections import Counter
 from typing import Any, cast
 
 from rekall.thread import facts as f
-from rekall.thread.layout import FieldNames, V11
+from rekall.thread.fields import FieldNames, V11
 from rekall.thread.patches import MISSING, Change
 
 

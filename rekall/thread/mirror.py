@@ -15,12 +15,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from rekall import events as ev
-from rekall.records import EMPTY, ThreadFacts
+from rekall.kernel import events as ev
+from rekall.kernel.records import EMPTY, ThreadFacts
 from rekall.thread.index import FactIndex
-from rekall.thread.layout import FieldNames, V11
+from rekall.thread.fields import FieldNames, V11
 from rekall.thread.patches import MISSING, apply_patches
-from rekall.errors import IpcError
+from rekall.kernel.errors import IpcError
 
 
 class RevisionGap(IpcError):

@@ -28,7 +28,7 @@ from typing import Any
 
 import attrs
 
-from rekall.errors import IpcError
+from rekall.kernel.errors import IpcError
 
 OPS = ("add", "replace", "remove")
 _FORBIDDEN_KEYS = frozenset({"__proto__", "prototype", "constructor"})

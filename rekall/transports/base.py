@@ -8,7 +8,7 @@ so that nobody above this package catches ``OSError``.
 
 from __future__ import annotations
 
-from rekall.errors import IpcError
+from rekall.kernel.errors import IpcError
 
 
 class TransportError(IpcError):

@@ -28,8 +28,8 @@ from pathlib import Path
 
 import attrs
 
-from rekall.config import APP_SERVER_SOCKET_VAR, DEFAULT_APP_SERVER_SOCKET, app_server_socket
-from rekall.homes import codex_home_origin
+from rekall.kernel.settings import APP_SERVER_SOCKET_VAR, DEFAULT_APP_SERVER_SOCKET, app_server_socket
+from rekall.kernel.environment import codex_home_origin
 from rekall.transports.base import EndpointInsecure, EndpointMissing
 from rekall.transports.endpoint import Wording, absolute_codex_home, check_private_dir, check_socket_file, exists
 from rekall.transports.socketstream import SocketStream

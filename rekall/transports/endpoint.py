@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Literal, NamedTuple
 
-from rekall.homes import codex_home, codex_home_origin, env_value
+from rekall.kernel.environment import codex_home, codex_home_origin, env_value
 from rekall.transports.base import EndpointInsecure, EndpointMissing, EndpointUnsupported
 
 WINDOWS_PIPE = r"\\.\pipe\codex-ipc"

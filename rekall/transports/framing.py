@@ -22,8 +22,8 @@ import struct
 import sys
 from typing import Any
 
-from rekall.errors import IpcError
-from rekall.safejson import decode_reason
+from rekall.kernel.errors import IpcError
+from rekall.kernel.safejson import decode_reason
 
 MAX_FRAME_BYTES = 256 * 1024 * 1024
 #: Bodies at least this large (snapshots) are parsed by :mod:`rekall.transports.fastdecode`

@@ -8,7 +8,7 @@ closes the window between ``lstat`` and ``connect`` in which the path could be s
 Connecting works with or without an event loop: :meth:`UnixTransport.connect` gives a
 :class:`~rekall.transports.socketstream.SocketStream`, :meth:`UnixTransport.connect_blocking` a
 plain blocking socket (the worker's first follow is made before it loads asyncio; see
-:mod:`rekall.adapters.extension.early`). Both run the same checks; this module does not import asyncio.
+:mod:`rekall.adapters.extension.first_follow`). Both run the same checks; this module does not import asyncio.
 """
 
 from __future__ import annotations

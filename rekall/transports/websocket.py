@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from rekall.safejson import decode_reason
+from rekall.kernel.safejson import decode_reason
 from rekall.transports.base import ByteStream, TransportError
 from rekall.transports.framing import FrameError
 

@@ -15,7 +15,7 @@ from rekall.adapters.extension import bundles, ipc
 from rekall.adapters.extension import choice as evidence
 from rekall.adapters.extension.platform import ExtensionIpc, check_extension
 from rekall.adapters.extension.generations import GENERATIONS
-from rekall.errors import InvalidInput
+from rekall.kernel.errors import InvalidInput
 from rekall.sim import SimulatedOwner, start_sim_in_thread
 from rekall.sim import protocol as p
 from tests.support.bundles import build_table, install_extension, minified

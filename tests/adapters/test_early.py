@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from rekall.adapters.extension import connect_thread
-from rekall.adapters.extension.early import EarlyFollow, follow_early
+from rekall.adapters.extension.first_follow import EarlyFollow, follow_early
 from rekall.adapters.extension.platform import ExtensionIpc
-from rekall.errors import IpcError
+from rekall.kernel.errors import IpcError
 from rekall.sim import start_sim_in_thread
 from rekall.sim.threaded import SimHandle
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from rekall import events as ev
+from rekall.kernel import events as ev
 from rekall.adapters.extension import messages as m
 from rekall.adapters.extension.errors import NoOwner, SnapshotTimeout, VersionMismatch
 from rekall.adapters.extension.follower import (

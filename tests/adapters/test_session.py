@@ -7,7 +7,7 @@ import time
 import anyio
 import pytest
 
-from rekall import events as ev
+from rekall.kernel import events as ev
 from rekall.adapters.extension import (
     ADAPTERS,
     RESPONSE_MARGIN_S,
@@ -21,7 +21,7 @@ from rekall.adapters.extension import (
     connect_thread,
 )
 from rekall.adapters.extension.ipc import behind_text
-from rekall.errors import InvalidInput, IpcError
+from rekall.kernel.errors import InvalidInput, IpcError
 from rekall.sim import GARBAGE, SimulatedOwner
 from tests.support.generations import G26_1201
 

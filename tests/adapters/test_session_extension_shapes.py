@@ -10,7 +10,7 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from rekall import events as ev
+from rekall.kernel import events as ev
 from rekall.adapters.extension import connect_thread
 from rekall.thread import facts as f
 from rekall.sim import SimulatedOwner

@@ -25,10 +25,10 @@ from typing import Any
 
 import attrs
 
-from rekall import service
-from rekall.errors import RekallError
-from rekall.spawn import spawn_worker
-from rekall.explain import build_explanation
+from rekall.usecases import service
+from rekall.kernel.errors import RekallError
+from rekall.usecases.spawn import spawn_worker
+from rekall.surfaces.explain import build_explanation
 from rekall.sim import protocol as sim_protocol
 from rekall.sim import start_sim_in_thread
 from rekall.sim.threaded import SimHandle

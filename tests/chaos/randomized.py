@@ -31,7 +31,7 @@ from typing import Any
 
 import attrs
 
-from rekall.errors import RekallError
+from rekall.kernel.errors import RekallError
 from tests.chaos.harness import COMPACT, NEWER_STATE, ROUTER_ERRORS, START_TURN, ChaosJob, Audit, audit
 from tests.chaos.ledger import Ledger
 from tests.mcpkit import HANDOFF

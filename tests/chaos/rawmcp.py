@@ -82,7 +82,7 @@ class RawMcp:
         return self.reply(request_id)
 
     def call_tool(self, name: str, arguments: Any) -> dict[str, Any]:
-        """As Codex calls it: from the thread the arguments name, when they name one (``rekall.caller``)."""
+        """As Codex calls it: from the thread the arguments name, when they name one (``rekall.kernel.caller``)."""
         params: dict[str, Any] = {"name": name, "arguments": arguments}
         if isinstance(arguments, dict) and isinstance(arguments.get("threadId"), str):
             params["_meta"] = {"threadId": arguments["threadId"]}

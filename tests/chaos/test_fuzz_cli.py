@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rekall.cli import main
+from rekall.surfaces.cli import main
 from tests.chaos.ledger import LEDGER
 
 pytestmark = pytest.mark.chaos

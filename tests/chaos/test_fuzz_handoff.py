@@ -17,8 +17,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rekall.errors import InvalidInput
-from rekall.secrets import credential_kind
+from rekall.kernel.errors import InvalidInput
+from rekall.kernel.credentials import credential_kind
 from rekall.store import MAX_HANDOFF_BYTES, JobStore, validate_handoff
 from tests.chaos.ledger import LEDGER
 from tests.chaos.strategies import json_values
@@ -70,7 +70,7 @@ def test_any_value_is_a_valid_handoff_or_an_error_naming_its_field(value):
         assert isinstance(text, str) and credential_kind(text) is None
 
 
-# Not Cc or Cf: controls, bidirectional and zero-width characters are refused (rekall.characters).
+# Not Cc or Cf: controls, bidirectional and zero-width characters are refused (rekall.kernel.characters).
 wide_chars = st.characters(min_codepoint=0x80, blacklist_categories=("Cs", "Cc", "Cf"))
 plain_text = st.characters(blacklist_categories=("Cs", "Cc", "Cf"))
 

@@ -19,7 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rekall import events as ev
+from rekall.kernel import events as ev
 from rekall.adapters.extension import connect_thread, ipc
 from rekall.thread import PatchError, RevisionGap, ThreadMirror, derive_facts
 from rekall.thread.patches import MISSING

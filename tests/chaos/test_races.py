@@ -16,7 +16,7 @@ from typing import Any
 import attrs
 import pytest
 
-from rekall import service
+from rekall.usecases import service
 from tests.chaos.harness import COMPACT, START_TURN, UNKNOWN_AFTER, ChaosJob, audit
 from tests.chaos.ledger import LEDGER
 from tests.mcpkit import HANDOFF
@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 SCHEDULE_BY_CLI = r"""
 import sys
-from rekall.cli import main
+from rekall.surfaces.cli import main
 print("ready", flush=True)
 sys.stdin.readline()  # everyone starts together
 sys.exit(main(["schedule", sys.argv[1], "--handoff", sys.argv[2], "--json"]))

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from rekall.service import Refused
+from rekall.usecases.service import Refused
 from tests.chaos.harness import COMPACT, ChaosJob, audit, wait_for_exit
 from tests.chaos.ledger import LEDGER
 

@@ -25,13 +25,13 @@ from typing import Any
 
 import pytest
 
-from rekall import service
+from rekall.usecases import service
 from rekall.adapters.extension import connect_thread
-from rekall.cli import main
-from rekall.errors import InvalidInput, RekallError
-from rekall.explain import build_explanation
-from rekall.history import collect_history
-from rekall.spawn import spawn_worker
+from rekall.surfaces.cli import main
+from rekall.kernel.errors import InvalidInput, RekallError
+from rekall.surfaces.explain import build_explanation
+from rekall.surfaces.history import collect_history
+from rekall.usecases.spawn import spawn_worker
 from rekall.store import JobStore
 from tests.chaos.harness import ChaosJob, audit
 from tests.chaos.ledger import LEDGER

@@ -17,8 +17,8 @@ from typing import Any
 import attrs
 import pytest
 
-from rekall.explain import build_explanation
-from rekall.service import Refused
+from rekall.surfaces.explain import build_explanation
+from rekall.usecases.service import Refused
 from rekall.store.views import unsealed
 from tests.chaos.harness import (COMPACT, START_TURN, UNKNOWN_AFTER, ChaosJob, audit, spawn_driver,
                                  spawn_placeholder, wait_for_exit)
@@ -122,7 +122,7 @@ def test_a_worker_killed_in_each_state_is_reported_lost_and_the_thread_can_be_sc
 CRASHING_WORKER = r"""
 import os, signal, sys
 from rekall.store import FileOps, JobStore
-from rekall.worker_start import run_worker
+from rekall.worker.start import run_worker
 
 thread, job, mode, target = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 durable = {}
@@ -200,7 +200,7 @@ def test_a_crash_inside_any_journal_append_leaves_a_truthful_intact_job(tmp_path
 KILLED_AT_STATUS_WRITE = r"""
 import os, signal, sys
 from rekall.store.parts import StatusFile
-from rekall.worker_start import run_worker
+from rekall.worker.start import run_worker
 
 thread, job, state = sys.argv[1], sys.argv[2], sys.argv[3]
 plain_save = StatusFile.save

@@ -16,7 +16,7 @@ from typing import Any
 import anyio
 import pytest
 
-from rekall import service
+from rekall.usecases import service
 from rekall.store import JobStore
 from tests.codex.daemonkit import Daemon, PeerClient, peer_client
 from tests.codex.test_app_server_job import FILLER, JOB_S, on_thread, rekall_cli, run_turn
@@ -66,7 +66,7 @@ async def wait_terminal(jobs: Path, thread_id: str, job_id: str) -> dict[str, An
 
 
 def journaled_triggers(jobs: Path, job_id: str) -> list[str]:
-    from rekall.explain import build_explanation
+    from rekall.surfaces.explain import build_explanation
 
     explanation = build_explanation(JobStore.open_reader({"REKALL_JOBS_DIR": str(jobs)}), job_id)
     return [row["trigger"] for row in explanation["timeline"]]

@@ -21,12 +21,12 @@ import anyio
 import pytest
 from websockets.asyncio.server import ServerConnection
 
-from rekall import service
-from rekall.config import WorkerSettings
-from rekall.explain import build_explanation, describe_outcome
+from rekall.usecases import service
+from rekall.kernel.settings import WorkerSettings
+from rekall.surfaces.explain import build_explanation, describe_outcome
 from rekall.states import JobState
 from rekall.store import JobStore
-from rekall.worker import Worker
+from rekall.worker.reactor import Worker
 from tests.codex.fakeserver import env_for, fake_app_server, folder  # noqa: F401 (a fixture)
 from tests.codex.test_platform import IDLE_THREAD, T, loaded, ok, then
 from tests.mcpkit import HANDOFF, wait_for_worker_exit

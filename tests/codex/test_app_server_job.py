@@ -20,7 +20,7 @@ from typing import Any
 import anyio
 import pytest
 
-from rekall.explain import build_explanation
+from rekall.surfaces.explain import build_explanation
 from rekall.store import JobStore
 from tests.codex.daemonkit import Daemon, PeerClient, peer_client
 from tests.mcpkit import HANDOFF, TERMINAL, wait_for_worker_exit
@@ -148,7 +148,7 @@ def rekall_cli(daemon: Daemon, *args: str, jobs: Path | None = None) -> str:
 
 async def test_a_pending_approval_holds_the_job_and_rekall_never_answers_it(
         app_server_daemon: Daemon, daemon_model: MockModel, private_dir: Path) -> None:
-    from rekall import service
+    from rekall.usecases import service
     from tests.mcpkit import wait_for_note
     from tests.support.mock_model import escalated_command
 

@@ -13,10 +13,10 @@ from typing import Any
 import anyio
 import pytest
 
-from rekall import service
+from rekall.usecases import service
 from rekall.adapters.app_server.platform import SharedAppServerPlatform, ThreadNotServed
-from rekall.doctor import diagnose
-from rekall.owners import OwnerUnknown, find_owner
+from rekall.usecases.doctor import diagnose
+from rekall.adapters.owners import OwnerUnknown, find_owner
 from tests.codex.daemonkit import Daemon, PeerClient, peer_client
 from tests.support.mock_model import MockModel
 

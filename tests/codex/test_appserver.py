@@ -8,7 +8,7 @@ import anyio
 import pytest
 
 from tests.support.appserver import AppServerError, Message, Notification, ServerRequest, open_app_server
-from rekall.errors import CodexError
+from rekall.kernel.errors import CodexError
 from tests.support.mock_model import MockModel, escalated_command
 
 pytestmark = [pytest.mark.codex, pytest.mark.anyio]

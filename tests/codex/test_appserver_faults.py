@@ -9,7 +9,7 @@ import anyio
 import pytest
 
 from tests.support.appserver import AppServerClosed, AppServerTimeout, ServerRequest, open_app_server
-from rekall.errors import CodexError
+from rekall.kernel.errors import CodexError
 
 pytestmark = pytest.mark.anyio
 

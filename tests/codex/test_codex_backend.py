@@ -8,11 +8,11 @@ from pathlib import Path
 import anyio
 import pytest
 
-from rekall import events as ev
+from rekall.kernel import events as ev
 from rekall.adapters.extension import RequestFailed, connect_thread
 from rekall.thread.facts import derive_facts
 from tests.support.appserver import AppServerError
-from rekall.errors import CodexError
+from rekall.kernel.errors import CodexError
 from rekall.sim import SimulatedOwner
 from rekall.sim.backend import RouterError
 from tests.support.codex_backend import CodexBackend, create_backend, start_codex_sim_in_thread

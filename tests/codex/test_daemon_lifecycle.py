@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from rekall.doctor import diagnose
+from rekall.usecases.doctor import diagnose
 from rekall.transports import EndpointMissing
 from rekall.transports.control_socket import resolve_control_socket
 from tests.codex.daemonkit import daemon_processes, start_daemon, stop_daemon

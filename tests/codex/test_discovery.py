@@ -17,7 +17,7 @@ from rekall.adapters.extension.discovery import (
     locate_codex_binary,
     read_extension_identity,
 )
-from rekall.errors import CodexError
+from rekall.kernel.errors import CodexError
 
 WIN = r"C:\Users\me\.vscode\extensions\openai.chatgpt-26.901.22334-win32-x64\bin\windows-x86_64"
 MAC_ARM = "/Users/me/.vscode/extensions/openai.chatgpt-26.901.22334-darwin-arm64/bin/macos-aarch64"

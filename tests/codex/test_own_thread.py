@@ -108,12 +108,12 @@ async def test_on_the_extensions_path_an_agent_cannot_compact_the_owned_thread_f
 
 async def test_while_codex_asks_to_allow_the_call_only_the_extensions_path_shows_the_turn_calling_it(
         app_server_daemon: Daemon, daemon_model: MockModel, codex_binary: Path, tmp_path: Path) -> None:
-    # The owner's evidence (rekall.caller.calls_in_progress) as real Codex gives it, while the call
+    # The owner's evidence (rekall.kernel.caller.calls_in_progress) as real Codex gives it, while the call
     # waits for the user's answer. The relayed state has the turn's mcpToolCall item (inProgress);
     # the shared app-server's read-only listing of a turn in progress has only its user message,
     # so there the request's _meta alone can name the caller.
     from rekall.adapters.app_server.platform import SharedAppServerPlatform
-    from rekall.caller import calls_in_progress
+    from rekall.kernel.caller import calls_in_progress
 
     async with peer_client(app_server_daemon.socket_path, "terminal") as user:
         thread_id = await session(user)

@@ -22,7 +22,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from rekall.config import DEFAULT_APP_SERVER_SOCKET
+from rekall.kernel.settings import DEFAULT_APP_SERVER_SOCKET
 from rekall.store import JobStore
 from tests.codex.daemonkit import Daemon, PeerClient, peer_client, rekall_mcp_toml, stop_daemon, trusted_project_toml
 from tests.codex.test_app_server_job import JOB_S

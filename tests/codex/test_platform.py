@@ -17,9 +17,9 @@ import anyio
 import pytest
 from websockets.asyncio.server import ServerConnection
 
-from rekall import events as ev
+from rekall.kernel import events as ev
 from rekall.adapters.app_server.platform import NotAConversation, SharedAppServerPlatform, ThreadNotServed
-from rekall.errors import IpcError
+from rekall.kernel.errors import IpcError
 from tests.codex.fakeserver import FAKE_VERSION, env_for, fake_app_server, folder  # noqa: F401 (a fixture)
 
 pytestmark = pytest.mark.anyio
@@ -193,7 +193,7 @@ async def test_a_refused_request_is_not_delivered_and_a_silent_one_is_unknown(fo
                                              (json.dumps({"method": "x", "params": {"pad": "x" * 5000}}), "bytes")])
 async def test_a_frame_that_is_not_json_rpc_or_too_large_ends_the_follow_with_the_reason(
         folder: Path, frame: str, said: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    from rekall.adapters.app_server import shared
+    from rekall.adapters.app_server import client as shared
 
     bounded = functools.partial(shared.open_shared_app_server, max_message_bytes=4096)
     monkeypatch.setattr("rekall.adapters.app_server.platform.open_shared_app_server", bounded)
@@ -230,11 +230,11 @@ async def test_a_daemon_that_dies_after_accepting_the_compaction_fails_the_job_w
         folder: Path, tmp_path: Path) -> None:
     import os
 
-    from rekall import service
-    from rekall.config import WorkerSettings
+    from rekall.usecases import service
+    from rekall.kernel.settings import WorkerSettings
     from rekall.states import JobState
     from rekall.store import JobStore
-    from rekall.worker import Worker
+    from rekall.worker.reactor import Worker
     from tests.mcpkit import HANDOFF
 
     sock = folder / "app.sock"
@@ -271,8 +271,8 @@ async def test_a_server_whose_codex_fails_the_schema_checks_is_refused_by_schedu
         folder: Path, tmp_path: Path) -> None:
     import shutil
 
-    from rekall import service
-    from rekall.doctor import diagnose
+    from rekall.usecases import service
+    from rekall.usecases.doctor import diagnose
     from tests.codex.drift import remove_context_compaction
     from tests.test_doctor import SCHEMA_EXCERPT, serving_schema
 
@@ -301,7 +301,7 @@ async def test_a_server_whose_codex_fails_the_schema_checks_is_refused_by_schedu
 
 
 async def test_schedule_refuses_while_the_listing_shows_a_compaction_running(folder: Path, tmp_path: Path) -> None:
-    from rekall import service
+    from rekall.usecases import service
 
     running = [*IDLE_THREAD["turns"], {"id": "c", "status": "inProgress",
                                        "items": [{"type": "contextCompaction", "id": "x"}]}]

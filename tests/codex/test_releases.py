@@ -13,9 +13,9 @@ from typing import Any
 import anyio
 import pytest
 
-from rekall import service
+from rekall.usecases import service
 from rekall.adapters.app_server.releases import NEWEST, OLDEST, Release, UnsupportedCodex
-from rekall.adapters.app_server.shared import open_shared_app_server
+from rekall.adapters.app_server.client import open_shared_app_server
 from tests.codex.fakeserver import env_for, fake_app_server, folder  # noqa: F401 (a fixture)
 from tests.codex.test_platform import IDLE_THREAD, T, Script, loaded, ok
 
@@ -68,7 +68,7 @@ def _thread_script() -> Script:
 
 async def test_probe_schedule_and_doctor_refuse_an_older_server_by_its_version_and_no_job_is_created(
         folder: Path, tmp_path: Path) -> None:
-    from rekall.doctor import diagnose
+    from rekall.usecases.doctor import diagnose
 
     methods: list[str] = []
     env = _env(folder, tmp_path)
@@ -89,7 +89,7 @@ async def test_probe_schedule_and_doctor_refuse_an_older_server_by_its_version_a
 async def test_an_unchecked_schema_refuses_schedule_unless_the_server_states_a_release_in_the_range(
         folder: Path, tmp_path: Path) -> None:
     # PATH is empty and the server is not daemon-managed: its schema cannot be checked.
-    from rekall.doctor import diagnose
+    from rekall.usecases.doctor import diagnose
 
     env = _env(folder, tmp_path)
     async with fake_app_server(folder / "app.sock", _thread_script(), version="0.172.0"):

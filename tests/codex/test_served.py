@@ -11,7 +11,7 @@ import anyio
 import pytest
 
 from rekall.adapters.app_server.platform import diagnose
-from rekall.adapters.app_server.served import served_by
+from rekall.adapters.app_server.serving_binary import served_by
 from tests.codex.fakeserver import env_for, folder  # noqa: F401 (a fixture)
 
 pytestmark = pytest.mark.anyio

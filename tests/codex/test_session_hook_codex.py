@@ -22,8 +22,8 @@ import anyio
 import attrs
 import pytest
 
-from rekall import service
-from rekall.hook_doctor import handler_hash, hook_rows
+from rekall.usecases import service
+from rekall.usecases.hook_doctor import handler_hash, hook_rows
 from rekall.store import JobStore
 from rekall.store.delivery import read_claim
 from tests.codex.daemonkit import Daemon, PeerClient, peer_client, start_daemon, stop_daemon
@@ -214,7 +214,7 @@ async def test_a_later_compact_and_codexs_own_compaction_get_nothing_from_the_ho
 
 async def test_after_an_upgrade_that_changes_the_hook_codex_calls_it_modified_and_doctor_says_trust_it_again(
         codex_binary: Path, hook_model: MockModel, tmp_path_factory: pytest.TempPathFactory) -> None:
-    from rekall.hook_doctor import file_rows, listing_rows
+    from rekall.usecases.hook_doctor import file_rows, listing_rows
     from tests.support.appserver import open_app_server
 
     home = make_isolated_home(tmp_path_factory.mktemp("upgrade") / "h", hook_model.base_url, approval_policy="never")

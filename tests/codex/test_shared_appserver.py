@@ -19,7 +19,7 @@ import pytest
 import rekall
 
 from rekall.adapters.app_server.rpc import AppServerError, Message, ServerRequest
-from rekall.adapters.app_server.shared import SharedAppServer, open_shared_app_server
+from rekall.adapters.app_server.client import SharedAppServer, open_shared_app_server
 from rekall.transports.control_socket import resolve_control_socket
 from tests.codex.daemonkit import Daemon, PeerClient, peer_client
 from tests.support.mock_model import MockModel, escalated_command

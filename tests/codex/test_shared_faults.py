@@ -14,7 +14,7 @@ from pytest_mock import MockerFixture
 from websockets.asyncio.server import ServerConnection, unix_serve
 
 from rekall.adapters.app_server.rpc import AppServerClosed
-from rekall.adapters.app_server.shared import open_shared_app_server
+from rekall.adapters.app_server.client import open_shared_app_server
 from rekall.transports import EndpointMissing, PeerMismatch
 from rekall.transports.base import ByteStream
 from rekall.transports.control_socket import START_HINT
@@ -153,7 +153,7 @@ async def test_a_notification_in_the_readers_hands_as_rekall_closes_is_dropped_n
         streams.append(HeldReads(stream))
         return await open_websocket(streams[-1], **kwargs)
 
-    mocker.patch("rekall.adapters.app_server.shared.open_websocket", open_held)
+    mocker.patch("rekall.adapters.app_server.client.open_websocket", open_held)
     async with unix_serve(serve, str(folder / "app.sock")):
         os.chmod(folder / "app.sock", 0o600)
         with anyio.fail_after(10):

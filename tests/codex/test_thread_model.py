@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from rekall import events as ev
+from rekall.kernel import events as ev
 from rekall.adapters.app_server.rpc import Notification, ServerRequest
 from rekall.adapters.app_server.thread_model import ThreadModel, fingerprint_of
-from rekall.records import NO_USER_INPUT
+from rekall.kernel.records import NO_USER_INPUT
 
 T = "thread-1"
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from rekall import events as ev
+from rekall.kernel import events as ev
 from rekall.adapters.extension import connect_thread
 from rekall.thread.patches import apply_patches
 from rekall.sim import protocol as p
@@ -156,7 +156,7 @@ def test_rekall_sim_prints_the_socket_thread_and_generation_and_stops_cleanly_on
 
 
 def test_run_sim_refuses_an_unavailable_backend_with_a_usage_error(monkeypatch):
-    from rekall.errors import UsageError
+    from rekall.kernel.errors import UsageError
     from rekall.sim import cli
 
     monkeypatch.setitem(sys.modules, "tests.support.codex_backend", None)  # as if it were not installed

@@ -222,7 +222,7 @@ def test_reading_jobs_with_status_and_history_never_imports_the_lifecycle_librar
     thread = new_thread()
     job = schedule(store, thread)
     assert run(store, clock, thread, job.job_id, "resumed") is JobState.RESUMED
-    code = ("import json, sys\nfrom rekall.cli import main\n"
+    code = ("import json, sys\nfrom rekall.surfaces.cli import main\n"
             f"codes = [main(['status', {thread!r}, '--json']), main(['history', '--json'])]\n"
             "print(json.dumps({'codes': codes, 'loaded': sorted(m for m in sys.modules "
             "if m.split('.')[0] == 'transitions')}), file=sys.stderr)")

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from rekall.errors import UsageError
+from rekall.kernel.errors import UsageError
 from rekall.states import TRANSITIONS, JobState
 from rekall.states.render import render
 

@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, strategies as st
 from rich.console import Console
 
-from rekall.errors import InvalidInput
-from rekall.render import print_job
+from rekall.kernel.errors import InvalidInput
+from rekall.surfaces.render import print_job
 from rekall.states import JobState, JobView
 from rekall.states.status import (
     ABSENT,
@@ -138,7 +138,7 @@ def test_extra_status_fields_from_a_scheduler_must_be_its_anchors(store):
 
 
 def test_reading_a_status_through_the_record_loads_no_schema_or_converter_library_of_its_own(tmp_path, clock):
-    # The MCP schema is derived in rekall.mcp_server (pydantic); `rekall status` never pays for it.
+    # The MCP schema is derived in rekall.surfaces.mcp_server (pydantic); `rekall status` never pays for it.
     import json
     import os
     import subprocess
@@ -147,7 +147,7 @@ def test_reading_a_status_through_the_record_loads_no_schema_or_converter_librar
     store = open_store(tmp_path / "jobs", clock)
     thread = new_thread()
     run(store, clock, thread, schedule(store, thread).job_id, "resumed")
-    code = ("import json, sys\nfrom rekall.cli import main\n"
+    code = ("import json, sys\nfrom rekall.surfaces.cli import main\n"
             f"code = main(['status', {thread!r}, '--json'])\n"
             "print(json.dumps({'code': code, 'loaded': sorted({m.split('.')[0] for m in sys.modules} & "
             "{'pydantic', 'mcp', 'jsonschema', 'rekall'}), 'record': 'rekall.states.status' in sys.modules}), "

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rekall.errors import StoreError
+from rekall.kernel.errors import StoreError
 from rekall.store import JobStore, UnknownJob
 from rekall.testing import FakeClock
 

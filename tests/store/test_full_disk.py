@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from rekall import service
-from rekall.explain import build_explanation
-from rekall.history import collect_history
+from rekall.usecases import service
+from rekall.surfaces.explain import build_explanation
+from rekall.surfaces.history import collect_history
 from rekall.store import FileOps, JobStore, JournalUnusable
 from rekall.testing import FakeClock
 from tests.jobkit import idle, job_with_dead_worker, new_thread, open_store

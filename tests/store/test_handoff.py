@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from rekall.errors import InvalidInput
+from rekall.kernel.errors import InvalidInput
 from rekall.store import MAX_HANDOFF_BYTES, read_handoff_file, validate_handoff
 
 from tests.jobkit import handoff

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rekall.errors import InvalidInput
+from rekall.kernel.errors import InvalidInput
 from rekall.store import JobStore, UnknownJob
 
 from tests.jobkit import new_thread, schedule, snapshot

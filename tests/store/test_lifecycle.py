@@ -11,7 +11,7 @@ import pytest
 from hypothesis import settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from rekall.errors import InvalidInput
+from rekall.kernel.errors import InvalidInput
 from rekall.states import IllegalTransition, JobState, TransitionRefused
 from rekall.store import FileOps, JobStore, JournalUnusable
 from rekall.store.journal import scan_journal

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from rekall.errors import StoreError
+from rekall.kernel.errors import StoreError
 from rekall.store import JobStore
 
 from rekall.testing import FakeClock

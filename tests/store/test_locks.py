@@ -9,13 +9,13 @@ import pytest
 
 from rekall.store import JobStore, LockBusy
 from rekall.store.wire import encode_lock
-from rekall.store.owner import LockOwner
+from rekall.store.processes import LockHolder
 
 from tests.jobkit import new_thread, schedule, snapshot
 
 
 def _write_lock(store: JobStore, thread: str, **owner) -> None:
-    store.lock_path(thread).write_bytes(encode_lock(LockOwner(thread_id=thread, **owner)))
+    store.lock_path(thread).write_bytes(encode_lock(LockHolder(thread_id=thread, **owner)))
 
 
 def test_a_reused_pid_is_not_mistaken_for_the_owner(store: JobStore, thread: str):

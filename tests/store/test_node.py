@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from rekall import service
-from rekall.history import collect_history
+from rekall.usecases import service
+from rekall.surfaces.history import collect_history
 from rekall.store import JobStore, LockBusy
 from tests.jobkit import handoff, new_thread, snapshot
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from rekall.cli import main
+from rekall.surfaces.cli import main
 from rekall.store import JobStore
 from rekall.store.views import SEAL, unsealed
 

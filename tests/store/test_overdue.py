@@ -8,9 +8,9 @@ import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-from rekall.doctor import check_workers
+from rekall.usecases.doctor import check_workers
 from rekall.store import JobStore
-from rekall.store.owner import process_stopped
+from rekall.store.processes import process_stopped
 from rekall.testing import FakeClock
 from tests.chaos.harness import ChaosJob
 

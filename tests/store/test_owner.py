@@ -7,15 +7,15 @@ import sys
 import psutil
 import pytest
 
-from rekall.store import Liveness, LockOwner, process_start_time
-from rekall.store import owner as owner_module
-from rekall.store.owner import liveness, this_host
+from rekall.store import Liveness, LockHolder, process_start_time
+from rekall.store import processes as owner_module
+from rekall.store.processes import liveness, this_host
 
 
-def _owner(**changes) -> LockOwner:
+def _owner(**changes) -> LockHolder:
     base = dict(job_id="j", thread_id="t", pid=os.getpid(), process_start_time=process_start_time(os.getpid()),
                 host=this_host())
-    return LockOwner(**{**base, **changes})
+    return LockHolder(**{**base, **changes})
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the Linux start token")

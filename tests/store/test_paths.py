@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from rekall.errors import StoreError
+from rekall.kernel.errors import StoreError
 from rekall.store import JobStore, resolve_jobs_dir
 from rekall.store.paths import ensure_private_dir
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from rekall.cli import main
+from rekall.surfaces.cli import main
 from rekall.store import JobStore, LockBusy
 from rekall.testing import FakeClock
 from tests.jobkit import job_with_dead_worker, new_thread, open_store, schedule, scheduled_run
@@ -113,7 +113,7 @@ def test_a_huge_lock_is_reported_and_left_alone(store: JobStore, thread: str):
 
 
 def test_a_handoff_file_that_never_ends_is_refused_after_the_limit(tmp_path: Path):
-    from rekall.errors import InvalidInput
+    from rekall.kernel.errors import InvalidInput
     from rekall.store import read_handoff_file
 
     with pytest.raises(InvalidInput, match="larger than"):

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from rekall import service
-from rekall.cli import main
-from rekall.explain import build_explanation
-from rekall.history import collect_history
+from rekall.usecases import service
+from rekall.surfaces.cli import main
+from rekall.surfaces.explain import build_explanation
+from rekall.surfaces.history import collect_history
 from rekall.store import JobStore
 from rekall.testing import FakeClock
 from rekall.transports.endpoint import EndpointMissing, resolve_endpoint

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from rekall.errors import StoreError, InvalidInput
+from rekall.kernel.errors import StoreError, InvalidInput
 from rekall.store import FileOps, HandoffChanged, JobStore, process_start_time
 from rekall.store.views import unsealed
 from rekall.testing import FakeClock

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from rekall.errors import InvalidInput
-from rekall.secrets import credential_kind
+from rekall.kernel.errors import InvalidInput
+from rekall.kernel.credentials import credential_kind
 from rekall.store import validate_handoff
 
 from tests.jobkit import handoff

@@ -38,7 +38,7 @@ from rekall.adapters.app_server.rpc import (
     RpcClient,
     ServerRequest,
 )
-from rekall.errors import CodexError
+from rekall.kernel.errors import CodexError
 
 
 class AppServer(RpcClient):

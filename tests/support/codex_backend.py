@@ -41,7 +41,7 @@ from tests.support.appserver import (
     open_app_server,
 )
 from tests.support.conversation import ConversationProjection
-from rekall.errors import CodexError
+from rekall.kernel.errors import CodexError
 from rekall.sim.backend import COMPACT, START_TURN, OwnerPort, RouterError
 from rekall.sim.owner import SimulatedOwner
 from rekall.sim.threaded import SimHandle

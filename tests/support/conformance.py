@@ -35,9 +35,9 @@ from typing import Any
 import attrs
 
 from rekall.adapters.extension.errors import RequestFailed
-from rekall.records import ThreadFacts
+from rekall.kernel.records import ThreadFacts
 from rekall.adapters.extension.session import ThreadSession, connect_thread
-from rekall.errors import RekallError
+from rekall.kernel.errors import RekallError
 from rekall.transports import ByteStream, MemoryTransport, MessageChannel, encode_message
 
 CALLS = ("connect", "compact", "start_turn")

@@ -20,10 +20,10 @@ from typing import Any
 
 import attrs
 
-from rekall import events as ev
+from rekall.kernel import events as ev
 from rekall.adapters.extension import connect_thread
 from rekall.adapters.extension.session import ThreadSession
-from rekall.errors import RekallError
+from rekall.kernel.errors import RekallError
 from rekall.sim import protocol as p
 from rekall.sim.owner import GARBAGE, SimulatedOwner
 from tests.support.conformance import dump, error_json, event_json, facts_json, result_json

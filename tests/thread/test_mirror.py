@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from rekall import events as ev
+from rekall.kernel import events as ev
 from rekall.thread import V11, FieldNames, PatchError, RevisionGap, ThreadMirror, derive_facts
 from rekall.thread import facts as f
 from rekall.thread.patches import MISSING, apply_patches

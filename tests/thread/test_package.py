@@ -8,7 +8,7 @@ import sys
 
 #: What the thread model must never pull in: I/O, and the layers above or beside it.
 FORBIDDEN = ("asyncio", "socket", "selectors", "anyio", "rekall.adapters", "rekall.transports", "rekall.store",
-             "rekall.worker", "rekall.service")
+             "rekall.worker.reactor", "rekall.usecases.service")
 
 
 def test_importing_the_thread_model_loads_no_io_and_no_protocol_module():

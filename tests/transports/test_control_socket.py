@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from rekall.errors import InvalidInput
+from rekall.kernel.errors import InvalidInput
 from rekall.transports import EndpointInsecure, EndpointMissing
 from rekall.transports.control_socket import START_HINT, resolve_control_socket
 

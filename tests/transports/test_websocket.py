@@ -207,8 +207,8 @@ async def test_the_peer_uid_check_of_the_unix_transport_still_applies(short_dir:
 
 
 def test_importing_the_transport_does_not_import_websockets() -> None:
-    code = ("import sys, rekall.transports.websocket, rekall.transports.control_socket, rekall.adapters.app_server.shared, "
-            "rekall.cli; print('websockets' in sys.modules)")
+    code = ("import sys, rekall.transports.websocket, rekall.transports.control_socket, rekall.adapters.app_server.client, "
+            "rekall.surfaces.cli; print('websockets' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 

@@ -1,10 +1,10 @@
 """The shared Codex app-server as a platform (``codex app-server daemon``).
 
 - :mod:`rekall.adapters.app_server.rpc`: the JSON-RPC core (requests, replies, the message stream);
-- :mod:`rekall.adapters.app_server.shared`: a client of the shared app-server over its control socket;
+- :mod:`rekall.adapters.app_server.client`: a client of the shared app-server over its control socket;
 - :mod:`rekall.adapters.app_server.thread_model`: an app-server thread's facts, from its notifications;
 - :mod:`rekall.adapters.app_server.platform`: the platform (follow, observe, act) and its doctor rows;
-- :mod:`rekall.adapters.app_server.served`: who serves the socket, and its schema report.
+- :mod:`rekall.adapters.app_server.serving_binary`: who serves the socket, and its schema report.
 
 Submodules are imported on use.
 """
@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from rekall.platform import Platform
+    from rekall.adapters.contract import Platform
     from rekall.adapters.resume import ResumeToken
 
 #: What the journal records (the registry's name for this platform).

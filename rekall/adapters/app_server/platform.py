@@ -1,4 +1,4 @@
-"""The shared Codex app-server as a platform (:mod:`rekall.platform`), named ``app-server``.
+"""The shared Codex app-server as a platform (:mod:`rekall.adapters.contract`), named ``app-server``.
 
 The daemon (which a plain ``codex`` starts and joins where daemon auto-start is on, and
 ``codex --remote unix://`` attaches to), like any ``codex app-server --listen unix://``, is shared
@@ -16,7 +16,7 @@ by several clients; the user's terminal is one, rekall another. What rekall does
   resuming an unloaded one would load it.
 * **act**: ``thread/compact/start`` and ``turn/start`` (with ``clientUserMessageId`` = the
   job id, as on the extension), each sent at most once. Server requests (approvals,
-  questions) are the user's: :class:`~rekall.adapters.app_server.shared.SharedAppServer` cannot answer them.
+  questions) are the user's: :class:`~rekall.adapters.app_server.client.SharedAppServer` cannot answer them.
 * **deliver** the handoff with ``thread/inject_items``: one developer message (a raw Responses
   API item) appended to the thread's model-visible history, no turn started; sent at most once.
 """
@@ -32,19 +32,19 @@ from typing import Any
 
 import attrs
 
-from rekall import events as ev
+from rekall.kernel import events as ev
 from rekall.adapters.app_server import NAME
 from rekall.adapters.app_server.releases import Release, UnsupportedCodex
-from rekall.adapters.app_server.served import schema_report, served_by
+from rekall.adapters.app_server.serving_binary import schema_report, served_by
 from rekall.adapters.app_server.rpc import AppServerClosed, AppServerError, AppServerTimeout
-from rekall.adapters.app_server.shared import SharedAppServer, open_shared_app_server
+from rekall.adapters.app_server.client import SharedAppServer, open_shared_app_server
 from rekall.adapters.app_server.thread_model import TITLE_SOURCE, ThreadModel
-from rekall.errors import IpcError, RekallError
-from rekall.platform import Absence, Row, ThreadSnapshot, noted
-from rekall.records import Acted, ConnectionLostError, Failure
+from rekall.kernel.errors import IpcError, RekallError
+from rekall.adapters.contract import Absence, Row, ThreadSnapshot, noted
+from rekall.kernel.records import Acted, ConnectionLostError, Failure
 from rekall.transports.base import EndpointMissing
 from rekall.transports.control_socket import START_HINT, resolve_control_socket
-from rekall.homes import env_value
+from rekall.kernel.environment import env_value
 
 log = logging.getLogger("rekall.codex.platform")
 
@@ -429,7 +429,7 @@ async def observe_on(server: SharedAppServer, thread_id: str, timeout_s: float) 
     goal = await server.thread_goal(thread_id, timeout=timeout_s)
     if goal is not None:
         model.load_goal(goal)
-    from rekall.caller import calls_in_progress
+    from rekall.kernel.caller import calls_in_progress
 
     return ThreadSnapshot(thread_id, model.facts, model.revision, None,
                           {**details_of(server), "headroomNote": HEADROOM_UNKNOWN},

@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 from typing import Literal, NamedTuple
 
-from rekall.errors import CodexError
+from rekall.kernel.errors import CodexError
 
 OLDEST = "0.156.0"
 NEWEST = "0.171.0"

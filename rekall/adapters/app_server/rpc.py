@@ -23,7 +23,7 @@ from typing import Any
 import anyio
 import attrs
 
-from rekall.errors import CodexError
+from rekall.kernel.errors import CodexError
 
 DEFAULT_TIMEOUT_S = 30.0
 #: The largest message accepted from an app-server, whatever the wire (a stdio line, a WebSocket

@@ -34,7 +34,7 @@ Telemetry
     one. During a compaction three arrive before its ``item/completed`` (the old count, the
     compaction request's own, then the compacted size): the one that counts after a
     compaction is therefore the last before its completion, which is what the facts hold when
-    :class:`~rekall.events.CompactionCompleted` is emitted, and the count from before it is the
+    :class:`~rekall.kernel.events.CompactionCompleted` is emitted, and the count from before it is the
     first of the compaction turn (``tokens_before_compaction``; ``None`` until one is seen).
 """
 
@@ -47,9 +47,9 @@ from typing import Any, Literal
 
 import attrs
 
-from rekall import events as ev
+from rekall.kernel import events as ev
 from rekall.adapters.app_server.rpc import Message, ServerRequest
-from rekall.records import NO_GOAL, NO_USER_INPUT, RUNNING_STATUS, RUNTIME_NULL, STOPPED_STATUSES, ThreadFacts
+from rekall.kernel.records import NO_GOAL, NO_USER_INPUT, RUNNING_STATUS, RUNTIME_NULL, STOPPED_STATUSES, ThreadFacts
 from rekall.thread.facts import as_int
 from rekall.thread.mirror import diff_events
 

@@ -6,12 +6,12 @@ Public surface::
 
     session = await connect_thread(thread_id)        # handshake, follow, first snapshot
     session.mirror.idle, .completed_compaction_ids, .boundary_fingerprint, .tokens, ...
-    async for event in session.events(): ...         # rekall.events domain events
+    async for event in session.events(): ...         # rekall.kernel.events domain events
     await session.compact()                          # thread-follower-compact-thread
     turn = await session.start_turn(text, job_id)    # thread-follower-start-turn
     await session.reconnect(); await session.aclose()
 
-Failures are :class:`~rekall.errors.IpcError` subclasses; failed commands raise
+Failures are :class:`~rekall.kernel.errors.IpcError` subclasses; failed commands raise
 :class:`RequestFailed` with ``delivery`` ``"not_delivered"`` or ``"unknown"``.
 """
 
@@ -22,7 +22,7 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from rekall.adapters.extension.early import EarlyFollow
+    from rekall.adapters.extension.first_follow import EarlyFollow
     from rekall.adapters.extension.errors import (
         ConnectionLostError,
         HandshakeFailed,
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
         VersionMismatch,
     )
     from rekall.adapters.extension.ipc import ADAPTERS, adapter_named
-    from rekall.platform import Platform
+    from rekall.adapters.contract import Platform
     from rekall.adapters.extension.errors import RESPONSE_MARGIN_S
     from rekall.adapters.extension.session import StartedTurn, ThreadSession, connect_thread
     from rekall.adapters.resume import ResumeToken
@@ -57,15 +57,15 @@ def open_platform(env: Mapping[str, str], resume: ResumeToken | None) -> Platfor
 def follow_early(thread_id: str, env: Mapping[str, str], resume: ResumeToken, *,
                  request_timeout_s: float) -> EarlyFollow | None:
     """The worker's first follow, on a blocking socket before the event loop
-    (:mod:`rekall.adapters.extension.early`)."""
-    from rekall.adapters.extension.early import follow_early as follow
+    (:mod:`rekall.adapters.extension.first_follow`)."""
+    from rekall.adapters.extension.first_follow import follow_early as follow
 
     return follow(thread_id, env, at_schedule=resume.settled, request_timeout_s=request_timeout_s)
 
 
 #: Re-exported on first use, from the module that defines each: the registry lists this package
 #: wherever platforms are looked up (``rekall status`` and ``history`` too), and the session needs
-#: asyncio, which the worker's first follow is made without (:mod:`rekall.adapters.extension.early`).
+#: asyncio, which the worker's first follow is made without (:mod:`rekall.adapters.extension.first_follow`).
 _ON_USE = {
     **dict.fromkeys(("ConnectionLostError", "HandshakeFailed", "NoOwner", "RequestFailed", "SessionClosed",
                      "SnapshotTimeout", "VersionMismatch"), "rekall.adapters.extension.errors"),

@@ -203,7 +203,7 @@ def _extension_folders(env: Mapping[str, str]) -> list[tuple[str, Path]]:
 
 def _codex_binary_extension(env: Mapping[str, str]) -> Path | None:
     from rekall.adapters.extension.discovery import discover_codex_binary
-    from rekall.errors import RekallError
+    from rekall.kernel.errors import RekallError
 
     try:
         binary = discover_codex_binary(env)

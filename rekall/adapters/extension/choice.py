@@ -24,8 +24,8 @@ from rekall.adapters.extension import ipc
 from rekall.adapters.extension.bundles import Install, find_installs
 from rekall.adapters.extension.ipc import IpcAdapter, behind_text
 from rekall.adapters.extension.errors import VersionMismatch
-from rekall.errors import InvalidInput
-from rekall.homes import env_value
+from rekall.kernel.errors import InvalidInput
+from rekall.kernel.environment import env_value
 
 GENERATION_VAR = gen.GENERATION_VAR
 

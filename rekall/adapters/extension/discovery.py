@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
-from rekall.errors import CodexError
+from rekall.kernel.errors import CodexError
 
 OVERRIDE_VAR = "REKALL_CODEX_BINARY"
 EXPECTED_PUBLISHER = "openai"

@@ -1,10 +1,10 @@
-"""Errors of the protocol layer. Each is an :class:`~rekall.errors.IpcError` with a stable code."""
+"""Errors of the protocol layer. Each is an :class:`~rekall.kernel.errors.IpcError` with a stable code."""
 
 from __future__ import annotations
 
-from rekall.errors import IpcError
-from rekall.records import ConnectionLostError as ConnectionLostError  # shared: every platform's connection can be lost
-from rekall.records import Delivery as Delivery
+from rekall.kernel.errors import IpcError
+from rekall.kernel.records import ConnectionLostError as ConnectionLostError  # shared: every platform's connection can be lost
+from rekall.kernel.records import Delivery as Delivery
 
 #: How much longer than the ``timeoutMs`` we send we wait for a response ourselves, so that the
 #: router's own ``request-timeout`` (which is more informative) normally arrives first.

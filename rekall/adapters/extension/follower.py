@@ -31,12 +31,12 @@ import logging
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
-from rekall import events as ev
+from rekall.kernel import events as ev
 from rekall.adapters.extension import messages as m
 from rekall.adapters.extension.errors import NoOwner, RequestFailed, SnapshotTimeout, VersionMismatch
 from rekall.adapters.extension.handshake import Handshaken
 from rekall.adapters.extension.ipc import IpcAdapter
-from rekall.errors import IpcError
+from rekall.kernel.errors import IpcError
 from rekall.thread.mirror import RevisionGap, ThreadMirror
 from rekall.thread.patches import PatchError
 

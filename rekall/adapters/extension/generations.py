@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Literal, NamedTuple, Protocol, TypeVar
 
-from rekall.thread.layout import FieldNames, V11
+from rekall.thread.fields import FieldNames, V11
 
 INITIALIZE = "initialize"
 OWNER_DISCOVERY = "thread-owner-discovery"
@@ -39,7 +39,7 @@ StartTurnShape = Literal["turnStart", "turnStartParams"]
 
 class Generation(NamedTuple):
     """What one generation of the extension IPC is, as far as rekall needs to know (a
-    ``NamedTuple``: it is read before the worker's first follow, see :mod:`rekall.thread.layout`)."""
+    ``NamedTuple``: it is read before the worker's first follow, see :mod:`rekall.thread.fields`)."""
 
     #: The name users see and set (``REKALL_GENERATION``), e.g. ``"26.9xx"``.
     name: str

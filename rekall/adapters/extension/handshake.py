@@ -4,7 +4,7 @@
 is sent the router's :class:`~rekall.adapters.extension.messages.Response`, and returns what it learned
 (:class:`Handshaken`). It raises the precise error when an answer refuses us. The session
 drives it on the event loop; the worker's first follow drives it on a blocking socket before
-the event loop exists (:mod:`rekall.adapters.extension.early`). The rules live here once.
+the event loop exists (:mod:`rekall.adapters.extension.first_follow`). The rules live here once.
 
 When the evidence left several candidate generations, the owner's answer to discovery decides
 (:mod:`rekall.adapters.extension.choice`, evidence (b)): answered, a generation with owner discovery;

@@ -14,7 +14,7 @@ from rekall import __version__
 from rekall.adapters.extension import generations as gen
 from rekall.adapters.extension.errors import Delivery, HandshakeFailed, NoOwner, RequestFailed, VersionMismatch
 from rekall.adapters.extension import messages as m
-from rekall.thread.layout import FieldNames
+from rekall.thread.fields import FieldNames
 
 HOST_ID = "local"
 INITIAL_CLIENT_ID = "initializing-client"

@@ -3,7 +3,7 @@
 
 Shared by all protocol generations (an adapter decides *which* record a message is; the
 records themselves do not change), so the session can dispatch on them alike.
-``NamedTuple`` records: the worker's first follow reads them (see :mod:`rekall.thread.layout`).
+``NamedTuple`` records: the worker's first follow reads them (see :mod:`rekall.thread.fields`).
 """
 
 from __future__ import annotations

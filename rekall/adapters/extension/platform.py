@@ -1,4 +1,4 @@
-"""The VS Code extension's IPC router as a platform (:mod:`rekall.platform`).
+"""The VS Code extension's IPC router as a platform (:mod:`rekall.adapters.contract`).
 
 :class:`ExtensionIpc` follows a thread with a :class:`~rekall.adapters.extension.session.ThreadSession`,
 observes it with one short-lived session, checks the bundled Codex binary's public schema, and
@@ -18,17 +18,17 @@ from typing import Any
 
 import attrs
 
-from rekall import events as ev
+from rekall.kernel import events as ev
 from rekall.adapters.extension import NAME, ipc
 from rekall.adapters.extension import choice as evidence
 from rekall.adapters.extension.discovery import CodexBinary, discover_codex_binary
-from rekall.adapters.extension.early import EarlyFollow
+from rekall.adapters.extension.first_follow import EarlyFollow
 from rekall.adapters.extension.generations import COMPARED_METHODS
 from rekall.adapters.extension.session import ThreadSession, connect_thread
-from rekall.errors import RekallError
-from rekall.homes import env_value
-from rekall.platform import Absence, Row, ThreadSnapshot, noted
-from rekall.records import Acted, ConnectionLostError, Failure
+from rekall.kernel.errors import RekallError
+from rekall.kernel.environment import env_value
+from rekall.adapters.contract import Absence, Row, ThreadSnapshot, noted
+from rekall.kernel.records import Acted, ConnectionLostError, Failure
 from rekall.transports import Endpoint, MessageChannel, resolve_endpoint, transport_for
 from rekall.transports.endpoint import override_endpoint
 
@@ -135,7 +135,7 @@ class ExtensionIpc:
         self.last_choice: evidence.Choice = evidence.Choice(None, (), "not connected yet")
         #: What ``schedule`` settled, from the job (the worker reuses it for the same owner).
         self.settled_at_schedule = settled
-        #: The worker's first follow (:mod:`rekall.adapters.extension.early`), or why it failed: the next
+        #: The worker's first follow (:mod:`rekall.adapters.extension.first_follow`), or why it failed: the next
         #: connect to its thread goes on from it.
         self.early = early
 
@@ -235,7 +235,7 @@ def uses_test_transport(env: Mapping[str, str]) -> bool:
 
 def _calls_in_progress(session: ThreadSession) -> frozenset[str]:
     """What the live turns of the owner's state are calling now (a paginated history: nothing known)."""
-    from rekall.caller import calls_in_progress
+    from rekall.kernel.caller import calls_in_progress
 
     state = session.mirror.state
     return calls_in_progress(state.get(session.mirror.layout.turns)) if isinstance(state, dict) else frozenset()

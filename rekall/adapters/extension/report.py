@@ -10,7 +10,7 @@ from typing import Any
 
 from rekall.adapters.extension import generations as gen
 from rekall.adapters.extension.choice import choose
-from rekall.wrapping import terminal_width, wrap
+from rekall.kernel.wrapping import terminal_width, wrap
 
 
 def protocol_report(env: Any = None) -> dict[str, Any]:

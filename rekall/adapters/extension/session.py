@@ -25,7 +25,7 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
-from rekall import events as ev
+from rekall.kernel import events as ev
 from rekall.adapters.extension import generations as gen
 from rekall.adapters.extension import ipc, messages
 from rekall.adapters.extension.ipc import IpcAdapter
@@ -40,7 +40,7 @@ from rekall.adapters.extension.errors import (
     not_answered,
 )
 from rekall.adapters.extension.choice import GENERATION_VAR, pinned
-from rekall.adapters.extension.early import EarlyFollow
+from rekall.adapters.extension.first_follow import EarlyFollow
 from rekall.adapters.extension.follower import (
     MAX_RESYNCS_PER_CONNECTION,
     Action,
@@ -53,8 +53,8 @@ from rekall.adapters.extension.follower import (
     Send,
 )
 from rekall.adapters.extension.handshake import handshake
-from rekall.errors import InvalidInput, IpcError
-from rekall.ids import thread_id as validate_thread_id
+from rekall.kernel.errors import InvalidInput, IpcError
+from rekall.kernel.ids import thread_id as validate_thread_id
 from rekall.thread.mirror import ThreadMirror
 from rekall.transports import (
     Endpoint,
@@ -529,7 +529,7 @@ async def connect_thread(
     ``adapter`` is the generation to speak (an adapter or its name); without it and without
     ``candidates``, ``REKALL_GENERATION`` in ``env`` when set; otherwise the owner's answer to
     discovery chooses among ``candidates`` (default: every known generation).
-    ``early``: the worker's first follow of this thread (:mod:`rekall.adapters.extension.early`), made with
+    ``early``: the worker's first follow of this thread (:mod:`rekall.adapters.extension.first_follow`), made with
     the same ``adapter`` and ``candidates``: the session goes on from its connection.
     """
     thread_id = validate_thread_id(thread_id)

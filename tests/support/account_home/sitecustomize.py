@@ -2,7 +2,7 @@
 ``pwd.getpwuid`` reports it) is the test's private folder, ``RKTEST_ACCOUNT_HOME``.
 
 rekall derives its lock folder from the account alone, and no variable of its own moves it
-(``rekall.homes.account_home``). A test's rekall processes would otherwise take their locks in
+(``rekall.kernel.environment.account_home``). A test's rekall processes would otherwise take their locks in
 the real account's home, shared with every other test and with the developer's own jobs.
 tests/conftest.py puts this folder first on ``PYTHONPATH`` and names the home; a process
 started without them (Codex starting ``rekall mcp`` with its own few variables) uses the real one.

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from rekall.platform import Platform
+    from rekall.adapters.contract import Platform
     from rekall.adapters.resume import ResumeToken
 
 NAME = "toy"

@@ -12,10 +12,10 @@ from typing import Any
 
 import attrs
 
-from rekall import events as ev
-from rekall.errors import IpcError, RekallError
-from rekall.platform import Absence, Row, ThreadSnapshot, noted
-from rekall.records import Acted, Failure, ThreadFacts
+from rekall.kernel import events as ev
+from rekall.kernel.errors import IpcError, RekallError
+from rekall.adapters.contract import Absence, Row, ThreadSnapshot, noted
+from rekall.kernel.records import Acted, Failure, ThreadFacts
 from rekall.adapters.resume import ResumeToken
 from tests.support.toy_platform import NAME
 

@@ -1,0 +1,334 @@
+"""The MCP server (``rekall mcp``): four tools over stdio, thin wrappers of ``rekall.usecases.service``.
+
+Tool names, inputs and limits match the Node version, so agents and skills written for it
+keep working. Results are structured: the SDK derives each tool's output schema from its
+return type and validates every result against it. The job tools' return types are
+TypedDicts built here from the ``JobStatus`` record (``rekall.states.status``; the SDK cannot
+take a slotted attrs class), so the schema lists exactly the record's fields. Tools are
+``async`` and blocking store work runs on a worker thread, so a slow probe never holds up
+``compaction_status``.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Annotated, Any, Literal, ParamSpec, TypeVar, Union, get_args, get_type_hints
+
+from typing_extensions import NotRequired, Required, TypedDict  # pydantic needs it on Python < 3.12
+
+import anyio
+import attrs
+from mcp.server import MCPServer
+from mcp.server.mcpserver import Context
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.shared.exceptions import MCPError
+from mcp.types import ToolAnnotations
+from pydantic import ConfigDict, Field, TypeAdapter, ValidationError
+
+from rekall import __version__
+from rekall.usecases import service
+from rekall.kernel.caller import Caller
+from rekall.kernel.errors import InternalError, InvalidInput, RekallError, as_rekall_error, tool_error_text
+from rekall.kernel.credentials import shown_key
+from rekall.states.status import ALWAYS, Absent, HistoryEntry, JobStatus, wire
+from rekall.store.handoff import MAX_HANDOFF_BYTES, MAX_LIST_ITEMS
+
+THREAD_ID_DESCRIPTION = (
+    "Current CODEX_THREAD_ID; obtain it from the shell environment (echo $CODEX_THREAD_ID). "
+    "Never guess or select a different thread."
+)
+
+STATES_TEXT = (
+    "States: scheduled, waiting_for_idle (your turn must end first), requesting, accepted "
+    "(the thread's owner took the request; acceptance is not completion), waiting_for_resume_idle, "
+    "resuming; terminal: completed (a newly observed completed contextCompaction), resumed (one "
+    "continuation turn was started; this says nothing about the work it does), skipped (compacted, "
+    "but the continuation was refused for lack of headroom or stale/missing telemetry), cancelled, "
+    "timed_out, failed. outcomeMayBeUnknown=true means a request may have reached the owner "
+    "without its effect being observed."
+)
+
+INSTRUCTIONS = (
+    "rekall compacts this Codex conversation at a checkpoint and can resume it once. It serves chats of "
+    "the VS Code extension and terminal sessions on the shared app-server: a plain `codex` where daemon "
+    "auto-start is on (it starts the daemon and joins it; the default in Codex 0.171.0) and `codex --remote "
+    "unix://`. A session that runs its own app-server (started with -c, --profile or a similar flag, with "
+    "auto-start off, or `codex exec`) is out of reach: probe_compaction says what it saw and how the user "
+    "checks. A thread whose goal is active is refused until the goal is paused. "
+    "Order: compaction_status, then probe_compaction, then schedule_compaction (only when the user "
+    "authorised compaction), then FINISH YOUR TURN, then check compaction_status later. "
+    "Pass the current CODEX_THREAD_ID; never guess a thread. Nothing is retried automatically. "
+    + STATES_TEXT
+)
+
+logger = logging.getLogger(__name__)
+P = ParamSpec("P")
+R = TypeVar("R")
+
+ThreadId = Annotated[str, Field(description=THREAD_ID_DESCRIPTION, min_length=1, max_length=200)]
+Entries = Annotated[list[Annotated[str, Field(min_length=1)]], Field(max_length=MAX_LIST_ITEMS)]
+
+
+class Handoff(TypedDict):
+    """Guides the resumed agent. It does not alter Codex's own compaction prompt."""
+
+    __pydantic_config__ = ConfigDict(extra="forbid")  # type: ignore[misc]
+
+    summary: Annotated[str, Field(description=(
+        "Task, constraints, decisions, completed work, verification and outstanding work. The whole "
+        f"handoff is at most {MAX_HANDOFF_BYTES} UTF-8 bytes (compact JSON)."))]
+    preserve: Annotated[Entries, Field(description=f"Facts to retain (at most {MAX_LIST_ITEMS} non-empty strings).")]
+    discard: Annotated[Entries, Field(description=(
+        f"History that can be summarised away (at most {MAX_LIST_ITEMS}). This never authorises deleting files."))]
+    nextStep: Annotated[str, Field(description=(
+        "The exact authorised next action, including where to stop. Required (may be empty only when "
+        "resume is false)."))]
+    resume: Annotated[bool, Field(strict=True, description="Explicit opt-in to ONE automatic continuation turn.")]
+
+
+class ProbeResult(TypedDict, total=False):
+    __pydantic_config__ = ConfigDict(extra="allow")  # type: ignore[misc]
+
+    threadId: str
+    platform: str
+    connected: bool
+    ownerId: str | None
+    endpoint: Any
+    adapter: Any
+    observedVersions: Any
+    runtimeStatus: str
+    runtimeHint: str
+    idle: bool
+    busyReason: str | None
+    latestUserTurnStopped: bool
+    completedCompactions: int
+    contextTokens: int | None
+    modelContextWindow: int | None
+    headroom: dict[str, Any]
+    compatibility: dict[str, Any]
+    extensionVersion: str | None
+
+
+# --- the job status, as the tools answer it -----------------------------------------------
+
+
+def _present(annotation: Any) -> Any:
+    """A status field's type without ``ABSENT`` (a field not set is left out, not sent)."""
+    arms = tuple(arm for arm in get_args(annotation) if arm != Literal[Absent.ABSENT])
+    return Union[arms] if len(arms) > 1 else arms[0]  # noqa: UP007 - a runtime tuple of arms
+
+
+def _schema_of(record: type, title: str, required: frozenset[str], types: Mapping[str, Any]) -> Any:
+    """A TypedDict for pydantic built from an attrs status record: one key per field, its type
+    and description from the record, ``required`` keys required, nothing else allowed."""
+    hints = get_type_hints(record)
+    keys = {}
+    for field in attrs.fields(record):
+        value = Annotated[types.get(field.name, _present(hints[field.name])),
+                          Field(description=field.metadata["doc"])]
+        keys[field.name] = Required[value] if field.name in required else NotRequired[value]
+    schema = TypedDict(title, keys)  # type: ignore[operator]
+    schema.__doc__ = record.__doc__
+    schema.__pydantic_config__ = ConfigDict(extra="forbid")
+    return schema
+
+
+def _names(*fields: attrs.Attribute[Any]) -> frozenset[str]:
+    return frozenset(field.name for field in fields)
+
+
+_S = attrs.fields(JobStatus)
+HistoryEntryOut = _schema_of(HistoryEntry, "HistoryEntry", frozenset(), {})
+_TYPES = {_S.history.name: list[HistoryEntryOut], _S.handoff.name: Handoff}
+#: ``compaction_status``: a job, ``not_scheduled``, or the Node version's job (``writtenBy``).
+StatusResult = _schema_of(JobStatus, "JobStatus", _names(_S.threadId, _S.state), _TYPES)
+#: ``schedule_compaction``: the job scheduled, or the unfinished job that holds the thread.
+ScheduleResult = _schema_of(JobStatus, "ScheduledJob", ALWAYS | _names(_S.alreadyScheduled), _TYPES)
+#: ``cancel_compaction``: what was asked (or the ended job, with cancellationRequested false).
+CancelResult = _schema_of(JobStatus, "CancelResult", _names(_S.threadId, _S.jobId, _S.state,
+                                                             _S.cancellationRequested, _S.message), _TYPES)
+
+
+@functools.cache
+def _adapter(schema: Any) -> TypeAdapter[Any]:
+    return TypeAdapter(schema)
+
+
+def _fit(schema: Any, status: dict[str, Any]) -> dict[str, Any]:
+    """``status`` as the output schema describes it. A status rekall did not derive from its
+    journal (the Node version's file, one found without a journal, or a field a newer rekall
+    journaled) may hold fields the schema does not describe, or values that do not fit it:
+    those are left out and named in ``fieldsNotShown``."""
+    try:
+        _adapter(schema).validate_python(status)
+        return status
+    except ValidationError as exc:
+        errors = exc.errors(include_url=False, include_input=False)
+    missing = sorted(str(e["loc"][0]) for e in errors if e["type"] == "missing" and e["loc"])
+    if missing:
+        raise InternalError(f"the status lacks {', '.join(missing)}, which the output schema requires")
+    misfits = sorted({str(e["loc"][0]) for e in errors if e["loc"]})
+    logger.warning("rekall mcp: status fields left out as the schema does not describe them: %s",
+                   ", ".join(misfits))
+    fitted = {k: v for k, v in status.items() if k not in misfits}
+    fitted.update(wire(JobStatus(fieldsNotShown=misfits)))
+    return fitted
+
+
+def _tool_errors(fn: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
+    """Every failure inside a tool reaches the agent as ``[code] message. Next: hint``."""
+
+    @functools.wraps(fn)
+    async def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return await fn(*args, **kwargs)
+        except Exception as exc:  # noqa: BLE001 - the boundary: nothing unexplained gets out
+            error = as_rekall_error(exc)
+            if isinstance(error, InternalError):
+                logger.error("rekall mcp: %s in %s", error.message, fn.__name__)
+            raise _RekallToolError(tool_error_text(error)) from None
+
+    return wrapper
+
+
+class _RekallToolError(ToolError):
+    """A tool's own error, already in the promised form."""
+
+
+_MAX_LISTED = 3
+
+
+def _argument_errors(exc: ValidationError) -> RekallError:
+    """Pydantic's verdict as field and rule only: its own text repeats the rejected values."""
+    problems = []
+    for error in exc.errors(include_url=False, include_input=False):
+        where = ".".join(shown_key(part) for part in error["loc"]) or "arguments"
+        problems.append(f"{where}: {error['msg'][:1].lower()}{error['msg'][1:120]}")
+    listed = "; ".join(problems[:_MAX_LISTED])
+    if len(problems) > _MAX_LISTED:
+        listed += f"; and {len(problems) - _MAX_LISTED} more"
+    return InvalidInput(f"invalid arguments: {listed}", code="invalid_arguments",
+                        hint="fix the named arguments to match the tool's input schema and call again")
+
+
+def _caller(ctx: Context) -> Caller:
+    """The thread the tool call comes from, as its request's ``_meta`` says (:mod:`rekall.kernel.caller`)."""
+    return Caller.from_meta(ctx.request_context.meta)
+
+
+class RekallServer(MCPServer):
+    """MCPServer whose every tool error, argument validation included, reads ``[code] message. Next: hint``."""
+
+    async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
+        try:
+            return await super().call_tool(name, arguments, context)
+        except MCPError:
+            raise
+        except ToolError as exc:
+            raise ToolError(self._explain(name, exc)) from None
+
+    def _explain(self, name: str, exc: ToolError) -> str:
+        cause = exc.__cause__
+        if isinstance(cause, _RekallToolError):
+            return str(cause)
+        if isinstance(cause, ValidationError):
+            return tool_error_text(_argument_errors(cause))
+        if name not in TOOL_NAMES:
+            return tool_error_text(InvalidInput("there is no tool by that name", code="unknown_tool",
+                                                hint=f"call one of {', '.join(TOOL_NAMES)}"))
+        logger.error("rekall mcp: unexpected %s in %s", type(cause or exc).__name__, name)
+        return tool_error_text(as_rekall_error(cause or exc))
+
+
+def build_server() -> MCPServer:
+    # WARNING: the SDK's INFO lines repeat what callers sent (tool names, error texts).
+    server = RekallServer("rekall", version=__version__, instructions=INSTRUCTIONS, log_level="WARNING")
+
+    @server.tool(
+        annotations=ToolAnnotations(title="Probe compaction readiness", read_only_hint=True, open_world_hint=False),
+        description=(
+            "Read-only preflight. Run it after compaction_status and before schedule_compaction. It finds "
+            "the thread's platform (a VS Code extension window, or the shared app-server of a terminal "
+            "session: plain `codex` where daemon auto-start is on, or `codex --remote`; never guessed: both or "
+            "neither is reported), reports the "
+            "runtime status, context headroom (tokens, window, used fraction; unknown on the shared "
+            "app-server until a worker follows the thread), the endpoint and peer check, and the "
+            "compatibility checks. It never compacts and does not prove that a compaction will succeed; "
+            "'layout_compatible' means only that the expected layout was found. A terminal session that runs "
+            "its own app-server cannot be reached: the error says what rekall saw, the causes it cannot tell "
+            "apart and how the user checks. A thread whose goal is active is refused: pause the goal first."),
+    )
+    @_tool_errors
+    async def probe_compaction(threadId: ThreadId) -> ProbeResult:
+        return await service.probe(threadId)  # type: ignore[return-value]
+
+    @server.tool(
+        annotations=ToolAnnotations(title="Schedule one compaction", read_only_hint=False, destructive_hint=True,
+                                    idempotent_hint=False, open_world_hint=False),
+        description=(
+            "Schedules ONE compaction of this conversation, to happen after your current answer ends; call "
+            "it only when the user authorised compaction, then finish your turn. The optional handoff is "
+            "saved exactly, per job, and verified by SHA-256 before use; resume:true requests ONE later "
+            "continuation turn that carries it, started only if compaction really completed and at most "
+            "60% of the context window is then in use. A thread whose goal is active is refused (pause the "
+            "goal, then schedule). The job is cancelled by new user input (a new turn, where goals cannot be "
+            "told), a goal that becomes active, or a stopped turn. A second call while a job is unfinished "
+            "returns that job with alreadyScheduled:true; a handoff given with such a call is not saved (handoffIgnored:true). "
+            "Codex's own compaction prompt is not changed. Nothing is retried automatically: check "
+            "compaction_status later. " + STATES_TEXT),
+    )
+    @_tool_errors
+    async def schedule_compaction(threadId: ThreadId, ctx: Context, handoff: Handoff | None = None) -> ScheduleResult:
+        return _fit(ScheduleResult, await service.schedule(threadId, dict(handoff) if handoff is not None else None,
+                                                           caller=_caller(ctx)))
+
+    @server.tool(
+        annotations=ToolAnnotations(title="Compaction job status", read_only_hint=True, open_world_hint=False),
+        description=(
+            "Read-only inspection of this thread's latest compaction job. Call it first (before probe and "
+            "schedule) and again after scheduling or cancelling. Returns {state:'not_scheduled'} when "
+            "there is none. " + STATES_TEXT + " A job whose worker died is reported as failed with "
+            "errorCode worker_lost. Missing or stale token telemetry after compaction ends in skipped "
+            "with resumeSkipReason."),
+    )
+    @_tool_errors
+    async def compaction_status(threadId: ThreadId) -> StatusResult:
+        return _fit(StatusResult, await anyio.to_thread.run_sync(service.status, threadId))
+
+    @server.tool(
+        annotations=ToolAnnotations(title="Cancel a compaction job", read_only_hint=False, destructive_hint=True,
+                                    idempotent_hint=True, open_world_hint=False),
+        description=(
+            "Cancels the pending dispatches of the exact job (threadId and jobId from schedule_compaction "
+            "or compaction_status). A request the thread's owner already received cannot be retracted: the "
+            "result then has outcomeMayBeUnknown=true. Check compaction_status afterwards."),
+    )
+    @_tool_errors
+    async def cancel_compaction(
+        threadId: ThreadId,
+        jobId: Annotated[str, Field(description="The jobId returned by schedule_compaction.", min_length=1,
+                                    max_length=200)],
+        ctx: Context,
+    ) -> CancelResult:
+        caller = _caller(ctx)
+        return _fit(CancelResult, await anyio.to_thread.run_sync(
+            functools.partial(service.cancel, threadId, jobId, caller=caller)))
+
+    _refuse_unknown_arguments(server)
+    return server
+
+
+def _refuse_unknown_arguments(server: MCPServer) -> None:
+    """Every tool refuses an argument it does not take, and its input schema says so
+    (``additionalProperties: false``): the SDK's argument models ignore unknown names, so a
+    misspelt ``threadid`` would be dropped without a word."""
+    for tool in server._tool_manager.list_tools():
+        model = tool.fn_metadata.arg_model
+        model.model_config["extra"] = "forbid"
+        model.model_rebuild(force=True)
+        tool.parameters = model.model_json_schema(by_alias=True)
+
+
+TOOL_NAMES = ("probe_compaction", "schedule_compaction", "compaction_status", "cancel_compaction")

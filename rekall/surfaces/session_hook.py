@@ -1,0 +1,316 @@
+"""``rekall hook session-start``: the plugin's ``SessionStart(compact)`` hook, which carries a job's
+verified handoff into the first model request after the compaction the job asked for.
+
+Codex runs it (``hooks/hooks.json`` in the plugin) at the start of the first turn after any
+compaction, before that turn's model request, with one JSON object on standard input
+(``session_id`` is the thread, ``transcript_path``, ``cwd``, ``hook_event_name``, ``model``,
+``permission_mode``, ``source: "compact"``). What it prints as
+``hookSpecificOutput.additionalContext`` is in that request. It is the only way into the thread
+on the VS Code extension, and it works on every Codex host, so it is the route of last resort:
+
+**The rule.** The hook delivers the handoff of the thread's latest job when
+
+* that job saved a handoff, asked for a compaction, and that compaction completed: the journal
+  says so (``compactionCompletedAt``), or, while the completion is not journaled yet (the job is
+  still ``accepted``), the transcript shows it;
+* the transcript, where it can be read, shows exactly one compaction since the job's request
+  (its own: a second one, Codex's or the user's ``/compact``, means this is not the first
+  ``SessionStart(compact)`` after the job's compaction);
+* nothing else has delivered it or will: the job's delivery claim (:mod:`rekall.store.delivery`)
+  is still free and the hook wins it. The worker claims it before it sends the continuation or
+  the injection, so a continuation already on its way keeps the hook silent, and a hook that
+  won keeps the worker from sending either.
+* the handoff still verifies (re-read, SHA-256 against the seal, bound to the thread and job).
+
+**Races.** A job still in ``waiting_for_resume_idle`` has not sent its continuation (the claim
+is free), so the turn starting now is someone else's, the user's: the continuation would be
+overtaken by it, and the hook delivers (the worker then finds the claim taken and sends
+nothing; one that moved to ``resuming`` meanwhile ends ``completed``, ``resumeSkipped:
+handoff_delivered_by_hook``). A job still in ``accepted`` (the completion not journaled yet, the user's queued
+message starting the next turn at once) is delivered for only when the transcript shows the
+compaction. A job in ``resuming`` or ``resumed`` gets nothing: the continuation carries it.
+
+**Safe.** Any input that is not a ``SessionStart`` with source ``compact`` and a thread id, any
+failure, any doubt: the empty output (nothing on standard output, exit 0), which Codex accepts as
+"no context". Standard output holds nothing but the framed handoff. The jobs directory is found
+from the environment, from the Codex home the transcript lies in, and from the directories the
+store recorded (:mod:`rekall.store.whereabouts`), because Codex may run the hook with a short
+environment. A framed handoff over Codex's hook context limit (about 2,500 tokens, beyond which
+Codex keeps only a preview) is cut here instead, with the path and seal of the whole, and the
+claim, and so the job, says it was cut.
+
+It imports only the light modules (no CLI, no MCP, no lifecycle table): its cost is measured in
+``bench/session_hook.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+import zlib
+from pathlib import Path
+
+TYPE_CHECKING = False  # not typing's: the hook's start-up pays for every import
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+    from typing import Any, BinaryIO, TextIO
+
+#: Codex's hook output budget (``HOOK_OUTPUT_TOKEN_LIMIT``, counted as about 4 bytes a token);
+#: past it Codex keeps a head and tail preview. The hook keeps under it, with a margin.
+CONTEXT_TOKEN_LIMIT = 2_500
+CONTEXT_BYTE_BUDGET = CONTEXT_TOKEN_LIMIT * 4 - 600
+#: Standard input is read up to this size; Codex sends a few hundred bytes.
+INPUT_LIMIT = 1024 * 1024
+#: A transcript larger than this is not read (the journal alone decides).
+TRANSCRIPT_LIMIT = 256 * 1024 * 1024
+#: A rollout line that records a compaction (``RolloutItem::Compacted``), at the start of its line, so
+#: that a compaction quoted inside another line never matches. Codex 0.171 writes an ``ordinal``
+#: between the time and the type; plain number fields there are allowed. Compiled when a
+#: transcript is read (each compiled pattern costs the hook's start-up).
+_COMPACTED = rb'^\{"timestamp":"([0-9T:.+Z-]{10,40})",(?:"[a-z_]{1,40}":-?[0-9]{1,20},){0,8}"type":"compacted"'
+#: A journal line as :mod:`rekall.store.wire` writes it: ``{"crc32":"<8 hex>","record":{...}}``.
+_CRC_HEAD, _RECORD_HEAD = b'{"crc32":"', b'","record":'
+#: States in which the continuation carries the handoff.
+_CONTINUING = frozenset({"resuming", "resumed"})
+
+
+def main(argv: Sequence[str] = (), stdin: BinaryIO | None = None, stdout: TextIO | None = None,
+         env: Mapping[str, str] | None = None) -> int:
+    """Run the hook: the framed handoff on ``stdout`` when the rule holds, else nothing; always 0."""
+    out = sys.stdout if stdout is None else stdout
+    try:
+        raw = (sys.stdin.buffer if stdin is None else stdin).read(INPUT_LIMIT + 1)
+        text = answer(raw, os.environ if env is None else env) if len(raw) <= INPUT_LIMIT else None
+    except Exception:  # noqa: BLE001 - whatever went wrong, the user's turn goes on without the hook
+        text = None
+    if text:
+        out.write(text + "\n")
+        out.flush()
+    return 0
+
+
+def answer(raw: bytes, env: Mapping[str, str]) -> str | None:
+    """The hook's whole standard output for Codex's input ``raw``, or ``None`` for the empty output."""
+    event = _event(raw)
+    if event is None:
+        return None
+    thread, transcript = event
+    job = _latest_job(thread, _jobs_dirs(env, transcript))
+    if job is None:
+        return None
+    journal, fields, state = job
+    if not _eligible(fields, state, transcript):
+        return None
+    framed = _framed(journal, thread, fields, state)
+    if framed is None:
+        return None
+    context, detail = _fitted(*framed, fields)
+    from rekall.store.delivery import HOOK, claim, claim_path
+
+    if not claim(claim_path(journal), HOOK, jobId=fields.get("jobId"), contextBytes=len(context.encode()),
+                 **detail):
+        return None  # the continuation, the injection or an earlier hook has it
+    try:
+        os.utime(journal)  # the views sealed over the journal's stamp are derived again, with the claim
+    except OSError:
+        pass  # a reader replaying the journal still folds the claim in
+    return json.dumps({"hookSpecificOutput": {"hookEventName": "SessionStart", "additionalContext": context}},
+                      ensure_ascii=False)
+
+
+def _event(raw: bytes) -> tuple[str, Path | None] | None:
+    """The thread and transcript of a ``SessionStart(compact)`` input, else ``None``."""
+    from rekall.kernel.ids import is_uuid
+
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        return None
+    if not isinstance(data, dict) or data.get("hook_event_name") != "SessionStart" or data.get("source") != "compact":
+        return None
+    thread = data.get("session_id")
+    if not isinstance(thread, str) or not is_uuid(thread):
+        return None
+    transcript = data.get("transcript_path")
+    path = Path(transcript) if isinstance(transcript, str) and "\0" not in transcript and os.path.isabs(transcript) \
+        else None
+    return thread.lower(), path
+
+
+def _jobs_dirs(env: Mapping[str, str], transcript: Path | None) -> list[Path]:
+    """Where the thread's jobs may be: the environment's jobs directory, the default one of the Codex
+    home the transcript lies in (``<home>/sessions/…``), and those the store recorded."""
+    from rekall.store.paths import inspect_jobs_dir, resolve_jobs_dir
+    from rekall.store.whereabouts import known_jobs_dirs
+
+    candidates: list[Path] = []
+    try:
+        candidates.append(resolve_jobs_dir(env))
+    except Exception:  # noqa: BLE001 - a bad variable: the other places are still looked at
+        pass
+    if transcript is not None:
+        for parent in transcript.parents:
+            if parent.name in ("sessions", "archived_sessions"):
+                candidates.append(parent.parent / "tools" / "rekall" / "jobs")
+                break
+    candidates.extend(known_jobs_dirs())
+    found: list[Path] = []
+    for path in candidates:
+        if path in found:
+            continue
+        try:
+            inspect_jobs_dir(path)
+        except Exception:  # noqa: BLE001 - missing, a symlink, someone else's: not looked in
+            continue
+        found.append(path)
+    return found
+
+
+def _latest_job(thread: str, dirs: list[Path]) -> tuple[Path, dict[str, Any], str] | None:
+    """The thread's newest job across ``dirs``: its journal, fields so far and state."""
+    from rekall.store.paths import Layout
+
+    best: tuple[str, int, Path, dict[str, Any], str] | None = None
+    for root in dirs:
+        layout = Layout(root)
+        for _, job, _entry in layout.journal_entries(thread=thread):
+            read = _read_journal(layout.journal(thread, job))
+            if read is None:
+                continue
+            created, fields, state = read
+            key = (created, int(fields.get("jobNumber") or 0))
+            if best is None or key > best[:2]:
+                best = (*key, layout.journal(thread, job), fields, state)
+    return None if best is None else best[2:]
+
+
+def _read_journal(path: Path) -> tuple[str, dict[str, Any], str] | None:
+    """A journal's creation time, merged transition fields and last state, read without the store's
+    record types (each line's checksum checked as :mod:`rekall.store.wire` writes it; a torn last
+    line ignored). ``None`` for anything else: the hook then delivers nothing for that job."""
+    from rekall.store.fsread import JOURNAL_LIMIT, read_private
+
+    try:
+        data = read_private(path, limit=JOURNAL_LIMIT)
+    except OSError:
+        return None
+    lines = data.split(b"\n")
+    complete = lines[:-1]  # what follows the last newline is a torn write, or nothing
+    fields: dict[str, Any] = {}
+    created, state = None, None
+    for line in complete:
+        body = line[len(_CRC_HEAD) + 8 + len(_RECORD_HEAD):-1]
+        if not (line.startswith(_CRC_HEAD) and line[len(_CRC_HEAD) + 8:].startswith(_RECORD_HEAD)
+                and line.endswith(b"}")):
+            return None
+        try:
+            if int(line[len(_CRC_HEAD):len(_CRC_HEAD) + 8], 16) != zlib.crc32(body):
+                return None
+            record = json.loads(body)
+        except ValueError:
+            return None
+        if not isinstance(record, dict) or record.get("type") != "transition":
+            continue
+        if created is None:
+            created = record.get("at")
+        fields.update(record.get("fields") or {})
+        state = record.get("to")
+    if not isinstance(created, str) or not isinstance(state, str):
+        return None
+    return created, fields, state
+
+
+def _eligible(fields: Mapping[str, Any], state: str, transcript: Path | None) -> bool:
+    """The rule of the module doc, apart from the claim and the handoff's verification."""
+    requested = fields.get("requestedAt")
+    if not fields.get("handoffSha256") or not isinstance(requested, str) or state in _CONTINUING:
+        return False
+    if fields.get("handoffDelivery") in ("continuation", "injected"):
+        return False  # an older job's record (before claims): delivered already
+    since = _compactions_since(transcript, requested)
+    if fields.get("compactionCompletedAt") is None:
+        return state == "accepted" and since == 1  # not journaled yet: the transcript must show it
+    return since is None or since == 1
+
+
+def _compactions_since(transcript: Path | None, since: str) -> int | None:
+    """How many compactions the transcript records at or after ``since``; ``None`` when it cannot
+    be read."""
+    if transcript is None:
+        return None
+    from rekall.store.fsread import read_private
+
+    try:
+        data = read_private(transcript, limit=TRANSCRIPT_LIMIT)
+        start = _instant(since)
+        found = re.finditer(_COMPACTED, data, re.MULTILINE)
+        return sum(1 for match in found if _instant(match[1].decode()) >= start)
+    except (OSError, ValueError):
+        return None
+
+
+def _instant(text: str) -> Any:
+    """An ISO 8601 UTC time as rekall and Codex write it (``…Z``), comparable with another."""
+    from datetime import datetime, timezone
+
+    found = datetime.fromisoformat(text.removesuffix("Z") + ("+00:00" if text.endswith("Z") else ""))
+    return found if found.tzinfo else found.replace(tzinfo=timezone.utc)
+
+
+def _framed(journal: Path, thread: str, fields: Mapping[str, Any], state: str) -> tuple[str, str] | None:
+    """The job's handoff, verified again and framed as the injection frames it, and where it is saved."""
+    from rekall.worker.continuation import injection_text
+    from rekall.store.paths import Layout
+
+    job = fields.get("jobId")
+    if not isinstance(job, str):
+        return None
+    path = Layout(journal.parent).handoff(thread, job)
+    record = _sealed_record(path, thread, job, fields.get("handoffSha256"))
+    if record is None:
+        return None
+    status = dict(fields)
+    if status.get("resume") and not status.get("resumeSkipped") and state in ("accepted", "waiting_for_resume_idle"):
+        status["resumeSkipped"] = "new_user_input"  # the turn starting now is not the continuation
+    return injection_text(record, str(path), status), str(path)
+
+
+def _sealed_record(path: Path, thread: str, job: str, sealed: object) -> dict[str, Any] | None:
+    """The handoff record at ``path`` when its bytes hash to the SHA-256 journaled at schedule and it
+    binds this thread and job, else ``None``. The file is read again; it is not validated again:
+    equal hashes mean the very bytes schedule validated and sealed (the check the worker makes
+    before the continuation, :func:`rekall.store.handoff.verify_sealed`, without loading the
+    credential filter, which would cost the hook most of its budget)."""
+    import hashlib
+    import hmac
+
+    from rekall.store.fsread import read_private
+
+    if not isinstance(sealed, str) or not sealed:
+        return None
+    try:
+        data = read_private(path, limit=1_000_000)
+        record = json.loads(data.decode("utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not hmac.compare_digest(hashlib.sha256(data).hexdigest(), sealed.lower()):
+        return None
+    bound = isinstance(record, dict) and record.get("threadId") == thread and record.get("jobId") == job
+    return record if bound and isinstance(record.get("handoff"), dict) else None
+
+
+def _fitted(framed: str, handoff_path: str, fields: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
+    """``framed`` whole when it fits Codex's hook budget; else its start, cut on a line, with where the
+    whole is and its seal (and what the claim records of the cut)."""
+    data = framed.encode("utf-8")
+    if len(data) <= CONTEXT_BYTE_BUDGET:
+        return framed, {"cut": False}
+    tail = (f"\n[rekall: the handoff is longer than Codex lets a hook add (about {CONTEXT_TOKEN_LIMIT:,} tokens), "
+            f"so it is cut here. Read the whole handoff at {handoff_path} (SHA-256 {fields.get('handoffSha256')}) "
+            "before relying on it.]")
+    room = CONTEXT_BYTE_BUDGET - len(tail.encode("utf-8"))
+    head = data[:room].decode("utf-8", errors="ignore")
+    head = head[: head.rfind("\n")] if "\n" in head else head
+    return head + tail, {"cut": True, "framedBytes": len(data), "handoffPath": handoff_path}

@@ -1,0 +1,320 @@
+"""``rekall doctor``: is this installation able to compact a thread? One row per concern.
+
+Rows, in the order a problem in one makes the next meaningless:
+
+=================  =========================================================================
+``codex_home``     ``CODEX_HOME`` (default ``~/.codex``): absolute, and a directory
+(platforms)        each platform's own rows, in the registry's order (:mod:`rekall.adapters.registry`);
+                   the extension's are these five, then the shared app-server's
+                   (:mod:`rekall.adapters.app_server.serving_binary`):
+``ipc_endpoint``   the router's socket and its directory: owner, mode, no symlink (the checks
+                   of :mod:`rekall.transports.endpoint`); a ``REKALL_PIPE`` test endpoint is
+                   named as such, with its filesystem checks skipped
+``router``         connect (with the peer-uid check) and ``initialize``
+``owner``          only when ``CODEX_THREAD_ID`` is set: owner discovery, follow, first snapshot
+``codex_binary``   the extension-bundled ``codex`` (:func:`rekall.adapters.extension.discovery.discover_codex_binary`)
+``public_schema``  the app-server schema checks, through the same cache as ``schedule``
+``session_hook_*`` the plugin's ``SessionStart(compact)`` hook: ``_installed``, ``_enabled``,
+                   ``_trusted`` (``hooks/list`` where an app-server answers, else the files:
+                   :mod:`rekall.usecases.hook_doctor`)
+``jobs_dir``       the jobs directory: a directory, owned by you, writable (probed the way
+                   ``schedule`` writes), no group or other access, no symlinks in it
+``locks``          every ``<thread>.lock`` (in ``~/.rekall/locks``): held by a live worker,
+                   stale, or undecidable
+``workers``        running ``rekall worker`` processes (Linux) of this jobs
+                   directory whose job does not hold its thread's lock
+=================  =========================================================================
+
+Each row is GREEN, AMBER (works, but look) or RED (rekall cannot work, or must not), with a
+one-line hint whenever it is not GREEN. The verdict is the worst row; ``rekall doctor`` exits
+1 on RED. This module makes the checks; ``rekall.surfaces.render.print_report`` prints them for people.
+
+The doctor changes nothing: it does not create or tighten the jobs directory and does not reap
+stale locks (``rekall status`` does that); the only files it writes are the schema cache that
+``probe`` and ``schedule`` also use, and a probe file it removes at once.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import sys
+import uuid
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from rekall.kernel.settings import INJECT_HANDOFF, SETTINGS, check_settings
+from rekall.kernel.environment import codex_home, env_value
+from rekall.kernel.errors import RekallError
+from rekall.kernel.ids import is_uuid
+from rekall.store import JobStore, Liveness, LockBusy, resolve_jobs_dir
+from rekall.store.fsread import O_NOFOLLOW
+from rekall.store.processes import worker_processes
+from rekall.store.clock import Clock
+from rekall.store.overdue import overdue_worker
+from rekall.store.paths import inspect_jobs_dir, legacy_lock_dirs, resolve_lock_dir
+from rekall.adapters.contract import Level, Row
+
+_RANK: dict[str, int] = {"GREEN": 0, "AMBER": 1, "RED": 2}
+
+
+@attrs.frozen
+class Report:
+    rows: tuple[Row, ...]
+
+    @property
+    def verdict(self) -> Level:
+        return max((r.level for r in self.rows), key=_RANK.__getitem__, default="GREEN")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"verdict": self.verdict, "rows": [r.to_json() for r in self.rows]}
+
+
+# --- REKALL_* settings ---------------------------------------------------------------------
+
+
+def check_settings_row(env: Mapping[str, str]) -> Row:
+    try:
+        check_settings(env)
+    except RekallError as exc:
+        return Row.failed("settings", exc)
+    shown = ", ".join(f"{s.name}={s.read(env):g}" for s in SETTINGS)
+    return Row.green("settings", shown)
+
+
+def check_delivery_row(env: Mapping[str, str]) -> Row:
+    """How the handoff reaches the model where no continuation carries it, on each platform."""
+    from rekall.adapters.owners import all_platforms
+
+    try:
+        setting = INJECT_HANDOFF.shown(env)
+    except RekallError as exc:
+        return Row.failed("handoff_delivery", exc)
+    if not INJECT_HANDOFF.read(env):
+        return Row.green("handoff_delivery", f"{setting}: where no continuation follows a compaction, the handoff "
+                                             "is not injected (the job's status says so)")
+    ways = [f"{platform.name}: " + ("injected into the thread's context" if platform.injection_limit is None
+                                    else f"not delivered, {platform.injection_limit}")
+            for platform in all_platforms(env)]
+    return Row.green("handoff_delivery", f"{setting}; where no continuation follows a compaction: " + "; ".join(ways))
+
+
+# --- CODEX_HOME ---------------------------------------------------------------------------
+
+
+def check_codex_home(env: Mapping[str, str]) -> Row:
+    value = env_value(env, "CODEX_HOME")
+    home = codex_home(env)
+    shown = f"CODEX_HOME={value}" if value else f"CODEX_HOME not set; default {home}"
+    if not home.is_absolute():
+        return Row("codex_home", "RED", f"{shown} is not an absolute path",
+                   "set CODEX_HOME to an absolute path, or unset it to use ~/.codex")
+    if not home.exists():
+        return Row("codex_home", "AMBER", f"{shown} does not exist: Codex has not run with this home",
+                   "set CODEX_HOME to the directory the Codex extension uses (default ~/.codex)")
+    if not home.is_dir():
+        return Row("codex_home", "RED", f"{shown} is not a directory", "point CODEX_HOME at Codex's directory")
+    return Row.green("codex_home", f"{shown} (a directory)")
+
+
+# --- the jobs directory, its locks and workers -------------------------------------------
+
+
+def check_jobs_dir(env: Mapping[str, str]) -> tuple[Row, Path | None]:
+    """The jobs directory row, and the directory when its contents may be inspected.
+
+    Read-only: :func:`rekall.store.paths.ensure_private_dir` creates and tightens it when a
+    job is scheduled; here we only say what it will find. Writability is checked the way
+    ``schedule`` uses the directory: by creating (and removing) a private file in it, or, when
+    it does not exist yet, in the folder it would be created in.
+    """
+    try:
+        root = resolve_jobs_dir(env)
+    except RekallError as exc:
+        return Row.failed("jobs_dir", exc), None
+    if not os.path.lexists(root):
+        parent = _nearest_existing(root)
+        problem = _not_writable(parent)
+        if problem:
+            return Row("jobs_dir", "RED", f"{root} does not exist, and {parent} cannot be written ({problem})",
+                       "set REKALL_JOBS_DIR to a folder you can write"), None
+        return Row.green("jobs_dir", f"{root} does not exist yet; it is created 0700 at the first schedule"), None
+    try:
+        st = inspect_jobs_dir(root)  # the store's own rule
+    except RekallError as exc:
+        return Row.failed("jobs_dir", exc), None
+    problem = _not_writable(root)
+    if problem:
+        return Row("jobs_dir", "RED", f"{root} cannot be written ({problem}): schedule would fail",
+                   "make it writable (or remount its filesystem read-write), or set REKALL_JOBS_DIR to a "
+                   "folder you can write"), None
+    if sys.platform == "win32":
+        return Row.green("jobs_dir", f"{root} (writable; POSIX modes do not apply on Windows)"), root
+    mode = stat.S_IMODE(st.st_mode)
+    entries = list(_entries(root))
+    links = sorted(p.name for p in entries if p.is_symlink())
+    exposed = sorted(p.name for p in entries if not p.is_symlink() and _mode_bits(p) & 0o077)
+    if links:  # chmod follows symlinks: never advise one on them
+        return Row("jobs_dir", "AMBER", f"{root} holds {len(links)} symbolic link(s), which rekall never writes: "
+                   f"{', '.join(links[:3])}{' …' if len(links) > 3 else ''}",
+                   f"move them out of {root}; do not chmod them (chmod would change what they point to)"), root
+    if mode & 0o077:
+        return Row("jobs_dir", "AMBER", f"{root} has mode {mode:04o}: group or others can list your jobs",
+                   f"run: chmod 700 {root}  (rekall also tightens it the next time it schedules)"), root
+    if exposed:
+        named = " ".join(str(root / name) for name in exposed[:20])
+        return Row("jobs_dir", "AMBER", f"{root} is 0700 but {len(exposed)} file(s) are readable by group or "
+                   f"others: {', '.join(exposed[:3])}{' …' if len(exposed) > 3 else ''}",
+                   f"run: chmod 600 -- {named}{' …' if len(exposed) > 20 else ''}"), root
+    return Row.green("jobs_dir", f"{root}: mode {mode:04o}, owned by you, writable, files private"), root
+
+
+def _nearest_existing(path: Path) -> Path:
+    for candidate in path.parents:
+        if os.path.lexists(candidate):
+            return candidate
+    return Path(path.anchor)
+
+
+def _not_writable(directory: Path) -> str | None:
+    """Why a private file cannot be created in ``directory`` (as the store creates one), or ``None``.
+
+    The probe file is created with ``O_EXCL`` under a random name and removed at once.
+    """
+    probe = directory / f".rekall-doctor-{uuid.uuid4().hex}.tmp"
+    try:
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | O_NOFOLLOW, 0o600)
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    os.close(fd)
+    os.unlink(probe)
+    return None
+
+
+def _mode_bits(path: Path) -> int:
+    try:
+        return stat.S_IMODE(path.lstat().st_mode)
+    except OSError:
+        return 0  # gone meanwhile (a worker's atomic replace)
+
+
+def _entries(root: Path) -> Iterator[Path]:
+    try:
+        yield from root.iterdir()
+    except OSError:
+        return
+
+
+def check_locks(root: Path | None, lock_root: Path, legacy: tuple[Path, ...] = ()) -> Row:
+    if not os.path.lexists(lock_root) and root is None:
+        return Row.green("locks", "no lock directory and no jobs directory yet, so no locks")
+    if os.path.lexists(lock_root):
+        try:
+            inspect_jobs_dir(lock_root, "lock directory")
+        except RekallError as exc:
+            return Row.failed("locks", exc)
+    # not JobStore.open: that would create or tighten the directories
+    store = JobStore(root or lock_root, lock_root=lock_root, legacy_lock_roots=legacy)
+    # Locks of an earlier rekall: under HOME, and in the jobs directory.
+    places = [lock_root, *legacy, *([root] if root is not None else [])]
+    threads = sorted({p.name[: -len(".lock")] for place in places for p in _entries(place)
+                      if p.name.endswith(".lock") and is_uuid(p.name[: -len(".lock")])})
+    live, stale, unknown, unreadable = [], [], [], []
+    for thread in threads:
+        try:
+            owner = store.lock_owner(thread)
+        except LockBusy as exc:
+            unreadable.append(exc.message)
+            continue
+        if owner is None:
+            continue  # released meanwhile
+        # The same rule `rekall status` applies: the lock's owner or the job's recorded worker.
+        verdict = store.lock_liveness(thread)
+        who = f"thread {thread} (job {owner.job_id}, pid {owner.pid} on {owner.host or 'an unknown host'})"
+        {Liveness.ALIVE: live, Liveness.DEAD: stale}.get(verdict, unknown).append((thread, who))
+    if not (stale or unknown or unreadable):
+        return Row.green("locks", f"{len(live)} lock(s), each held by a live worker" if live else "no locks")
+    problems = ([f"stale (its worker is gone): {who}" for _, who in stale]
+                + [f"undecidable (another host, or no identity): {who}" for _, who in unknown] + unreadable)
+    if stale:
+        others = " (likewise for the others)" if len(stale) > 1 else ""
+        hint = (f"run `rekall status {stale[0][0]}`: it records the job as failed (worker_lost) and removes "
+                f"the lock{others}")
+    else:
+        hint = ("if no rekall worker runs for that thread, inspect `rekall explain JOB` and move the lock aside; "
+                "rekall never removes a lock it cannot prove stale")
+    return Row("locks", "AMBER", f"{len(threads)} lock(s): " + "; ".join(problems), hint)
+
+
+def check_workers(root: Path | None, lock_root: Path, legacy: tuple[Path, ...] = (), clock: Clock | None = None) -> Row:
+    if not sys.platform.startswith("linux"):  # the scan runs elsewhere too, but is only tested on Linux
+        return Row("workers", "AMBER", f"not checked on {sys.platform}",
+                   "look for `rekall worker` processes with ps; each should hold its thread's lock")
+    if root is None:
+        return Row.green("workers", "no jobs directory yet, so no workers")
+    store = JobStore(root, lock_root=lock_root, legacy_lock_roots=legacy, clock=clock)
+    ours = [w for w in worker_processes() if w.jobs_dir == root]
+    orphans, late = [], []
+    for worker in ours:
+        try:
+            job = store.latest(worker.thread_id)
+        except RekallError:
+            job = None  # an unreadable journal proves nothing either way
+        if job is not None and job.job_id == worker.job_id and (problem := overdue_worker(store, job)):
+            late.append(f"thread {worker.thread_id}, job {worker.job_id}: {problem['workerProblem']}")
+        try:
+            owner = store.lock_owner(worker.thread_id)
+        except LockBusy:
+            owner = None
+        if owner is not None and owner.job_id == worker.job_id:
+            continue
+        if job is not None and job.job_id == worker.job_id and job.state.terminal:
+            continue  # it released the lock after its terminal state and is exiting
+        holder = f"the lock names job {owner.job_id}" if owner else "the thread has no lock"
+        orphans.append((worker, holder))
+    if late:
+        return Row("workers", "AMBER", f"{len(late)} worker(s) past their deadline: " + "; ".join(late),
+                   "a stopped worker resumes with `kill -CONT PID` and records timed_out itself; `kill PID` ends one")
+    if not orphans:
+        return Row.green("workers", f"{len(ours)} worker(s) running, each holding its thread's lock" if ours
+                         else "no rekall workers running")
+    listed = "; ".join(f"pid {w.pid} (thread {w.thread_id}, job {w.job_id}; {holder})" for w, holder in orphans)
+    return Row("workers", "AMBER", f"{len(orphans)} orphaned worker(s): {listed}",
+               f"each stops at its deadline; to stop one now: kill {orphans[0][0].pid}")
+
+
+# --- the whole report --------------------------------------------------------------------
+
+
+async def diagnose(env: Mapping[str, str] | None = None) -> Report:
+    env = os.environ if env is None else env
+    rows = [check_settings_row(env), check_delivery_row(env), check_codex_home(env)]
+    from rekall.adapters.owners import all_platforms
+
+    # Each platform's rows, in the registry's order (the extension's: endpoint, protocol, router,
+    # owner, binary, schema; the shared app-server's), each as it reads beside the others'.
+    by_platform = [await platform.diagnose() for platform in all_platforms(env)]
+    for index, own in enumerate(by_platform):
+        rows += beside_the_others(own, [row for i, other in enumerate(by_platform) if i != index for row in other])
+    from rekall.usecases.hook_doctor import hook_rows
+
+    rows += await hook_rows(env)
+    jobs_row, root = check_jobs_dir(env)
+    if jobs_row.level == "RED":
+        rows += [jobs_row, *(Row.not_checked(name, "the jobs directory is unusable", "fix the jobs_dir row first")
+                             for name in ("locks", "workers"))]
+    else:
+        lock_root = resolve_lock_dir()
+        legacy = legacy_lock_dirs(env, lock_root)
+        rows += [jobs_row, check_locks(root, lock_root, legacy), check_workers(root, lock_root, legacy)]
+    return Report(tuple(rows))
+
+
+def beside_the_others(own: list[Row], others: list[Row]) -> list[Row]:
+    """A platform's rows, each replaced by what it says it becomes (``Row.unless``) when another
+    platform's GREEN rows show that fact (it serves the thread, or it answers)."""
+    shown = {fact for row in others if row.level == "GREEN" for fact in row.shows}
+    return [next((instead for fact, instead in row.unless.items() if fact in shown), row) for row in own]
