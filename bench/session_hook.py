@@ -22,6 +22,7 @@ wait for a core.
 from __future__ import annotations
 
 import argparse
+import compileall
 import json
 import os
 import resource
@@ -77,6 +78,9 @@ def main() -> int:
         cpu[kind].append(measured[1])
         return measured[2]
 
+    # An installed rekall has its bytecode (pip compiles a wheel's modules at install); a checkout run
+    # under PYTHONDONTWRITEBYTECODE would otherwise compile the hook's modules in every run.
+    compileall.compile_dir(Path(__file__).resolve().parents[1] / "rekall", quiet=1)
     with tempfile.TemporaryDirectory() as tmp:
         jobs = Path(tmp) / "jobs"
         env = {**os.environ, "REKALL_JOBS_DIR": str(jobs), "HOME": tmp}
