@@ -226,9 +226,9 @@ class JobStatus(_Record):
         "that are left out because the schema does not describe them or their value does not fit it.",
         by=ANSWER)
     # --- not a status field: how the record was read ---
-    #: The JSON object this record was read from (:func:`read`), when it was: :func:`wire` gives its
-    #: fields back in its order, those the record does not have (a Node-written file) included, so
-    #: that nothing found is dropped when the record is written back or shown.
+    #: The JSON object this record was read from (:func:`read`), when it was: :func:`wire` gives back
+    #: the fields the record does not have (a Node-written file), after its own, so that nothing
+    #: found is dropped when the record is written back or shown.
     as_read: Mapping[str, Any] | None = attrs.field(default=None, metadata={"json": False})
 
 
@@ -254,8 +254,7 @@ def known(value: Maybe[T]) -> T | None:
 
 def read(fields: Mapping[str, Any]) -> JobStatus:
     """The record of a status's JSON fields. Values are taken as they are (no conversion);
-    fields the record does not have are kept in ``as_read`` with the order (see :func:`wire`,
-    :func:`unknown`)."""
+    fields the record does not have are kept in ``as_read`` (see :func:`wire`, :func:`unknown`)."""
     return JobStatus(**{k: v for k, v in fields.items() if k in NAMES}, as_read=dict(fields))
 
 
@@ -267,20 +266,10 @@ def unknown(fields: Mapping[str, Any]) -> list[str]:
 def wire(record: JobStatus | HistoryEntry) -> dict[str, Any]:
     """The JSON fields of a record, in the record's order, without those not set."""
     # A comprehension over the names, not ``attrs.asdict``: a third of the time, on every transition.
-    order = _ORDER[type(record)]
+    fields = {name: value for name in _ORDER[type(record)] if (value := getattr(record, name)) is not ABSENT}
     found = record.as_read if isinstance(record, JobStatus) else None
-    if not found:
-        return {name: value for name in order if (value := getattr(record, name)) is not ABSENT}
-    # Read from JSON: its fields in its order (a field the record has, with the record's value),
-    # then the fields set since, in the record's order.
-    fields = {}
-    for name, value in found.items():
-        if name not in NAMES:
-            fields[name] = value
-        elif (value := getattr(record, name)) is not ABSENT:
-            fields[name] = value
-    fields.update((name, value) for name in order
-                  if name not in found and (value := getattr(record, name)) is not ABSENT)
+    if found:  # read from JSON: the fields the record does not have (a Node-written file) follow, as found
+        fields.update((name, value) for name, value in found.items() if name not in NAMES)
     return fields
 
 

@@ -115,10 +115,10 @@ def _delivery_words(f: JobStatus) -> str:
     return ""
 
 
-def describe_outcome(state: str, fields: Mapping[str, Any]) -> str:
+def describe_outcome(state: str, fields: JobStatus | Mapping[str, Any]) -> str:
     """One or two plain sentences saying how the job ended (or where it is), and how its handoff
-    reached the model."""
-    f = read(fields)
+    reached the model (from the store's record, or a status's JSON: a Node-written one, a row)."""
+    f = fields if isinstance(fields, JobStatus) else read(fields)
     return _ending_words(state, f) + _delivery_words(f)
 
 
@@ -208,7 +208,7 @@ def build_explanation(store: JobStore, job_or_thread_id: str) -> dict[str, Any]:
         "threadId": job.thread_id,
         "state": state,
         "terminal": JobState(state).terminal,
-        "outcome": describe_outcome(state, status),
+        "outcome": describe_outcome(state, found),
         "outcomeMayBeUnknown": known(found.outcomeMayBeUnknown),
         "errorCode": known(found.errorCode),
         "path": [t.dest.value for t in job.transitions],

@@ -462,8 +462,11 @@ class Worker:
     def _injection(self, verified: Verified) -> str:
         from rekall.worker.continuation import injection_text
 
-        return injection_text(verified.record, str(verified.path),
-                              self.lifecycle.job_status)
+        from rekall.states.status import known
+
+        status = self.lifecycle.job_status
+        return injection_text(verified.record, str(verified.path), resume=bool(known(status.resume)),
+                              skipped=known(status.resumeSkipped), skip_reason=known(status.resumeSkipReason))
 
     def _continuation(self, verified: Verified) -> str:
         from rekall.worker.continuation import continuation_text

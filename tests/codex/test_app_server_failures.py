@@ -25,7 +25,7 @@ from rekall.usecases import service
 from rekall.kernel.settings import WorkerSettings
 from rekall.surfaces.explain import build_explanation, describe_outcome
 from rekall.states import JobState
-from rekall.states.status import JobStatus, wire
+from rekall.states.status import JobStatus
 from rekall.store import JobStore
 from rekall.worker.reactor import Worker
 from tests.codex.fakeserver import env_for, fake_app_server, folder  # noqa: F401 (a fixture)
@@ -156,7 +156,7 @@ async def test_an_explicit_cancel_stops_a_real_worker_waiting_for_idle_and_nothi
             await wait_for_worker_exit(final.pid)
     assert asked["cancellationRequested"] is True and asked["outcomeMayBeUnknown"] is False
     assert final.state == "cancelled" and final.outcomeMayBeUnknown is False, final
-    assert describe_outcome(final.state, wire(final)).startswith("Cancelled on request")
+    assert describe_outcome(final.state, final).startswith("Cancelled on request")
     assert "thread/compact/start" not in server.sent and "turn/start" not in server.sent
 
 
@@ -180,7 +180,7 @@ async def test_new_user_input_before_the_compaction_cancels_the_job_and_nothing_
         folder, tmp_path, {"method": "turn/started", "params": {"threadId": T, "turn": new_turn}},
         {"method": "item/started", "params": {"threadId": T, "turnId": "u2", "item": {"type": "userMessage", "id": "m2"}}})
     assert final.state == "cancelled" and final.outcomeMayBeUnknown is False, final
-    assert describe_outcome(final.state, wire(final)).startswith("Cancelled: new user input arrived")
+    assert describe_outcome(final.state, final).startswith("Cancelled: new user input arrived")
     assert "thread/compact/start" not in server.sent
 
 
@@ -200,7 +200,7 @@ async def test_a_goal_that_becomes_active_while_the_job_waits_ends_it_with_that_
                                                                        "goal": goal("active")}},
         {"method": "turn/started", "params": {"threadId": T, "turn": goal_turn}})
     assert final.state == "cancelled" and final.reason == "goal_active", final
-    assert describe_outcome(final.state, wire(final)).startswith("Cancelled: the thread's goal became active")
+    assert describe_outcome(final.state, final).startswith("Cancelled: the thread's goal became active")
     assert "thread/compact/start" not in server.sent and "turn/start" not in server.sent
 
 
@@ -304,7 +304,7 @@ async def test_the_headroom_guard_refuses_the_continuation_with_a_plain_reason(f
             final = await until_state(read, "skipped", "resumed", "failed", "timed_out", "cancelled")
     assert final.state == "skipped" and final.resumeSkipReason == "more_than_60_percent_used", final
     assert "77% of the context window was in use after compaction, above the 60% limit" in \
-        describe_outcome(final.state, wire(final))
+        describe_outcome(final.state, final)
     assert "turn/start" not in server.sent and server.sent.count("thread/compact/start") == 1
 
 
