@@ -64,7 +64,7 @@ def test_with_the_count_before_unknown_only_the_sixty_percent_limit_is_checked_a
             ("turn_started", {"turnId": "turn-9", "turnStatus": "inProgress"})])
     assert state.value == "resumed"
     status = store.read_status(thread)
-    assert status["contextTokensBefore"] is None
+    assert status.contextTokensBefore is None
     outcome = describe_outcome("resumed", status)
     assert "The token count before the request was unknown, so only the 60% limit was checked" in outcome
 

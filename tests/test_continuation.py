@@ -46,13 +46,13 @@ def test_the_injected_handoff_names_the_job_and_thread_and_says_whether_its_next
 
     record = {"jobId": "job-1", "threadId": "thread-1", "handoff": {"summary": "s", "preserve": [], "discard": [],
                                                                    "nextStep": "write the changelog", "resume": False}}
-    plain = injection_text(record, "/jobs/h.json", {"resume": False})
+    plain = injection_text(record, "/jobs/h.json", resume=False, skipped=None, skip_reason=None)
     assert plain.startswith("[Handoff saved through rekall before a context compaction; job job-1, thread thread-1]")
     assert "resume false" in plain and "nextStep is not authorised" in plain and "/jobs/h.json" in plain
     assert plain.count('"nextStep": "write the changelog"') == 1
-    skipped = injection_text(record, "/jobs/h.json", {"resume": True, "resumeSkipped": "insufficient_headroom",
-                                                      "resumeSkipReason": "more_than_60_percent_used"})
+    skipped = injection_text(record, "/jobs/h.json", resume=True, skipped="insufficient_headroom",
+                             skip_reason="more_than_60_percent_used")
     assert "skipped it for headroom (more_than_60_percent_used)" in skipped
     assert "authorised only as that continuation" in skipped
-    overtaken = injection_text(record, "/jobs/h.json", {"resume": True, "resumeSkipped": "new_user_input"})
+    overtaken = injection_text(record, "/jobs/h.json", resume=True, skipped="new_user_input", skip_reason=None)
     assert "the user sent new input first" in overtaken

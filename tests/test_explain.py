@@ -33,7 +33,7 @@ def test_a_compaction_the_user_moved_on_after_is_explained_as_completed_with_no_
         "Completed: compacted 90,000 → 30,000 tokens (67% reclaimed) in 1.0 s. No continuation: the compaction "
         "completed, then the user sent new input: a continuation would talk over it, so none was started.")
     status = store.read_status(thread)
-    assert (status["resumeSkipped"], status["outcomeMayBeUnknown"]) == ("new_user_input", False)
+    assert (status.resumeSkipped, status.outcomeMayBeUnknown) == ("new_user_input", False)
     last = explanation["timeline"][-1]
     assert [(g["guard"], g["passed"]) for g in last["guards"]][:3] == [
         ("resume_not_requested", False), ("resume_not_requested_inject", False), ("resume_overtaken_by_user", True)]

@@ -138,7 +138,7 @@ def test_an_acting_call_from_another_thread_is_handed_to_the_sdk_and_refused_on_
         tool, env, jobs_dir, finished_thread):
     store = JobStore.open_reader({"REKALL_JOBS_DIR": str(jobs_dir)})
     before = store.read_status(finished_thread)
-    arguments = {"threadId": finished_thread, **({"jobId": before["jobId"]} if tool == "cancel_compaction" else {})}
+    arguments = {"threadId": finished_thread, **({"jobId": before.jobId} if tool == "cancel_compaction" else {})}
     other = new_thread()
     call = codex_opening.tool_call(codex_opening.LAST_ID + 1, tool, arguments, 3, caller=other)
     replies, modules = both([*codex_opening.OPENING, call], env)

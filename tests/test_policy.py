@@ -62,8 +62,8 @@ def job(state: JobState, *, resume: bool = True, tokens_before: Any = 90_000) ->
     return Job(state, SETTINGS, FP, resume, tokens_before)
 
 
-def idle_timer(state: JobState, generation: int = 1, since: float = 0.0) -> Memo:
-    return attrs.evolve(MEMO, generation=generation, idle=Running(generation, since, state))
+def idle_timer(state: JobState, serial: int = 1, since: float = 0.0) -> Memo:
+    return attrs.evolve(MEMO, serial=serial, idle=Running(serial, since, state))
 
 
 LOST = Failure("connection_lost", "compact: connection lost while sending; outcome unknown", "unknown")
@@ -91,19 +91,19 @@ ROWS: list[tuple[Any, ...]] = [
     ("a busy thread arms nothing", job(S.WAITING_FOR_IDLE), BUSY, Began(), MEMO, [], None, 0.0, 0.0),
     ("busy before the debounce ends disarms the timer", job(S.WAITING_FOR_IDLE), BUSY,
      Observed(ev.ThreadBusy("turn_running", 8)), idle_timer(S.WAITING_FOR_IDLE), [Disarm("idle")],
-     attrs.evolve(MEMO, generation=1), 0.0, 0.5),
+     attrs.evolve(MEMO, serial=1), 0.0, 0.5),
     ("idle that held asks for the compaction, retaking the baseline", job(S.WAITING_FOR_IDLE),
      attrs.evolve(IDLE, completed_compaction_ids=frozenset({"old", "meanwhile"})), TimerFired("idle", 1),
      idle_timer(S.WAITING_FOR_IDLE),
      [Fire("idle_stable", COMMON, then="send_compact")],
-     attrs.evolve(MEMO, generation=1, baseline=frozenset({"old", "meanwhile"})), 1.0, 1.0),
+     attrs.evolve(MEMO, serial=1, baseline=frozenset({"old", "meanwhile"})), 1.0, 1.0),
     ("a timer of a cancelled debounce is ignored", job(S.WAITING_FOR_IDLE), IDLE, TimerFired("idle", 1),
-     idle_timer(S.WAITING_FOR_IDLE, generation=2), [], None, 1.0, 1.0),
+     idle_timer(S.WAITING_FOR_IDLE, serial=2), [], None, 1.0, 1.0),
     ("idle that held while disconnected does nothing", job(S.WAITING_FOR_IDLE), IDLE, TimerFired("idle", 1),
      attrs.evolve(idle_timer(S.WAITING_FOR_IDLE), connected=False), [], None, 1.0, 1.0),
     ("a timer started in another state is restarted with this state's length", job(S.WAITING_FOR_IDLE), IDLE,
      Observed(ev.Telemetry(1, 2)), idle_timer(S.REQUESTING), [Disarm("idle"), Arm("idle", 1.0, 2)],
-     idle_timer(S.WAITING_FOR_IDLE, generation=2), 0.0, 0.0),
+     idle_timer(S.WAITING_FOR_IDLE, serial=2), 0.0, 0.0),
     ("the compact request goes out only when idle_stable led to requesting", job(S.REQUESTING), IDLE,
      Fired("send_compact", S.REQUESTING), MEMO, [Send("compact")], None, 0.0, 0.0),
     ("idle_stable refused by its guard sends nothing", job(S.WAITING_FOR_IDLE), IDLE,
@@ -112,7 +112,7 @@ ROWS: list[tuple[Any, ...]] = [
     ("a compaction in progress while waiting fails the job instead of compacting twice", job(S.WAITING_FOR_IDLE),
      IN_PROGRESS, Began(), MEMO, [REFUSE_SECOND], None, 0.0, 0.0),
     ("the request step looks for a compaction in progress again", job(S.WAITING_FOR_IDLE), IN_PROGRESS,
-     TimerFired("idle", 1), idle_timer(S.WAITING_FOR_IDLE), [REFUSE_SECOND], attrs.evolve(MEMO, generation=1),
+     TimerFired("idle", 1), idle_timer(S.WAITING_FOR_IDLE), [REFUSE_SECOND], attrs.evolve(MEMO, serial=1),
      1.0, 1.0),
     # --- the user moves on
     ("new user input before the resume cancels", job(S.WAITING_FOR_IDLE),
@@ -167,10 +167,10 @@ ROWS: list[tuple[Any, ...]] = [
      attrs.evolve(idle_timer(S.REQUESTING), outcome_unknown=True),
      [Fire("outcome_settled", {"idle": True, "compactionsInProgress": 0, "quietMs": 5000, "settleWindowS": 5.0,
                                "runtimeStatus": "idle", "ownerId": "owner-1", "revision": 7})],
-     attrs.evolve(MEMO, generation=1, outcome_unknown=True), 0.0, 5.0),
+     attrs.evolve(MEMO, serial=1, outcome_unknown=True), 0.0, 5.0),
     ("a compaction in progress holds off the settle window", job(S.ACCEPTED), IN_PROGRESS,
      Observed(ev.ThreadIdle()), attrs.evolve(idle_timer(S.ACCEPTED), outcome_unknown=True), [Disarm("idle")],
-     attrs.evolve(MEMO, generation=1, outcome_unknown=True), 0.0, 0.0),
+     attrs.evolve(MEMO, serial=1, outcome_unknown=True), 0.0, 0.0),
     # --- completion
     ("a completion seen while requesting proves acceptance", job(S.REQUESTING), COMPACTED,
      Observed(ev.CompactionCompleted("c1")), MEMO,
@@ -228,7 +228,7 @@ ROWS: list[tuple[Any, ...]] = [
      "resume in the same round", job(S.WAITING_FOR_RESUME_IDLE), IDLE,
      TimerFired("idle", 1), idle_timer(S.WAITING_FOR_RESUME_IDLE),
      [VerifyHandoff(Fire("idle_stable", {"handoffVerified": True, **COMMON}, then="send_start_turn"))],
-     attrs.evolve(MEMO, generation=1), 1.0, 1.0),
+     attrs.evolve(MEMO, serial=1), 1.0, 1.0),
     ("a handoff that changed fails before any continuation", job(S.WAITING_FOR_RESUME_IDLE), IDLE,
      HandoffChecked("sha256 differs"), MEMO,
      [fail("handoff_changed", "saved handoff failed verification: sha256 differs")], None, 0.0, 0.0),
@@ -249,16 +249,16 @@ ROWS: list[tuple[Any, ...]] = [
                               "(t.j.delivery); it is never delivered twice", "not_delivered")], None, 0.0, 0.0),
     # --- a runtime stuck in systemError
     ("systemError after the user's turn arms its window", job(S.WAITING_FOR_IDLE), STUCK, Began(), MEMO,
-     [Arm("system_error", 30.0, 1)], attrs.evolve(MEMO, generation=1, system_error=Running(1, 0.0)), 0.0, 0.0),
+     [Arm("system_error", 30.0, 1)], attrs.evolve(MEMO, serial=1, system_error=Running(1, 0.0)), 0.0, 0.0),
     ("systemError during the user's turn is not stuck", job(S.WAITING_FOR_IDLE),
      attrs.evolve(STUCK, user_turn_running=True), Began(), MEMO, [], None, 0.0, 0.0),
     ("systemError that held for the window ends the job", job(S.WAITING_FOR_IDLE), STUCK,
-     TimerFired("system_error", 1), attrs.evolve(MEMO, generation=1, system_error=Running(1, 0.0)),
+     TimerFired("system_error", 1), attrs.evolve(MEMO, serial=1, system_error=Running(1, 0.0)),
      [Fire("system_error_held", {"runtimeStatus": "systemError", "heldMs": 30_000, "windowS": 30.0, "revision": 7})],
-     attrs.evolve(MEMO, generation=1), 30.0, 30.0),
+     attrs.evolve(MEMO, serial=1), 30.0, 30.0),
     ("systemError that cleared disarms its window", job(S.WAITING_FOR_IDLE), BUSY, Observed(ev.ThreadBusy("x")),
-     attrs.evolve(MEMO, generation=1, system_error=Running(1, 0.0)), [Disarm("system_error")],
-     attrs.evolve(MEMO, generation=1), 0.0, 0.0),
+     attrs.evolve(MEMO, serial=1, system_error=Running(1, 0.0)), [Disarm("system_error")],
+     attrs.evolve(MEMO, serial=1), 0.0, 0.0),
     # --- the connection
     ("a lost connection after acceptance makes the outcome unknown and reconnects", job(S.ACCEPTED), BUSY,
      Observed(ev.ConnectionLost("reset")), MEMO, [Note("connection_lost", {"detail": "reset"}), Reconnect()],
@@ -266,7 +266,7 @@ ROWS: list[tuple[Any, ...]] = [
     ("a lost connection while waiting disarms the debounce", job(S.WAITING_FOR_IDLE), IDLE,
      Observed(ev.ConnectionLost("reset")), idle_timer(S.WAITING_FOR_IDLE),
      [Disarm("idle"), Note("connection_lost", {"detail": "reset"}), Reconnect()],
-     attrs.evolve(MEMO, connected=False, generation=1), 0.0, 0.0),
+     attrs.evolve(MEMO, connected=False, serial=1), 0.0, 0.0),
     ("a second loss report while disconnected is ignored", job(S.WAITING_FOR_IDLE), IDLE,
      Observed(ev.ConnectionLost("again")), attrs.evolve(MEMO, connected=False), [], None, 0.0, 0.0),
     ("nothing is decided from facts while disconnected", job(S.WAITING_FOR_IDLE), IDLE, Observed(ev.ThreadIdle()),
@@ -295,7 +295,7 @@ ROWS: list[tuple[Any, ...]] = [
      [Fire("deadline", {"deadlineS": 60.0, "waitingOn": WAITING_ON[S.WAITING_FOR_IDLE],
                         "lastFact": "the thread was busy (turn_running) (revision 7)"})], None, 0.0, 0.0),
     ("a deadline in a thread whose runtime stays systemError says so", job(S.WAITING_FOR_IDLE), STUCK,
-     DeadlinePassed(), attrs.evolve(MEMO, generation=1, system_error=Running(1, 0.0)),
+     DeadlinePassed(), attrs.evolve(MEMO, serial=1, system_error=Running(1, 0.0)),
      [Fire("deadline", {"deadlineS": 60.0, "waitingOn": "the thread to stay idle for the stable interval before the "
                                                        "compaction",
                         "lastFact": "the thread's runtime stayed systemError for 60 s after the user's turn "
@@ -350,7 +350,7 @@ ROWS: list[tuple[Any, ...]] = [
      TimerFired("idle", 1), attrs.evolve(idle_timer(S.WAITING_FOR_RESUME_IDLE), inject=True),
      [VerifyHandoff(Fire("idle_stable", {"handoffVerified": True, **COMMON, "inject": True},
                          then="send_start_turn"))],
-     attrs.evolve(MEMO, generation=1, inject=True), 1.0, 1.0),
+     attrs.evolve(MEMO, serial=1, inject=True), 1.0, 1.0),
 ]
 
 
@@ -381,9 +381,9 @@ def test_a_job_that_ended_takes_no_step_whatever_happens(state, event):
 
 
 def test_the_job_the_rules_read_holds_the_status_fields_schedule_and_the_request_wrote():
-    from rekall.states.status import JobStatus, wire
+    from rekall.states.status import JobStatus
 
-    fields = wire(JobStatus(userFingerprint="fp", resume=True, contextTokensBefore=90_000, jobId="j"))
-    assert Job.of(JobState.ACCEPTED, fields, SETTINGS) == Job(JobState.ACCEPTED, SETTINGS, "fp", True, 90_000)
-    assert Job.of(JobState.SCHEDULED, wire(JobStatus(jobId="j")), SETTINGS) == \
+    status = JobStatus(userFingerprint="fp", resume=True, contextTokensBefore=90_000, jobId="j")
+    assert Job.of(JobState.ACCEPTED, status, SETTINGS) == Job(JobState.ACCEPTED, SETTINGS, "fp", True, 90_000)
+    assert Job.of(JobState.SCHEDULED, JobStatus(jobId="j"), SETTINGS) == \
         Job(JobState.SCHEDULED, SETTINGS, None, False, None)

@@ -16,6 +16,7 @@ from rekall.usecases import service
 from rekall.surfaces import render
 from rekall.surfaces.render import print_job, print_probe, watch_job
 from rekall.sim import start_sim_in_thread
+from rekall.states.status import wire
 from rekall.store import JobStore
 from rekall.testing import FakeClock
 
@@ -37,7 +38,7 @@ def flat(text: str) -> str:
 def test_status_keeps_every_id_whole_at_any_width(store: JobStore, clock: FakeClock, width: int):
     thread = new_thread()
     job = scheduled_run(store, clock, thread, "failed")
-    text = shown(print_job, store.read_status(thread), width)
+    text = shown(print_job, wire(store.read_status(thread)), width)
     assert thread in text and job in text
     assert max(len(line) for line in text.splitlines()) <= width
 
@@ -46,17 +47,17 @@ def test_status_says_when_the_outcome_may_be_unknown_and_when_the_job_ended(stor
     thread = new_thread()
     scheduled_run(store, clock, thread, "failed")
     status = store.read_status(thread)
-    assert status["outcomeMayBeUnknown"] is True
-    text = shown(print_job, status, 80)
+    assert status.outcomeMayBeUnknown is True
+    text = shown(print_job, wire(status), 80)
     assert "outcome may be unknown" in flat(text) and "check the thread before scheduling again" in flat(text)
-    assert f"ended  {status['failedAt']}" in text
+    assert f"ended  {status.failedAt}" in text
 
 
 def test_a_status_file_without_a_journal_is_shown_as_such(store: JobStore):
     thread = new_thread()
     old = {"jobId": new_thread(), "threadId": thread, "status": "completed", "completedAt": "2026-01-02T03:04:05Z"}
     store.layout.status(thread).write_text(json.dumps(old), encoding="utf-8")
-    text = shown(print_job, store.read_status(thread), 80)
+    text = shown(print_job, wire(store.read_status(thread)), 80)
     assert "no journal backs this status file" in text
     assert "ended  2026-01-02T03:04:05Z" in text  # an old file's completedAt is still read
 

@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from rekall.surfaces.explain import build_explanation
 from rekall.surfaces.history import collect_history
 from rekall.surfaces.session_hook import CONTEXT_BYTE_BUDGET, answer, main
+from rekall.states.status import known
 from rekall.store import JobStore
 from rekall.store.delivery import claim, read_claim
 from rekall.testing import FakeClock
@@ -58,7 +59,7 @@ def job_until(store: JobStore, clock: FakeClock, thread: str, outcome: str, *, r
 
 
 def requested_at(store: JobStore, thread: str) -> str:
-    return store.read_status(thread)["requestedAt"]
+    return store.read_status(thread).requestedAt
 
 
 def transcript_with(path: Path, *stamps: str) -> Path:
@@ -90,8 +91,8 @@ def test_a_resume_false_job_whose_compaction_completed_gets_its_framed_handoff_o
     assert json.dumps(handoff(False)["summary"]) in context and "resume false" in context
     assert run_hook(hook_input(thread), env_for(tmp_path / "jobs")) == ("", 0)  # never a second copy
     status = JobStore.open_reader(env_for(tmp_path / "jobs")).read_status(thread)
-    assert status["handoffDelivery"] == "hook" and status["handoffCut"] is False
-    assert "SessionStart(compact) hook" in status["handoffDeliveryNote"] and status["handoffHookAt"]
+    assert status.handoffDelivery == "hook" and status.handoffCut is False
+    assert "SessionStart(compact) hook" in status.handoffDeliveryNote and status.handoffHookAt
 
 
 def test_the_hooks_delivery_is_folded_into_status_explain_and_history(tmp_path: Path):
@@ -99,11 +100,11 @@ def test_the_hooks_delivery_is_folded_into_status_explain_and_history(tmp_path: 
     store, clock, thread = open_store(jobs), FakeClock(), new_thread()
     job, _ = job_until(store, clock, thread, "completed", resume=False)
     reader = JobStore.open_reader(env_for(jobs))
-    assert reader.read_status(thread).get("handoffDelivery") != "hook"  # the views are sealed now
+    assert known(reader.read_status(thread).handoffDelivery) != "hook"  # the views are sealed now
     assert [row.get("handoffDelivery") for row in collect_history(reader)] != ["hook"]
     context_of(run_hook(hook_input(thread), env_for(jobs))[0])
     reader = JobStore.open_reader(env_for(jobs))
-    assert reader.read_status(thread)["handoffDelivery"] == "hook"
+    assert reader.read_status(thread).handoffDelivery == "hook"
     assert "SessionStart(compact) hook" in build_explanation(reader, job)["outcome"]
     assert [row["handoffDelivery"] for row in collect_history(reader)] == ["hook"]
     from rekall.surfaces.cli_entry import quick_answer
@@ -119,7 +120,7 @@ def test_a_job_that_resumed_or_is_resuming_gets_nothing_from_the_hook(tmp_path: 
     assert run_hook(hook_input(thread), env_for(jobs)) == ("", 0)
     other = new_thread()
     job_until(store, clock, other, "resumed", resume=True, steps=5)  # in resuming: the turn is on its way
-    assert store.read_status(other)["state"] == "resuming"
+    assert store.read_status(other).state == "resuming"
     assert run_hook(hook_input(other), env_for(jobs)) == ("", 0)
 
 
@@ -137,7 +138,7 @@ def test_waiting_for_resume_idle_the_turn_starting_is_the_users_and_the_hook_del
     jobs = tmp_path / "jobs"
     store, clock, thread = open_store(jobs), FakeClock(), new_thread()
     job, journal = job_until(store, clock, thread, "resumed", resume=True, steps=4)
-    assert store.read_status(thread)["state"] == "waiting_for_resume_idle"
+    assert store.read_status(thread).state == "waiting_for_resume_idle"
     context = context_of(run_hook(hook_input(thread), env_for(jobs))[0])
     assert "the user sent new input first" in context
     # The worker's continuation must win the same claim before it is sent: it loses.
@@ -149,7 +150,7 @@ def test_in_accepted_the_hook_delivers_only_when_the_transcript_shows_the_compac
     jobs = tmp_path / "jobs"
     store, clock, thread = open_store(jobs), FakeClock(), new_thread()
     job_until(store, clock, thread, "completed", resume=False, steps=3)
-    assert store.read_status(thread)["state"] == "accepted"
+    assert store.read_status(thread).state == "accepted"
     assert run_hook(hook_input(thread), env_for(jobs)) == ("", 0)  # no transcript: not proven
     early = transcript_with(tmp_path / "early.jsonl", "2026-11-30T11:59:00.000Z")  # before the request
     assert run_hook(hook_input(thread, early), env_for(jobs)) == ("", 0)
@@ -234,7 +235,7 @@ def test_a_handoff_over_codexs_hook_limit_is_cut_with_the_whole_ones_place_and_t
     handoff_path = str(store.layout.handoff(thread, job))
     assert f"Read the whole handoff at {handoff_path}" in context
     status = JobStore.open_reader(env_for(jobs)).read_status(thread)
-    assert status["handoffCut"] is True and handoff_path in status["handoffDeliveryNote"]
+    assert status.handoffCut is True and handoff_path in status.handoffDeliveryNote
 
 
 def test_a_handoff_under_the_limit_reaches_codex_whole(tmp_path: Path):

@@ -97,13 +97,13 @@ async def test_a_spawned_worker_carries_what_schedule_journaled_and_the_worker_s
             await wait_for_worker_exit(pid, timeout=30)
     assert argv[-4:-1] == ["worker", sim.thread_id, job]
     status = JobStore.open_reader(env).read_status(sim.thread_id)
-    assert ResumeToken.from_argument(argv[-1]) == ResumeToken(status["platform"], status["generationAtSchedule"])
+    assert ResumeToken.from_argument(argv[-1]) == ResumeToken(status.platform, status.generationAtSchedule)
     assert found == [WorkerProcess(pid, sim.thread_id, job, jobs_dir)]
-    assert status["state"] == "resumed"
+    assert status.state == "resumed"
     connected = next(n for n in JobStore.open_reader(env).load(sim.thread_id, job).notes if n.kind == "connected")
     assert connected.detail["generationSettled"] == "reused from schedule"
     # What the worker logged before it opened the store, its follow included, is in the job's log, in order.
-    logged = Path(status["logPath"]).read_text(encoding="utf-8").splitlines()
+    logged = Path(status.logPath).read_text(encoding="utf-8").splitlines()
     said = (f"worker {job} starting", "answered following", "worker_started: scheduled", "worker finished")
     order = [next((i for i, line in enumerate(logged) if text in line), None) for text in said]
     assert None not in order and order == sorted(order), logged

@@ -24,6 +24,7 @@ from rekall.surfaces.explain import build_explanation
 from rekall.adapters.resume import ResumeToken
 from rekall.sim import SimulatedOwner
 from rekall.states import JobState
+from rekall.states.status import known
 from rekall.store import JobStore
 from rekall.worker.reactor import Worker
 from tests.mcpkit import HANDOFF
@@ -83,7 +84,7 @@ async def test_telemetry_that_trails_the_completed_item_is_awaited_briefly(tmp_p
         store, job = await schedule(sim, tmp_path / "jobs")
         final = await run(store, sim, job, WorkerSettings(idle_stable_s=1.0, deadline_s=20))
         assert final is JobState.RESUMED
-        assert store.read_status(sim.thread_id)["contextTokensAfter"] == 12_000
+        assert store.read_status(sim.thread_id).contextTokensAfter == 12_000
 
 
 async def test_a_lost_acknowledgement_is_proven_by_the_completion_seen_after_reconnecting(tmp_path):
@@ -128,7 +129,7 @@ async def test_the_deadline_after_acceptance_records_an_unknown_outcome(tmp_path
         final = await run(store, sim, job, WorkerSettings(idle_stable_s=0.05, deadline_s=3))
         assert final is JobState.TIMED_OUT
         status = store.read_status(sim.thread_id)
-        assert status["outcomeMayBeUnknown"] is True and status["errorCode"] == "deadline_exceeded"
+        assert status.outcomeMayBeUnknown is True and status.errorCode == "deadline_exceeded"
         assert len(sim.compact_requests) == 1
 
 
@@ -190,8 +191,8 @@ async def test_a_compact_request_that_never_left_fails_at_once_with_a_known_outc
         with anyio.fail_after(30):
             assert await worker.run() is JobState.FAILED
         status = store.read_status(sim.thread_id)
-        assert status["errorCode"] == "connection_lost" and status["outcomeMayBeUnknown"] is False
-        assert "not sent" in status["error"]
+        assert status.errorCode == "connection_lost" and status.outcomeMayBeUnknown is False
+        assert "not sent" in status.error
         assert not sim.compact_requests
 
 
@@ -202,8 +203,8 @@ async def test_an_unknown_outcome_settles_once_the_owner_shows_the_thread_quiet(
         settings = WorkerSettings(idle_stable_s=0.05, deadline_s=10, settle_s=0.3)
         assert await run(store, sim, job, settings) is JobState.FAILED
         status = store.read_status(sim.thread_id)
-        assert status["errorCode"] == "outcome_unknown" and status["outcomeMayBeUnknown"] is True
-        assert "idle" in status["error"] and "no compaction in progress" in status["error"]
+        assert status.errorCode == "outcome_unknown" and status.outcomeMayBeUnknown is True
+        assert "idle" in status.error and "no compaction in progress" in status.error
         settled = build_explanation(store, job)["timeline"][-1]
         assert settled["trigger"] == "outcome_settled" and settled["evidence"]["settleWindowS"] == 0.3
         assert len(sim.compact_requests) == 1
@@ -274,7 +275,7 @@ async def test_an_owner_gone_for_the_whole_reconnect_window_fails_the_job(tmp_pa
                 final = await worker.run()
         assert final is JobState.FAILED
         status = store.read_status(sim.thread_id)
-        assert status["errorCode"] == "connection_lost" and "0.5 s" in status["error"]
+        assert status.errorCode == "connection_lost" and "0.5 s" in status.error
         assert not sim.compact_requests
 
 
@@ -304,7 +305,7 @@ async def test_the_worker_refuses_to_request_while_another_compaction_runs(tmp_p
         await _start_a_compaction_elsewhere(sim)  # after scheduling, before the worker looks
         assert await run(store, sim, job) is JobState.FAILED
         status = store.read_status(sim.thread_id)
-        assert status["errorCode"] == "compaction_in_progress" and status["outcomeMayBeUnknown"] is False
+        assert status.errorCode == "compaction_in_progress" and status.outcomeMayBeUnknown is False
         assert len(sim.compact_requests) == 1  # only the other one
 
 
@@ -389,7 +390,7 @@ async def test_a_worker_told_what_schedule_journaled_follows_the_thread_before_i
     async with SimulatedOwner(runtime="active") as sim:
         store, job, told = await schedule_telling(sim, tmp_path / "jobs")
         status = store.read_status(sim.thread_id)
-        assert told == ResumeToken(status["platform"], status["generationAtSchedule"])
+        assert told == ResumeToken(status.platform, status.generationAtSchedule)
         assert told.settled is not None and told.settled["ownerId"] == sim.owner_id
         follows, reads = sim.follow_count, _journal_reads(store, sim, monkeypatch)
         worker = Worker(store, sim.thread_id, job, settings=FAST, env=sim.env, scheduled=told)
@@ -510,7 +511,7 @@ async def test_a_follow_that_fails_before_the_claim_fails_the_job_once_the_worke
     assert await run(store, sim, job) is JobState.FAILED
     assert build_explanation(store, job)["path"] == ["scheduled", "waiting_for_idle", "failed"]
     status = store.read_status(sim.thread_id)
-    assert status["errorCode"] != "worker_error" and status["error"] and status["outcomeMayBeUnknown"] is False
+    assert status.errorCode != "worker_error" and status.error and status.outcomeMayBeUnknown is False
     assert not store.lock_path(sim.thread_id).exists()
 
 
@@ -531,7 +532,7 @@ async def test_the_workers_log_keeps_what_caused_a_failure_the_journal_words_bri
     assert final is JobState.FAILED
     status = store.read_status(sim.thread_id)
     logged = [r for r in caplog.records if r.name == "rekall.worker" and r.exc_info]
-    assert len(logged) == 1 and status["error"] in logged[0].getMessage()
+    assert len(logged) == 1 and status.error in logged[0].getMessage()
     chain = _causes(logged[0].exc_info[1])
     assert isinstance(chain[0], RekallError) and any(isinstance(cause, OSError) for cause in chain[1:]), chain
 
@@ -831,7 +832,7 @@ async def test_a_handoff_rewritten_in_place_with_its_size_and_times_kept_fails_t
         _after_the_validation_ahead(store, monkeypatch, rewrite_in_place)
         assert await run(store, sim, job) is JobState.FAILED
         status = store.read_status(sim.thread_id)
-        assert status["errorCode"] == "handoff_changed" and "SHA-256 differs" in status["error"]
+        assert status.errorCode == "handoff_changed" and "SHA-256 differs" in status.error
         assert len(sim.compact_requests) == 1 and sim.start_turn_requests == []
 
 
@@ -841,7 +842,7 @@ async def test_the_start_turn_text_is_the_continuation_of_the_saved_handoff(tmp_
     async with SimulatedOwner() as sim:
         store, job = await schedule(sim, tmp_path / "jobs")
         assert await run(store, sim, job) is JobState.RESUMED
-        record = store.verify_handoff(sim.thread_id, job, store.read_status(sim.thread_id)["handoffSha256"])
+        record = store.verify_handoff(sim.thread_id, job, store.read_status(sim.thread_id).handoffSha256)
         expected = continuation_text(record, str(store.handoff_path(sim.thread_id, job)))
         sent = sim.start_turn_requests[0].params["turnStart"]["request"]["input"][0]["text"]
         assert sent == expected
@@ -859,8 +860,8 @@ async def test_a_handoff_changed_after_it_was_validated_fails_the_job_before_the
         _after_the_validation_ahead(store, monkeypatch, append_a_space)
         assert await run(store, sim, job) is JobState.FAILED
         status = store.read_status(sim.thread_id)
-        assert status["errorCode"] == "handoff_changed" and status["outcomeMayBeUnknown"] is False
-        assert "changed after it was saved (SHA-256 differs)" in status["error"]
+        assert status.errorCode == "handoff_changed" and status.outcomeMayBeUnknown is False
+        assert "changed after it was saved (SHA-256 differs)" in status.error
         assert len(sim.compact_requests) == 1 and sim.start_turn_requests == []
 
 
@@ -872,7 +873,7 @@ async def test_on_the_extension_a_job_without_a_continuation_says_its_handoff_wa
         assert await run(store, sim, job) is JobState.COMPLETED
         assert not sim.start_turn_requests
     status = store.read_status(sim.thread_id)
-    assert (status["handoffDelivery"], status["handoffDeliveryNote"]) == ("not_delivered", INJECTION_LIMIT)
+    assert (status.handoffDelivery, status.handoffDeliveryNote) == ("not_delivered", INJECTION_LIMIT)
     (row,) = [r for r in build_explanation(store, job)["timeline"] if r["trigger"] == "compaction_completed"]
     assert row["evidence"]["injectionLimit"] == INJECTION_LIMIT  # journaled with the transition it decided
     assert "not delivered after the compaction: the VS Code extension's IPC router has no way" in \
@@ -885,7 +886,7 @@ async def test_with_injection_turned_off_the_status_names_the_setting(tmp_path):
         off = FAST._replace(inject_handoff=False)
         assert await run(store, sim, job, off) is JobState.COMPLETED
     status = store.read_status(sim.thread_id)
-    assert status["handoffDeliveryNote"] == "injection is turned off (REKALL_INJECT_HANDOFF=off)"
+    assert status.handoffDeliveryNote == "injection is turned off (REKALL_INJECT_HANDOFF=off)"
 
 
 async def test_a_continuation_whose_delivery_the_plugins_hook_already_claimed_is_never_sent_and_the_job_completes(
@@ -898,16 +899,16 @@ async def test_a_continuation_whose_delivery_the_plugins_hook_already_claimed_is
         assert await run(store, sim, job) is JobState.COMPLETED
         assert sim.start_turn_requests == []
     status = store.read_status(sim.thread_id)
-    assert (status["resumeSkipped"], status["outcomeMayBeUnknown"]) == ("handoff_delivered_by_hook", False)
-    assert status.get("errorCode") is None and status.get("resumeTurnId") is None
-    assert status["handoffDelivery"] == "hook"  # the claim, folded into the job's record
+    assert (status.resumeSkipped, status.outcomeMayBeUnknown) == ("handoff_delivered_by_hook", False)
+    assert known(status.errorCode) is None and known(status.resumeTurnId) is None
+    assert status.handoffDelivery == "hook"  # the claim, folded into the job's record
     explanation = build_explanation(store, job)
     assert explanation["timeline"][-1]["trigger"] == "resume_overtaken"
     assert explanation["outcome"].endswith(
         "No continuation: the compaction completed, then the user's turn started and the plugin's "
         "SessionStart(compact) hook delivered the handoff at its start, just before the continuation: none was "
         f"sent. The handoff was handed to Codex by the plugin's SessionStart(compact) hook for the next model "
-        f"request at {status['handoffHookAt']}; no turn was started.")
+        f"request at {status.handoffHookAt}; no turn was started.")
 
 
 async def test_the_continuation_claims_the_delivery_before_it_is_sent_so_the_hook_stays_silent(tmp_path):
@@ -921,4 +922,4 @@ async def test_the_continuation_claims_the_delivery_before_it_is_sent_so_the_hoo
     assert read_claim(store.layout.delivery(sim.thread_id, job))["route"] == "continuation"
     hook_input = {"session_id": sim.thread_id, "hook_event_name": "SessionStart", "source": "compact"}
     assert answer(json.dumps(hook_input).encode(), {"REKALL_JOBS_DIR": str(tmp_path / "jobs")}) is None
-    assert store.read_status(sim.thread_id)["handoffDelivery"] == "continuation"
+    assert store.read_status(sim.thread_id).handoffDelivery == "continuation"

@@ -44,9 +44,9 @@ async def test_system_error_after_the_user_turn_ends_the_job_after_the_window_wi
         store, job = await schedule(sim, tmp_path / "jobs")
         assert await run_while_the_turn_ends_in_system_error(sim, store, job, WINDOW) is JobState.FAILED
         status = store.read_status(sim.thread_id)
-        assert status["errorCode"] == "thread_system_error" and status["outcomeMayBeUnknown"] is False
-        assert "systemError" in status["error"] and "nothing was compacted" in status["error"]
-        assert "Send a message" in status["error"] and "reload the VS Code window" in status["error"]
+        assert status.errorCode == "thread_system_error" and status.outcomeMayBeUnknown is False
+        assert "systemError" in status.error and "nothing was compacted" in status.error
+        assert "Send a message" in status.error and "reload the VS Code window" in status.error
         held = _held(store, job)["evidence"]
         assert held["heldMs"] >= 0 and held["windowS"] == 0.3 and held["runtimeStatus"] == "systemError"
         assert not sim.compact_requests and not sim.start_turn_requests
@@ -61,13 +61,13 @@ async def test_the_window_starts_only_once_the_user_turn_has_ended(tmp_path):
             await sim.wait_until(lambda s: s.followers >= 1, timeout=10)
             sim.backend.set_runtime("systemError")  # a stale status while the turn still runs
             await anyio.sleep(0.6)  # twice the window: nothing may happen, and no event says so
-            assert store.read_status(sim.thread_id)["state"] == "waiting_for_idle"
+            assert store.read_status(sim.thread_id).state == "waiting_for_idle"
             sim.backend.complete_turn("completed")
 
         async with anyio.create_task_group() as group:
             group.start_soon(script)
             assert await run(store, sim, job, WINDOW) is JobState.FAILED
-        assert store.read_status(sim.thread_id)["errorCode"] == "thread_system_error"
+        assert store.read_status(sim.thread_id).errorCode == "thread_system_error"
         assert not sim.compact_requests
 
 
@@ -93,8 +93,8 @@ async def test_system_error_after_the_compaction_ends_the_job_before_any_continu
         store, job = await schedule(sim, tmp_path / "jobs", handoff=HANDOFF)
         assert await run(store, sim, job, WINDOW) is JobState.FAILED
         status = store.read_status(sim.thread_id)
-        assert status["errorCode"] == "thread_system_error" and status["compactionId"] == "compaction-1"
-        assert "no continuation turn was started" in status["error"]
+        assert status.errorCode == "thread_system_error" and status.compactionId == "compaction-1"
+        assert "no continuation turn was started" in status.error
         assert len(sim.compact_requests) == 1 and not sim.start_turn_requests
 
 
@@ -105,7 +105,7 @@ async def test_a_deadline_that_passes_first_names_what_the_job_waited_for_and_th
         store, job = await schedule(sim, tmp_path / "jobs")
         short = WINDOW._replace(deadline_s=0.5, system_error_window_s=30)  # the deadline comes first
         assert await run_while_the_turn_ends_in_system_error(sim, store, job, short) is JobState.TIMED_OUT
-        error = store.read_status(sim.thread_id)["error"]
+        error = store.read_status(sim.thread_id).error
         assert error.startswith("deadline of 0.5 s exceeded in waiting_for_idle, waiting for the thread to stay idle "
                                 "for the stable interval before the compaction; last seen: the thread's runtime "
                                 "stayed systemError for "), error

@@ -225,14 +225,25 @@ class JobStatus(_Record):
         "Fields of a status rekall did not derive (the Node version's file, or one found without a journal) "
         "that are left out because the schema does not describe them or their value does not fit it.",
         by=ANSWER)
+    # --- not a status field: how the record was read ---
+    #: The JSON object this record was read from (:func:`read`), when it was: :func:`wire` gives back
+    #: the fields the record does not have (a Node-written file), after its own, so that nothing
+    #: found is dropped when the record is written back or shown.
+    as_read: Mapping[str, Any] | None = attrs.field(default=None, metadata={"json": False})
 
 
 # --- reading and writing the JSON ----------------------------------------------------------
 
-STATUS_FIELDS: tuple[attrs.Attribute[Any], ...] = attrs.fields(JobStatus)
+
+def json_fields(cls: type) -> tuple[attrs.Attribute[Any], ...]:
+    """A record's fields that its JSON holds (``JobStatus.as_read`` is not one), in its order."""
+    return tuple(a for a in attrs.fields(cls) if a.metadata.get("json", True))
+
+
+STATUS_FIELDS: tuple[attrs.Attribute[Any], ...] = json_fields(JobStatus)
 NAMES: frozenset[str] = frozenset(a.name for a in STATUS_FIELDS)
 #: Each record's field names, in its order (the order of the JSON).
-_ORDER: dict[type, tuple[str, ...]] = {cls: tuple(a.name for a in attrs.fields(cls))
+_ORDER: dict[type, tuple[str, ...]] = {cls: tuple(a.name for a in json_fields(cls))
                                        for cls in (JobStatus, HistoryEntry)}
 
 
@@ -243,8 +254,8 @@ def known(value: Maybe[T]) -> T | None:
 
 def read(fields: Mapping[str, Any]) -> JobStatus:
     """The record of a status's JSON fields. Values are taken as they are (no conversion);
-    fields the record does not have are ignored (see :func:`unknown`)."""
-    return JobStatus(**{k: v for k, v in fields.items() if k in NAMES})
+    fields the record does not have are kept in ``as_read`` (see :func:`wire`, :func:`unknown`)."""
+    return JobStatus(**{k: v for k, v in fields.items() if k in NAMES}, as_read=dict(fields))
 
 
 def unknown(fields: Mapping[str, Any]) -> list[str]:
@@ -255,7 +266,11 @@ def unknown(fields: Mapping[str, Any]) -> list[str]:
 def wire(record: JobStatus | HistoryEntry) -> dict[str, Any]:
     """The JSON fields of a record, in the record's order, without those not set."""
     # A comprehension over the names, not ``attrs.asdict``: a third of the time, on every transition.
-    return {name: value for name in _ORDER[type(record)] if (value := getattr(record, name)) is not ABSENT}
+    fields = {name: value for name in _ORDER[type(record)] if (value := getattr(record, name)) is not ABSENT}
+    found = record.as_read if isinstance(record, JobStatus) else None
+    if found:  # read from JSON: the fields the record does not have (a Node-written file) follow, as found
+        fields.update((name, value) for name, value in found.items() if name not in NAMES)
+    return fields
 
 
 def ended_at(fields: Mapping[str, Any]) -> str | None:

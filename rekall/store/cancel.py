@@ -6,20 +6,20 @@ Only the thread's current job, while it is not over, gets one.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import attrs
 
 from rekall.kernel.errors import StoreError
 from rekall.kernel.ids import job_id as valid_job, thread_id as valid_thread
-from rekall.states.status import JobStatus, wire
+from rekall.states.status import JobStatus
 from rekall.store.errors import UnknownJob
 
 if TYPE_CHECKING:
     from rekall.store.parts import StoreParts
 
 
-def request_cancel(store: StoreParts, thread_id: str, job_id: str) -> dict[str, Any]:
+def request_cancel(store: StoreParts, thread_id: str, job_id: str) -> JobStatus:
     """Write the job's cancel marker, if it is the thread's current job and not over."""
     thread, job = valid_thread(thread_id), valid_job(job_id)
     current = store.catalog.latest(thread)
@@ -30,9 +30,9 @@ def request_cancel(store: StoreParts, thread_id: str, job_id: str) -> dict[str, 
         raise UnknownJob(f"no job {job} for thread {thread}", hint="check the ids with `rekall status`")
     answer = JobStatus(threadId=thread, jobId=job, state=current.state.value)
     if current.state.terminal:
-        return wire(attrs.evolve(answer, cancellationRequested=False))
+        return attrs.evolve(answer, cancellationRequested=False)
     try:
         store.fs.create_exclusive(store.layout.cancel(thread, job), b"cancel\n")
     except FileExistsError:
         pass  # asked before: the marker is already there
-    return wire(attrs.evolve(answer, cancellationRequested=True))
+    return attrs.evolve(answer, cancellationRequested=True)

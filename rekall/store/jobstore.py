@@ -29,6 +29,7 @@ from typing import Any
 
 from rekall.kernel.errors import InvalidInput
 from rekall.kernel.ids import job_id as valid_job, thread_id as valid_thread
+from rekall.states.status import JobStatus, read
 from rekall.store import cancel, reaper, schedule, status
 from rekall.store.clock import Clock
 from rekall.store.fsio import FileOps
@@ -43,10 +44,11 @@ from rekall.store.paths import (
     resolve_jobs_dir,
     resolve_lock_dir,
 )
+from rekall.store.reaper import Reaped
 from rekall.store.replay import Replay
 from rekall.store.schedule import CreatedJob
 
-__all__ = ["CreatedJob", "JobStore"]
+__all__ = ["CreatedJob", "JobStore", "Reaped"]
 
 
 class JobStore(StoreParts):
@@ -123,14 +125,24 @@ class JobStore(StoreParts):
     def find(self, job_or_thread: str) -> Replay:
         return self.catalog.find(job_or_thread)
 
-    def status_of(self, job: Replay) -> dict[str, Any]:
-        return status.status_of(self, job)
+    # The status verbs hand out records; the concerns behind them build the JSON object (what the
+    # status file holds) and the record keeps it whole (``JobStatus.as_read``).
 
-    def current_fields(self, job: Replay) -> dict[str, Any]:
-        return status.current_fields(self, job)
+    def status_of(self, job: Replay) -> JobStatus:
+        return read(status.status_of(self, job))
 
-    def read_status(self, thread_id: str) -> dict[str, Any]:
-        return status.read_status(self, thread_id)
+    def current_fields(self, job: Replay) -> JobStatus:
+        return read(status.current_fields(self, job))
+
+    def read_status(self, thread_id: str) -> JobStatus:
+        return read(status.read_status(self, thread_id))
+
+    def node_status(self, thread_id: str) -> JobStatus | None:
+        """The thread's job in the Node version's jobs directories, if any (marked ``writtenBy``)."""
+        from rekall.store.node import node_status  # only for a thread without a rekall job
+
+        found = node_status(self.node_dirs, valid_thread(thread_id))
+        return None if found is None else read(found)
 
     # --- the lock (rekall.store.locks) and reaping (rekall.store.reaper) ----------------
 
@@ -159,10 +171,10 @@ class JobStore(StoreParts):
         """Remove the thread's lock if it names ``job_id``; True when it did."""
         return self.locks.release(valid_thread(thread_id), valid_job(job_id))
 
-    def reap_if_dead(self, thread_id: str) -> dict[str, Any] | None:
+    def reap_if_dead(self, thread_id: str) -> Reaped | None:
         return reaper.reap_if_dead(self, thread_id)
 
-    def reap_all(self) -> list[dict[str, Any]]:
+    def reap_all(self) -> list[Reaped]:
         return reaper.reap_all(self)
 
     # --- scheduling, driving and cancelling a job --------------------------------------
@@ -172,10 +184,10 @@ class JobStore(StoreParts):
         """Schedule a job for the thread, or return the live job that already holds it."""
         return schedule.create_job(self, thread_id, handoff=handoff, user_fingerprint=user_fingerprint, extra=extra)
 
-    def fail_unstarted(self, thread_id: str, job_id: str, error: str) -> dict[str, Any]:
+    def fail_unstarted(self, thread_id: str, job_id: str, error: str) -> JobStatus:
         return schedule.fail_unstarted(self, thread_id, job_id, error)
 
-    def request_cancel(self, thread_id: str, job_id: str) -> dict[str, Any]:
+    def request_cancel(self, thread_id: str, job_id: str) -> JobStatus:
         return cancel.request_cancel(self, thread_id, job_id)
 
     def verify_handoff(self, thread_id: str, job_id: str, expected_sha256: str | None) -> dict[str, Any]:

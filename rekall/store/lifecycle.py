@@ -23,6 +23,7 @@ from typing import Any
 
 from rekall.kernel.errors import InvalidInput
 from rekall.states import JobMachine, JobState, Step
+from rekall.states.status import JobStatus
 from rekall.store.clock import Clock
 from rekall.store.journal import JournalWriter
 from rekall.store.replay import Replay, derive_status
@@ -56,9 +57,10 @@ class Lifecycle:
         return self._machine.state
 
     @property
-    def fields(self) -> Mapping[str, Any]:
-        """The job's fields so far (what ``status`` shows of the job, without deriving it all)."""
-        return self._machine.view.fields
+    def job_status(self) -> JobStatus:
+        """The job's fields so far as a record (what ``status`` shows of the job, without deriving
+        it all); read once per transition, which the guards read too."""
+        return self._machine.view.status
 
     @property
     def status(self) -> dict[str, Any]:

@@ -16,6 +16,8 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import attrs
+
 from rekall.kernel.errors import StoreError
 from rekall.kernel.ids import thread_id as valid_thread
 from rekall.states import JobState
@@ -32,10 +34,26 @@ if TYPE_CHECKING:
 log = logging.getLogger("rekall.store")
 
 
-def reap_if_dead(store: StoreParts, thread_id: str) -> dict[str, Any] | None:
+@attrs.frozen(kw_only=True)
+class Reaped:
+    """What the ``worker_lost`` rule did for one thread's lock or job."""
+
+    job_id: str
+    #: The job was journaled as ``worker_lost`` now.
+    reaped: bool
+    #: The dead worker's lock was removed.
+    lock_removed: bool
+    #: The job's state afterwards (``None``: its journal could not be read).
+    state: str | None
+    #: Why the journal could not take the ``worker_lost`` record (the job is then reported from
+    #: what can be proven), else ``None``.
+    journal_unwritable: str | None = None
+
+
+def reap_if_dead(store: StoreParts, thread_id: str) -> Reaped | None:
     """Apply the ``worker_lost`` rule to the thread if its job's process is provably gone.
 
-    Returns what was done (``jobId``, ``reaped``, ``lockRemoved``, ``state``) or ``None``
+    Returns what was done or ``None``
     when there was nothing to do. A lock whose owner cannot be judged is left alone. Never
     raises for a write that fails: the job is then reported from what can be proven
     (see :func:`unrecorded_loss`).
@@ -54,7 +72,7 @@ def reap_if_dead(store: StoreParts, thread_id: str) -> dict[str, Any] | None:
         return _reap_orphan_if_dead(store, thread)
 
 
-def reap_all(store: StoreParts) -> list[dict[str, Any]]:
+def reap_all(store: StoreParts) -> list[Reaped]:
     """``reap_if_dead`` for every thread that has a job here."""
     threads: dict[str, list[str]] = {}
     for thread, job in store.layout.journals():  # listed once, not once per thread
@@ -81,7 +99,7 @@ def _may_need_reaping(store: StoreParts, thread: str, listed: list[str] | None =
     return latest is not None and not latest.state.terminal and latest.job_id not in store.unrecorded
 
 
-def reap_lock_if_dead(store: StoreParts, thread: str, path: Path, owner: LockHolder) -> dict[str, Any] | None:
+def reap_lock_if_dead(store: StoreParts, thread: str, path: Path, owner: LockHolder) -> Reaped | None:
     """Record the lock's job as ``worker_lost`` and remove the lock, if its processes are provably gone
     (call under the guard)."""
     home, job = store.lock_job(thread, owner)
@@ -93,15 +111,15 @@ def reap_lock_if_dead(store: StoreParts, thread: str, path: Path, owner: LockHol
         job = mark_worker_lost(home, job)
         store.unrecorded.update(home.unrecorded)
     if job is not None and job.job_id in store.unrecorded:
-        return {"jobId": owner.job_id, "reaped": False, "lockRemoved": False, "state": job.state.value,
-                "journalUnwritable": store.unrecorded[job.job_id]}
+        return Reaped(job_id=owner.job_id, reaped=False, lock_removed=False, state=job.state.value,
+                      journal_unwritable=store.unrecorded[job.job_id])
     store.locks.remove(path)
     log.warning("removed the stale lock of thread %s (job %s, pid %s)", thread, owner.job_id, owner.pid)
-    return {"jobId": owner.job_id, "reaped": reaped, "lockRemoved": True,
-            "state": None if job is None else job.state.value}
+    return Reaped(job_id=owner.job_id, reaped=reaped, lock_removed=True,
+                  state=None if job is None else job.state.value)
 
 
-def _reap_orphan_if_dead(store: StoreParts, thread: str) -> dict[str, Any] | None:
+def _reap_orphan_if_dead(store: StoreParts, thread: str) -> Reaped | None:
     """A job that is not over but has no lock: reap it if its worker is gone."""
     latest = store.catalog.latest(thread)
     if latest is None or latest.state.terminal or job_liveness(None, latest, host=store.host) is not Liveness.DEAD:
@@ -111,8 +129,8 @@ def _reap_orphan_if_dead(store: StoreParts, thread: str) -> dict[str, Any] | Non
     job = mark_worker_lost(store, latest, unjournaled_end(latest.state.value, "its worker released the lock "
                                                                            "without journaling how the job ended",
                                                           _owner(latest)))
-    return {"jobId": job.job_id, "reaped": job.job_id not in store.unrecorded, "lockRemoved": False,
-            "state": job.state.value}
+    return Reaped(job_id=job.job_id, reaped=job.job_id not in store.unrecorded, lock_removed=False,
+                  state=job.state.value)
 
 
 def mark_worker_lost(store: StoreParts, job: Replay, error: str | None = None) -> Replay:

@@ -25,7 +25,7 @@ import attrs
 from rekall.kernel.errors import InvalidInput, StoreError
 from rekall.kernel.ids import job_id as valid_job, thread_id as valid_thread
 from rekall.states import SCHEDULE, JobState
-from rekall.states.status import ANCHORS, RESERVED, JobStatus, wire
+from rekall.states.status import ANCHORS, RESERVED, JobStatus, read, wire
 from rekall.store.errors import LockBusy
 from rekall.store.handoff import record_bytes, sha256_hex, validate_handoff
 from rekall.store.locks import job_liveness
@@ -43,7 +43,7 @@ if TYPE_CHECKING:
 @attrs.frozen
 class CreatedJob:
     job_id: str
-    status: dict[str, Any]
+    status: JobStatus
     #: True when a live job already held the thread: ``job_id`` and ``status`` are that job's.
     already_scheduled: bool
 
@@ -94,9 +94,9 @@ def _settle_lock(store: StoreParts, thread: str, path: Path, owner: LockHolder) 
     alive = job_liveness(owner, job, host=store.host)
     if alive is Liveness.DEAD:
         reaped = reap_lock_if_dead(store, thread, path, owner)
-        if reaped is not None and "journalUnwritable" in reaped:
+        if reaped is not None and reaped.journal_unwritable is not None:
             raise StoreError(f"the worker of job {owner.job_id} is gone, but its journal cannot be written "
-                             f"({reaped['journalUnwritable']}); nothing was scheduled",
+                             f"({reaped.journal_unwritable}); nothing was scheduled",
                              code="journal_unusable", hint="free disk space, then schedule again")
         return None
     where = f"job {owner.job_id} (pid {owner.pid} on {owner.host or 'an unknown host'})"
@@ -110,7 +110,7 @@ def _settle_lock(store: StoreParts, thread: str, path: Path, owner: LockHolder) 
         status = status_of(home, job)
         if home is not store:  # scheduled through another CODEX_HOME: still this thread's one job
             status.update(wire(JobStatus(jobsDir=str(home.root))))
-        return CreatedJob(job.job_id, status, already_scheduled=True)
+        return CreatedJob(job.job_id, read(status), already_scheduled=True)
     state = "has no journal" if job is None else f"already ended ({job.state.value})"
     raise LockBusy(f"thread {thread} is locked by {where}, which {state} while its process still runs",
                    hint="its worker is finishing; schedule again in a moment")
@@ -165,10 +165,10 @@ def _create(store: StoreParts, thread: str, job: str, handoff: dict[str, Any] | 
     created = store.catalog.load(thread, job)
     status = status_of(store, created)
     store.status_file.save_quietly(thread, status, stamps)
-    return CreatedJob(job, status, already_scheduled=False)
+    return CreatedJob(job, read(status), already_scheduled=False)
 
 
-def fail_unstarted(store: StoreParts, thread_id: str, job_id: str, error: str) -> dict[str, Any]:
+def fail_unstarted(store: StoreParts, thread_id: str, job_id: str, error: str) -> JobStatus:
     """The worker could not be started: fail the job with the cause and release its lock.
 
     Nothing was sent to the extension, so the outcome is known. The journal is kept.
@@ -179,4 +179,4 @@ def fail_unstarted(store: StoreParts, thread_id: str, job_id: str, error: str) -
             lifecycle.fire("fail", errorCode="spawn_failed", error=error, delivery="not_delivered")
         status = lifecycle.status
     store.locks.release(thread, job)
-    return status
+    return read(status)

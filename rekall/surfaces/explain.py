@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from rekall.states import HEADROOM_LIMIT, JobState
-from rekall.states.status import ABSENT, JobStatus, known, read
+from rekall.states.status import ABSENT, JobStatus, known, read, wire
 from rekall.store import JobStore, Replay
 from rekall.store.wire import TransitionRecord
 
@@ -115,10 +115,10 @@ def _delivery_words(f: JobStatus) -> str:
     return ""
 
 
-def describe_outcome(state: str, fields: Mapping[str, Any]) -> str:
+def describe_outcome(state: str, fields: JobStatus | Mapping[str, Any]) -> str:
     """One or two plain sentences saying how the job ended (or where it is), and how its handoff
-    reached the model."""
-    f = read(fields)
+    reached the model (from the store's record, or a status's JSON: a Node-written one, a row)."""
+    f = fields if isinstance(fields, JobStatus) else read(fields)
     return _ending_words(state, f) + _delivery_words(f)
 
 
@@ -184,7 +184,10 @@ def build_explanation(store: JobStore, job_or_thread_id: str) -> dict[str, Any]:
     job = store.find(job_or_thread_id)
     if store.reap_if_dead(job.thread_id) is not None:  # a dead worker is recorded before it is explained
         job = store.load(job.thread_id, job.job_id)
-    status = store.status_of(job)
+    found = store.status_of(job)  # the journal's, unless a lost worker could not be journaled
+    status = wire(found)  # shown as the status file holds it
+    state = found.state
+    assert isinstance(state, str)  # every status derived from a journal has its state
     timeline, previous = [], None
     for record in job.transitions:
         timeline.append({
@@ -203,11 +206,11 @@ def build_explanation(store: JobStore, job_or_thread_id: str) -> dict[str, Any]:
     explanation = {
         "jobId": job.job_id,
         "threadId": job.thread_id,
-        "state": status["state"],  # the journal's, unless a lost worker could not be journaled
-        "terminal": JobState(status["state"]).terminal,
-        "outcome": describe_outcome(status["state"], status),
-        "outcomeMayBeUnknown": status.get("outcomeMayBeUnknown"),
-        "errorCode": status.get("errorCode"),
+        "state": state,
+        "terminal": JobState(state).terminal,
+        "outcome": describe_outcome(state, found),
+        "outcomeMayBeUnknown": known(found.outcomeMayBeUnknown),
+        "errorCode": known(found.errorCode),
         "path": [t.dest.value for t in job.transitions],
         "timeline": timeline,
         "notes": notes,

@@ -17,7 +17,7 @@ from rekall.adapters.registry import UNNAMED
 from rekall.kernel.errors import InvalidInput, StoreError
 from rekall.surfaces.explain import describe_outcome
 from rekall.kernel.ids import thread_id as valid_thread
-from rekall.states.status import METRICS, JobStatus, ended_at, known, read
+from rekall.states.status import METRICS, JobStatus, ended_at, known, read, wire
 from rekall.store import JobStore, Replay
 from rekall.store.node import node_jobs
 from rekall.store.views import HistoryRows, Row, row_text, stamp
@@ -128,7 +128,7 @@ def _job_row(store: JobStore, saved: HistoryRows, thread_id: str,
     if row is not None:
         return json.loads(row.text), row.scheduled_at, row
     job = store.load(thread_id, job_id)
-    fields = _row(job, store.current_fields(job))
+    fields = _row(job, wire(store.current_fields(job)))
     if current is None or not job.state.terminal:
         return fields, job.created_at, None  # a running job's row changes: never saved
     return fields, job.created_at, Row(current, fields["createdAt"], job.job_number, job.created_at,

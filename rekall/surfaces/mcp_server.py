@@ -32,7 +32,7 @@ from rekall.usecases import service
 from rekall.kernel.caller import Caller
 from rekall.kernel.errors import InternalError, InvalidInput, RekallError, as_rekall_error, tool_error_text
 from rekall.kernel.credentials import shown_key
-from rekall.states.status import ALWAYS, Absent, HistoryEntry, JobStatus, wire
+from rekall.states.status import ALWAYS, Absent, HistoryEntry, JobStatus, json_fields, wire
 from rekall.store.handoff import MAX_HANDOFF_BYTES, MAX_LIST_ITEMS
 
 THREAD_ID_DESCRIPTION = (
@@ -125,7 +125,7 @@ def _schema_of(record: type, title: str, required: frozenset[str], types: Mappin
     and description from the record, ``required`` keys required, nothing else allowed."""
     hints = get_type_hints(record)
     keys = {}
-    for field in attrs.fields(record):
+    for field in json_fields(record):
         value = Annotated[types.get(field.name, _present(hints[field.name])),
                           Field(description=field.metadata["doc"])]
         keys[field.name] = Required[value] if field.name in required else NotRequired[value]

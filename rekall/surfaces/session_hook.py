@@ -271,10 +271,11 @@ def _framed(journal: Path, thread: str, fields: Mapping[str, Any], state: str) -
     record = _sealed_record(path, thread, job, fields.get("handoffSha256"))
     if record is None:
         return None
-    status = dict(fields)
-    if status.get("resume") and not status.get("resumeSkipped") and state in ("accepted", "waiting_for_resume_idle"):
-        status["resumeSkipped"] = "new_user_input"  # the turn starting now is not the continuation
-    return injection_text(record, str(path), status), str(path)
+    resume, skipped = bool(fields.get("resume")), fields.get("resumeSkipped")
+    if resume and not skipped and state in ("accepted", "waiting_for_resume_idle"):
+        skipped = "new_user_input"  # the turn starting now is not the continuation
+    return injection_text(record, str(path), resume=resume, skipped=skipped,
+                          skip_reason=fields.get("resumeSkipReason")), str(path)
 
 
 def _sealed_record(path: Path, thread: str, job: str, sealed: object) -> dict[str, Any] | None:

@@ -20,7 +20,7 @@ from rekall.kernel.caller import Caller
 from rekall.kernel.settings import REQUEST_TIMEOUT_S, check_settings
 from rekall.kernel.errors import RekallError
 from rekall.kernel.ids import job_id as valid_job_id, thread_id as valid_thread_id
-from rekall.states.status import ABSENT, JobStatus, read, wire
+from rekall.states.status import ABSENT, JobStatus, wire
 from rekall.store import JobStore
 
 if TYPE_CHECKING:
@@ -219,18 +219,17 @@ async def schedule(
     store = await asyncio.to_thread(JobStore.open, env)
     created = await asyncio.to_thread(store.create_job, thread_id, handoff=handoff, user_fingerprint=fingerprint,
                                       extra=anchor)
-    result = dict(created.status)
     if created.already_scheduled:
-        answer = JobStatus(alreadyScheduled=True)
+        answer = attrs.evolve(created.status, alreadyScheduled=True)
         if handoff is not None:  # never dropped silently: the unfinished job keeps its own handoff
             answer = attrs.evolve(answer, handoffIgnored=True, message=HANDOFF_IGNORED_MESSAGE)
-        return {**result, **wire(answer)}
+        return wire(answer)
     try:
         # What was just journaled goes on the worker's command line too: it follows the thread
         # before it loads the store, and its claim checks this against the journal.
         pid = (spawn or _spawn_default)(thread_id, created.job_id,
                                         log_path=store.log_path(thread_id, created.job_id), env=env,
-                                        scheduled=ResumeToken.recorded(read(created.status)))
+                                        scheduled=ResumeToken.recorded(created.status))
     except OSError as exc:  # e.g. no interpreter, a symlink at the log's name, no resources
         cause = f"the worker could not be started: {exc.strerror or exc}"
         store.fail_unstarted(thread_id, created.job_id, cause)
@@ -239,9 +238,8 @@ async def schedule(
                                "shows the job") from None
     # False when the worker already finished and released the lock: nothing left to name.
     await asyncio.to_thread(store.set_lock_owner, thread_id, created.job_id, pid, process_start_time(pid))
-    result.update(wire(JobStatus(pid=pid, alreadyScheduled=False, message=SCHEDULED_MESSAGE,
-                                 handoff=ABSENT if handoff is None else handoff)))
-    return result
+    return wire(attrs.evolve(created.status, pid=pid, alreadyScheduled=False, message=SCHEDULED_MESSAGE,
+                             handoff=ABSENT if handoff is None else handoff))
 
 
 def _spawn_default(thread_id: str, job_id: str, **kwargs: Any) -> int:
@@ -258,17 +256,14 @@ def status(thread_id: str, *, env: Mapping[str, str] | None = None) -> dict[str,
     thread_id = valid_thread_id(thread_id)
     store = JobStore.open_reader(_env(env))
     store.reap_if_dead(thread_id)
-    return _or_node_job(store, store.read_status(thread_id))
+    return wire(_or_node_job(store, store.read_status(thread_id)))
 
 
-def _or_node_job(store: JobStore, status: dict[str, Any]) -> dict[str, Any]:
+def _or_node_job(store: JobStore, status: JobStatus) -> JobStatus:
     """Without a rekall job, the thread's job in the Node version's directory, if any (marked)."""
-    thread = read(status)
-    if thread.state != "not_scheduled":
+    if status.state != "not_scheduled":
         return status
-    from rekall.store.node import node_status
-
-    return node_status(store.node_dirs, str(thread.threadId)) or status
+    return store.node_status(str(status.threadId)) or status
 
 
 def status_with_trail(thread_id: str, *, env: Mapping[str, str] | None = None) -> tuple[dict[str, Any], list[str]]:
@@ -278,8 +273,8 @@ def status_with_trail(thread_id: str, *, env: Mapping[str, str] | None = None) -
     store.reap_if_dead(thread_id)
     job = store.latest(thread_id)
     if job is None:
-        return store.read_status(thread_id), ["not_scheduled"]
-    return store.status_of(job), [t.dest.value for t in job.transitions]
+        return wire(store.read_status(thread_id)), ["not_scheduled"]
+    return wire(store.status_of(job)), [t.dest.value for t in job.transitions]
 
 
 def cancel(thread_id: str, job_id: str, *, env: Mapping[str, str] | None = None,
@@ -290,8 +285,7 @@ def cancel(thread_id: str, job_id: str, *, env: Mapping[str, str] | None = None,
         caller.require(thread_id, "cancel_compaction")
     store = JobStore.open_reader(_env(env))  # the marker goes next to an existing job, never into a new folder
     store.reap_if_dead(thread_id)
-    status = store.read_status(thread_id)
-    current = read(status)
+    current = store.read_status(thread_id)
     if current.jobId != job_id:
         raise RekallError(f"job {job_id} is not the current job of thread {thread_id}",
                           code="job_identity_mismatch", hint="inspect the thread with compaction_status")
@@ -300,8 +294,8 @@ def cancel(thread_id: str, job_id: str, *, env: Mapping[str, str] | None = None,
 
     state = JobState(current.state)
     if state in TERMINAL_STATES:
-        return {**status, **wire(JobStatus(cancellationRequested=False,
-                                           message=f"the job already ended as {state.value}; nothing to cancel"))}
+        return wire(attrs.evolve(current, cancellationRequested=False,
+                                 message=f"the job already ended as {state.value}; nothing to cancel"))
     store.request_cancel(thread_id, job_id)
     if state is not JobState.SCHEDULED:
         # Past `scheduled` the worker has its handler installed; before that it finds the

@@ -48,21 +48,20 @@ _NO_CONTINUATION = {
 }
 
 
-def injection_text(record: Mapping[str, Any], handoff_path: str, status: Mapping[str, Any]) -> str:
+def injection_text(record: Mapping[str, Any], handoff_path: str, *, resume: bool, skipped: str | None,
+                   skip_reason: str | None) -> str:
     """Frame a verified handoff for injection into the thread's context (no turn is started).
 
     It says what the message is (the handoff saved before the compaction this job requested),
     names the job and the thread, says why no continuation carries it, and whether its next
     step is authorised (never by this message: the user's next instruction decides)."""
-    skipped = status.get("resumeSkipped")
-    if not status.get("resume"):
+    if not resume:
         why, authorised = ("the handoff did not ask for one (resume false)",
                            "Its nextStep is not authorised: do not act on it until the user asks you to.")
     else:
         why = _NO_CONTINUATION.get(str(skipped), f"one was asked for, but none ran ({skipped})")
-        reason = status.get("resumeSkipReason")
-        if skipped == "insufficient_headroom" and reason:
-            why += f" ({reason})"
+        if skipped == "insufficient_headroom" and skip_reason:
+            why += f" ({skip_reason})"
         authorised = ("Its nextStep was authorised only as that continuation: take it up only if the user's "
                       "next message asks you to continue.")
     lines = [

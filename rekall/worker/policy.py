@@ -25,6 +25,7 @@ from rekall.kernel.settings import WorkerSettings
 from rekall.adapters.contract import Acted, Failure, ThreadSnapshot
 from rekall.states import REQUEST_SENT_UNOBSERVED, TERMINAL_STATES, JobState
 from rekall.states.evidence import HOOK_DELIVERED
+from rekall.states.status import JobStatus, known
 from rekall.store.delivery import HOOK
 
 Timer = Literal["idle", "system_error", "telemetry"]
@@ -57,19 +58,18 @@ class Job:
     tokens_before: Any = None
 
     @classmethod
-    def of(cls, state: JobState, status: Mapping[str, Any], settings: WorkerSettings) -> Job:
-        # Looked up, not read with the rest of the status (``read``): the worker asks again after
-        # every transition, between the one that precedes a request and the request.
-        return cls(state, settings, status.get("userFingerprint"), bool(status.get("resume")),
-                   status.get("contextTokensBefore"))
+    def of(cls, state: JobState, status: JobStatus, settings: WorkerSettings) -> Job:
+        return cls(state, settings, known(status.userFingerprint), bool(known(status.resume)),
+                   known(status.contextTokensBefore))
 
 
 @attrs.frozen
 class Running:
-    """A timer the worker armed: its generation, when the fact that started it arrived, and
-    (for the idle timer, whose length depends on it) the state it was started in."""
+    """A timer the worker armed: its serial number (counted up per arming, so a stale timer is
+    told apart), when the fact that started it arrived, and (for the idle timer, whose length
+    depends on it) the state it was started in."""
 
-    generation: int
+    serial: int
     since: float
     state: JobState | None = None
 
@@ -82,7 +82,7 @@ class Memo:
     #: A request's answer or its connection was lost: once the owner is reachable again,
     #: the settle rule may end the job (see ``outcome_settled`` in the table).
     outcome_unknown: bool = False
-    generation: int = 0
+    serial: int = 0
     idle: Running | None = None
     system_error: Running | None = None
     telemetry_wait_armed: bool = False
@@ -113,7 +113,7 @@ class Began:
 @attrs.frozen
 class TimerFired:
     timer: Timer
-    generation: int
+    serial: int
 
 
 @attrs.frozen
@@ -198,7 +198,7 @@ class Send:
 class Arm:
     timer: Timer
     delay: float
-    generation: int
+    serial: int
 
 
 @attrs.frozen
@@ -302,15 +302,15 @@ class _Rules:
             case ReconnectDone():
                 self.remember(connected=True)
                 self.emit(Note("reconnected", {"ownerId": self.seen.owner_id, "revision": self.seen.revision}))
-            case TimerFired(timer="idle", generation=generation):
-                if self.memo.idle is not None and self.memo.idle.generation == generation and self.memo.connected:
+            case TimerFired(timer="idle", serial=serial):
+                if self.memo.idle is not None and self.memo.idle.serial == serial and self.memo.connected:
                     since = self.memo.idle.since
                     self.remember(idle=None)
                     self.on_idle_held(since)
                     return
-            case TimerFired(timer="system_error", generation=generation):
+            case TimerFired(timer="system_error", serial=serial):
                 running = self.memo.system_error
-                if running is not None and running.generation == generation and self.memo.connected:
+                if running is not None and running.serial == serial and self.memo.connected:
                     self.remember(system_error=None)
                     self.on_system_error_held(running.since)
                     return
@@ -527,10 +527,10 @@ class _Rules:
         if not idle:
             return
         if running is None:
-            generation = self.memo.generation + 1
+            serial = self.memo.serial + 1
             hold = self.settings.settle_s if self.settling() else self.settings.idle_stable_s
-            self.remember(generation=generation, idle=Running(generation, self.at, self.state))
-            self.emit(Arm("idle", max(0.0, hold - (self.now - self.at)), generation))
+            self.remember(serial=serial, idle=Running(serial, self.at, self.state))
+            self.emit(Arm("idle", max(0.0, hold - (self.now - self.at)), serial))
 
     def on_idle_held(self, since: float) -> None:
         facts = self.seen.facts
@@ -568,10 +568,10 @@ class _Rules:
                 self.remember(system_error=None)
             return
         if self.memo.system_error is None:
-            generation = self.memo.generation + 1
-            self.remember(generation=generation, system_error=Running(generation, self.at))
+            serial = self.memo.serial + 1
+            self.remember(serial=serial, system_error=Running(serial, self.at))
             remaining = self.settings.system_error_window_s - (self.now - self.at)
-            self.emit(Arm("system_error", max(0.0, remaining), generation))
+            self.emit(Arm("system_error", max(0.0, remaining), serial))
 
     def on_system_error_held(self, since: float) -> None:
         if stuck_in_system_error(self.seen):

@@ -78,6 +78,7 @@ def _on_first_use(name: str) -> ModuleType:
 if TYPE_CHECKING:
     from rekall.worker import policy
     from rekall.states import JobState
+    from rekall.states.status import JobStatus
     from rekall.store import JobStore
     from rekall.store.handoff import Verified
 else:
@@ -139,7 +140,7 @@ class Worker:
         #: What a request's steps held back, and the timer that writes it (see ``_apply``).
         self._held_after_request: tuple[asyncio.TimerHandle, list[tuple[str, JobState, JobState]]] | None = None
         self._job: policy.Job | None = None  # what the rules read of the job, while its fields stand
-        self._job_fields: Mapping[str, Any] | None = None
+        self._job_status: JobStatus | None = None
 
     # --- small helpers ---------------------------------------------------------------
 
@@ -159,8 +160,10 @@ class Worker:
         return self.lifecycle.state
 
     @property
-    def status(self) -> Mapping[str, Any]:
-        return self.lifecycle.status
+    def status(self) -> JobStatus:
+        from rekall.states.status import read
+
+        return read(self.lifecycle.status)
 
     @property
     def connected(self) -> bool:
@@ -442,9 +445,10 @@ class Worker:
         self._validated = (verified, self._continuation(verified))
 
     def _sealed_sha256(self) -> str | None:
-        """The handoff's SHA-256 as the journal sealed it at schedule (looked up, not read with
-        the rest of the status: this runs just before the continuation is sent)."""
-        return self.lifecycle.fields.get("handoffSha256")
+        """The handoff's SHA-256 as the journal sealed it at schedule."""
+        from rekall.states.status import known
+
+        return known(self.lifecycle.job_status.handoffSha256)
 
     def _injection_limit(self) -> str | None:
         """Why the handoff cannot be injected where no continuation carries it (``None``: it can)."""
@@ -458,8 +462,11 @@ class Worker:
     def _injection(self, verified: Verified) -> str:
         from rekall.worker.continuation import injection_text
 
-        return injection_text(verified.record, str(verified.path),
-                              self.lifecycle.fields)
+        from rekall.states.status import known
+
+        status = self.lifecycle.job_status
+        return injection_text(verified.record, str(verified.path), resume=bool(known(status.resume)),
+                              skipped=known(status.resumeSkipped), skip_reason=known(status.resumeSkipReason))
 
     def _continuation(self, verified: Verified) -> str:
         from rekall.worker.continuation import continuation_text
@@ -484,9 +491,9 @@ class Worker:
 
     def _job_now(self) -> policy.Job:
         """What the rules read of the job; read again only when a transition changed its fields."""
-        fields = self.lifecycle.fields
-        if self._job is None or self._job_fields is not fields:
-            self._job, self._job_fields = policy.Job.of(self.state, fields, self.settings), fields
+        status = self.lifecycle.job_status
+        if self._job is None or self._job_status is not status:
+            self._job, self._job_status = policy.Job.of(self.state, status, self.settings), status
         return self._job
 
     def _execute(self, step: policy.Step) -> policy.Event | None:
@@ -512,9 +519,9 @@ class Worker:
                 if (lost := self._lost_delivery("injection")) is not None:
                     return lost
                 self._send(lambda: thread.inject(framed), "inject", len(framed.encode()))
-            case policy.Arm(timer=timer, delay=delay, generation=generation):
+            case policy.Arm(timer=timer, delay=delay, serial=serial):
                 self._disarm(timer)
-                self._timers[timer] = self._at(self._decided_at + delay, policy.TimerFired(timer, generation))
+                self._timers[timer] = self._at(self._decided_at + delay, policy.TimerFired(timer, serial))
             case policy.Disarm(timer=timer):
                 self._disarm(timer)
             case policy.Note(kind=kind, detail=detail):

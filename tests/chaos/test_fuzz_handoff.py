@@ -156,6 +156,6 @@ def test_a_valid_handoff_is_sealed_privately_and_verifies_exactly(tmp_path: Path
     created = store.create_job(thread, handoff=value, user_fingerprint="fp")
     path = store.handoff_path(thread, created.job_id)
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
-    record = store.verify_handoff(thread, created.job_id, created.status["handoffSha256"])
+    record = store.verify_handoff(thread, created.job_id, created.status.handoffSha256)
     assert record["handoff"] == validate_handoff(value)
     store.release_lock(thread, created.job_id)

@@ -17,6 +17,7 @@ import anyio
 import pytest
 
 from rekall.usecases import service
+from rekall.states.status import wire
 from rekall.store import JobStore
 from tests.codex.daemonkit import Daemon, PeerClient, peer_client
 from tests.codex.test_app_server_job import FILLER, JOB_S, on_thread, rekall_cli, run_turn
@@ -60,9 +61,9 @@ async def schedule_and_finish(user: PeerClient, daemon: Daemon, thread_id: str, 
 async def wait_terminal(jobs: Path, thread_id: str, job_id: str) -> dict[str, Any]:
     store = JobStore.open_reader({"REKALL_JOBS_DIR": str(jobs)})
     with anyio.fail_after(JOB_S):
-        while (status := store.read_status(thread_id))["jobId"] != job_id or status["state"] not in TERMINAL:
+        while (status := store.read_status(thread_id)).jobId != job_id or status.state not in TERMINAL:
             await anyio.sleep(0.05)
-    return status
+    return wire(status)  # as the status file and `rekall status --json` hold it
 
 
 def journaled_triggers(jobs: Path, job_id: str) -> list[str]:
@@ -156,7 +157,7 @@ async def test_a_continuation_overtaken_by_the_users_input_is_replaced_by_one_in
         env = rekall_env(daemon, jobs, REKALL_IDLE_STABLE_MS="1500")  # time for the user to type first
         with anyio.fail_after(JOB_S):
             scheduled = await service.schedule(thread_id, HANDOFF, env=env)
-            while store.read_status(thread_id)["state"] != "waiting_for_resume_idle":
+            while store.read_status(thread_id).state != "waiting_for_resume_idle":
                 await anyio.sleep(0.02)
         await compaction_turn_ended(user, thread_id, start)
         await run_turn(user, thread_id, "Actually, stop and look at the tests first.")

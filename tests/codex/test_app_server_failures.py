@@ -25,6 +25,7 @@ from rekall.usecases import service
 from rekall.kernel.settings import WorkerSettings
 from rekall.surfaces.explain import build_explanation, describe_outcome
 from rekall.states import JobState
+from rekall.states.status import JobStatus
 from rekall.store import JobStore
 from rekall.worker.reactor import Worker
 from tests.codex.fakeserver import env_for, fake_app_server, folder  # noqa: F401 (a fixture)
@@ -105,7 +106,7 @@ async def scheduled(env: dict[str, str], handoff: dict[str, Any] = COMPACT_ONLY)
 
 @asynccontextmanager
 async def worker_running(env: dict[str, str], job_id: str,
-                         settings: WorkerSettings = SETTINGS) -> AsyncIterator[Callable[[], dict[str, Any]]]:
+                         settings: WorkerSettings = SETTINGS) -> AsyncIterator[Callable[[], JobStatus]]:
     """Run the job's worker in this process; yields the job's status reader; waits for its end."""
     store = JobStore.open(env)
     async with anyio.create_task_group() as tg:
@@ -133,9 +134,9 @@ async def first_server(sock: Path, server: Server) -> AsyncIterator[Callable[[],
         await stop()
 
 
-async def until_state(read: Callable[[], dict[str, Any]], *states: str) -> dict[str, Any]:
+async def until_state(read: Callable[[], JobStatus], *states: str) -> JobStatus:
     with anyio.fail_after(WAIT_S):
-        while (status := read())["state"] not in states:
+        while (status := read()).state not in states:
             await anyio.sleep(0.02)
     return status
 
@@ -152,14 +153,14 @@ async def test_an_explicit_cancel_stops_a_real_worker_waiting_for_idle_and_nothi
             await until_state(lambda: store.read_status(T), "waiting_for_idle")
             asked = service.cancel(T, scheduled["jobId"], env=env)
             final = await until_state(lambda: store.read_status(T), "cancelled", "failed", "timed_out")
-            await wait_for_worker_exit(final["pid"])
+            await wait_for_worker_exit(final.pid)
     assert asked["cancellationRequested"] is True and asked["outcomeMayBeUnknown"] is False
-    assert final["state"] == "cancelled" and final["outcomeMayBeUnknown"] is False, final
-    assert describe_outcome(final["state"], final).startswith("Cancelled on request")
+    assert final.state == "cancelled" and final.outcomeMayBeUnknown is False, final
+    assert describe_outcome(final.state, final).startswith("Cancelled on request")
     assert "thread/compact/start" not in server.sent and "turn/start" not in server.sent
 
 
-async def job_waiting_then(folder: Path, tmp_path: Path, *frames: dict[str, Any]) -> tuple[dict[str, Any], Server]:
+async def job_waiting_then(folder: Path, tmp_path: Path, *frames: dict[str, Any]) -> tuple[JobStatus, Server]:
     """A job waiting for a busy thread, then ``frames`` from the server: the job's end, and the server."""
     server = Server(ACTIVE_THREAD)
     async with fake_app_server(folder / "app.sock", server):
@@ -178,8 +179,8 @@ async def test_new_user_input_before_the_compaction_cancels_the_job_and_nothing_
     final, server = await job_waiting_then(
         folder, tmp_path, {"method": "turn/started", "params": {"threadId": T, "turn": new_turn}},
         {"method": "item/started", "params": {"threadId": T, "turnId": "u2", "item": {"type": "userMessage", "id": "m2"}}})
-    assert final["state"] == "cancelled" and final["outcomeMayBeUnknown"] is False, final
-    assert describe_outcome(final["state"], final).startswith("Cancelled: new user input arrived")
+    assert final.state == "cancelled" and final.outcomeMayBeUnknown is False, final
+    assert describe_outcome(final.state, final).startswith("Cancelled: new user input arrived")
     assert "thread/compact/start" not in server.sent
 
 
@@ -198,8 +199,8 @@ async def test_a_goal_that_becomes_active_while_the_job_waits_ends_it_with_that_
         folder, tmp_path, {"method": "thread/goal/updated", "params": {"threadId": T, "turnId": None,
                                                                        "goal": goal("active")}},
         {"method": "turn/started", "params": {"threadId": T, "turn": goal_turn}})
-    assert final["state"] == "cancelled" and final["reason"] == "goal_active", final
-    assert describe_outcome(final["state"], final).startswith("Cancelled: the thread's goal became active")
+    assert final.state == "cancelled" and final.reason == "goal_active", final
+    assert describe_outcome(final.state, final).startswith("Cancelled: the thread's goal became active")
     assert "thread/compact/start" not in server.sent and "turn/start" not in server.sent
 
 
@@ -216,7 +217,7 @@ async def test_a_thread_whose_goal_is_active_is_refused_before_a_job_exists(
                 await service.schedule(T, COMPACT_ONLY, env=env, spawn=lambda *a, **k: pytest.fail("spawned"))
     assert caught.value.code == "goal_active" and "has an active goal" in caught.value.message
     assert "`/goal pause`" in caught.value.hint and "then schedule" in caught.value.hint
-    assert JobStore.open(env).read_status(T)["state"] == "not_scheduled"
+    assert JobStore.open(env).read_status(T).state == "not_scheduled"
     assert not {"thread/resume", "thread/compact/start", "turn/start"} & set(server.sent)
 
 
@@ -236,7 +237,7 @@ async def test_a_pending_approval_holds_the_job_in_waiting_for_idle_until_the_us
             assert held["state"] == "waiting_for_idle" and "thread/compact/start" not in server.sent, held
             await server.push({"method": "serverRequest/resolved", "params": {"threadId": T, "requestId": 99}})
             final = await until_state(read, "completed", "failed", "timed_out", "cancelled")
-    assert final["state"] == "completed", final
+    assert final.state == "completed", final
     assert server.sent.count("thread/compact/start") == 1
     assert server.answered == []  # rekall never answers the user's approval
 
@@ -260,7 +261,7 @@ async def test_a_daemon_restarting_while_the_job_waits_is_reconnected_and_the_co
             await stop()  # the daemon is gone ...
             async with fake_app_server(sock, after):  # ... and back, within the reconnect window
                 final = await until_state(read, "completed", "failed", "timed_out", "cancelled")
-    assert final["state"] == "completed" and final["outcomeMayBeUnknown"] is False, final
+    assert final.state == "completed" and final.outcomeMayBeUnknown is False, final
     assert "thread/compact/start" not in before.sent
     assert after.sent.count("thread/compact/start") == 1 and "thread/resume" in after.sent
 
@@ -286,10 +287,10 @@ async def test_a_compaction_request_lost_in_a_restart_is_never_sent_again_and_th
             await stop()
             async with fake_app_server(sock, after):
                 final = await until_state(read, "completed", "failed", "timed_out", "cancelled")
-    assert (final["state"], final["errorCode"], final["outcomeMayBeUnknown"]) == ("failed", "outcome_unknown", True), final
-    assert final["error"].startswith("the answer to the request sent in requesting was lost; after reconnecting, "
+    assert (final.state, final.errorCode, final.outcomeMayBeUnknown) == ("failed", "outcome_unknown", True), final
+    assert final.error.startswith("the answer to the request sent in requesting was lost; after reconnecting, "
                                      "the owner showed the thread idle")
-    assert "may or may not have reached the thread's owner; nothing was retried" in final["error"]
+    assert "may or may not have reached the thread's owner; nothing was retried" in final.error
     assert before.sent.count("thread/compact/start") == 1 and "thread/compact/start" not in after.sent
 
 
@@ -301,8 +302,9 @@ async def test_the_headroom_guard_refuses_the_continuation_with_a_plain_reason(f
         env = env_of(folder / "app.sock", tmp_path)
         async with worker_running(env, await scheduled(env, HANDOFF)) as read:
             final = await until_state(read, "skipped", "resumed", "failed", "timed_out", "cancelled")
-    assert final["state"] == "skipped" and final["resumeSkipReason"] == "more_than_60_percent_used", final
-    assert "77% of the context window was in use after compaction, above the 60% limit" in describe_outcome(final["state"], final)
+    assert final.state == "skipped" and final.resumeSkipReason == "more_than_60_percent_used", final
+    assert "77% of the context window was in use after compaction, above the 60% limit" in \
+        describe_outcome(final.state, final)
     assert "turn/start" not in server.sent and server.sent.count("thread/compact/start") == 1
 
 
@@ -317,9 +319,9 @@ async def test_a_thread_closed_by_its_client_ends_the_job_with_the_reason_and_no
             server.answers["thread/loaded/list"] = loaded()  # the server unloaded it
             await server.push({"method": "thread/closed", "params": {"threadId": T}})
             final = await until_state(read, "failed", "cancelled", "timed_out", "completed")
-    assert (final["state"], final["errorCode"], final["outcomeMayBeUnknown"]) == ("failed", "connection_lost", False)
-    assert final["error"].startswith("could not reconnect: ") and f"does not have thread {T} loaded" in final["error"]
-    notes = build_explanation(JobStore.open_reader(env), final["jobId"])["notes"]
+    assert (final.state, final.errorCode, final.outcomeMayBeUnknown) == ("failed", "connection_lost", False)
+    assert final.error.startswith("could not reconnect: ") and f"does not have thread {T} loaded" in final.error
+    notes = build_explanation(JobStore.open_reader(env), final.jobId)["notes"]
     assert [n["detail"]["detail"] for n in notes if n["kind"] == "connection_lost"] == [
         f"thread {T} was closed on the shared app-server (thread/closed)"]
     assert "thread/compact/start" not in server.sent
@@ -339,8 +341,8 @@ async def test_a_socket_replaced_by_one_owned_by_someone_else_is_refused_and_not
             async with fake_app_server(sock, stranger):
                 os.chown(sock, 65534, 65534)  # nobody's socket now answers at the same path
                 final = await until_state(read, "failed", "completed", "timed_out", "cancelled")
-    assert final["state"] == "failed" and final["outcomeMayBeUnknown"] is False, final
-    assert "owned by uid 65534" in final["error"], final
+    assert final.state == "failed" and final.outcomeMayBeUnknown is False, final
+    assert "owned by uid 65534" in final.error, final
     assert stranger.sent == [] and "thread/compact/start" not in before.sent
 
 
@@ -353,7 +355,7 @@ async def test_on_the_app_server_the_worker_resumes_the_thread_only_once_it_has_
     env = env_of(folder / "app.sock", tmp_path)
 
     async def recording(ws: ServerConnection, message: dict[str, Any]) -> None:
-        states_at_resume.append(JobStore.open_reader(env).read_status(T)["state"])
+        states_at_resume.append(JobStore.open_reader(env).read_status(T).state)
         await resume(ws, message)
 
     server.answers["thread/resume"] = recording
@@ -393,8 +395,8 @@ async def test_a_daemon_restarted_mid_compaction_that_shows_the_thread_quiet_set
             await stop()
             async with fake_app_server(sock, after):
                 final = await until_state(read, "completed", "failed", "timed_out", "cancelled")
-    assert (final["state"], final["errorCode"], final["outcomeMayBeUnknown"]) == ("failed", "outcome_unknown", True), final
-    assert final["error"].startswith("the answer to the request sent in accepted was lost; after reconnecting, "
+    assert (final.state, final.errorCode, final.outcomeMayBeUnknown) == ("failed", "outcome_unknown", True), final
+    assert final.error.startswith("the answer to the request sent in accepted was lost; after reconnecting, "
                                      "the owner showed the thread idle")
     assert before.sent.count("thread/compact/start") == 1 and "thread/compact/start" not in after.sent
 
@@ -411,9 +413,9 @@ async def test_user_input_right_after_the_compaction_completed_records_it_comple
         async with worker_running(env, job) as read:
             final = await until_state(read, "completed", "skipped", "resumed", "failed", "timed_out", "cancelled")
         explanation = build_explanation(JobStore.open_reader(env), job)
-    assert (final["state"], final["resumeSkipped"], final["outcomeMayBeUnknown"]) == \
+    assert (final.state, final.resumeSkipped, final.outcomeMayBeUnknown) == \
         ("completed", "new_user_input", False), final
-    assert final["compactionId"] == "cmp-1"
+    assert final.compactionId == "cmp-1"
     assert "No continuation: the compaction completed, then the user sent new input" in explanation["outcome"]
     assert "turn/start" not in server.sent and server.sent.count("thread/compact/start") == 1
 
@@ -429,7 +431,7 @@ async def test_two_compactions_after_the_request_are_claimed_by_nobody_and_nothi
         env = env_of(folder / "app.sock", tmp_path)
         async with worker_running(env, await scheduled(env, HANDOFF)) as read:
             final = await until_state(read, "completed", "skipped", "resumed", "failed", "timed_out", "cancelled")
-    assert (final["state"], final["errorCode"], final["outcomeMayBeUnknown"]) == \
+    assert (final.state, final.errorCode, final.outcomeMayBeUnknown) == \
         ("failed", "compaction_not_attributable", True), final
-    assert "2 compactions appeared on the thread after this job's compact request (cmp-1, cmp-2)" in final["error"]
+    assert "2 compactions appeared on the thread after this job's compact request (cmp-1, cmp-2)" in final.error
     assert "turn/start" not in server.sent and server.sent.count("thread/compact/start") == 1

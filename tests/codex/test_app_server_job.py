@@ -21,6 +21,7 @@ import anyio
 import pytest
 
 from rekall.surfaces.explain import build_explanation
+from rekall.states.status import wire
 from rekall.store import JobStore
 from tests.codex.daemonkit import Daemon, PeerClient, peer_client
 from tests.mcpkit import HANDOFF, TERMINAL, wait_for_worker_exit
@@ -53,9 +54,9 @@ async def run_turn(user: PeerClient, thread_id: str, text: str, *, allow_mcp_cal
 async def wait_terminal(daemon: Daemon, thread_id: str) -> dict[str, Any]:
     store = JobStore.open_reader({"REKALL_JOBS_DIR": str(daemon.jobs_dir)})
     with anyio.fail_after(JOB_S):
-        while (status := store.read_status(thread_id))["state"] not in TERMINAL:
+        while (status := store.read_status(thread_id)).state not in TERMINAL:
             await anyio.sleep(0.05)
-    return status
+    return wire(status)  # as the status file and `rekall status --json` hold it
 
 
 async def test_the_agent_schedules_its_own_compaction_on_the_shared_app_server_and_rekall_resumes_it_once(
@@ -171,24 +172,24 @@ async def test_a_pending_approval_holds_the_job_and_rekall_never_answers_it(
         # Nothing happens to await while the approval waits: watch many idle-stable intervals.
         await anyio.sleep(1.0)
         held = JobStore.open_reader({"REKALL_JOBS_DIR": str(jobs)}).read_status(thread_id)
-        assert held["state"] == "waiting_for_idle", held
+        assert held.state == "waiting_for_idle", held
         assert not [m for m in user.messages[start:] if on_thread("item/started", thread_id)(m)
                     and m["params"]["item"]["type"] == "contextCompaction"]
 
         await user.connection.send(json.dumps({"id": approval["id"], "result": {"decision": "decline"}}))
         store = JobStore.open_reader({"REKALL_JOBS_DIR": str(jobs)})
         with anyio.fail_after(JOB_S):
-            while (done := store.read_status(thread_id))["state"] not in TERMINAL:
+            while (done := store.read_status(thread_id)).state not in TERMINAL:
                 await anyio.sleep(0.05)
-        await wait_for_worker_exit(done["pid"])
+        await wait_for_worker_exit(done.pid)
         seen = user.messages[start:]
 
-    assert done["state"] == "completed" and done["platform"] == "app-server", done
+    assert done.state == "completed" and done.platform == "app-server", done
     resolved = [m["params"]["requestId"] for m in seen if on_thread("serverRequest/resolved", thread_id)(m)]
     assert resolved == [approval["id"]]  # resolved once: by the user's decline
     compactions = [m["params"]["item"]["id"] for m in seen if on_thread("item/completed", thread_id)(m)
                    and m["params"]["item"]["type"] == "contextCompaction"]
-    assert compactions == [done["compactionId"]]
+    assert compactions == [done.compactionId]
     assert not untouched.exists()
 
 
@@ -225,5 +226,5 @@ async def test_a_thread_whose_goal_is_active_is_refused_at_probe_and_schedule_an
     for refused in (probed, scheduled):
         assert refused["error"]["code"] == "goal_active", refused
         assert "/goal pause" in refused["error"]["hint"] and "then schedule" in refused["error"]["hint"]
-    assert store.read_status(thread_id)["state"] == "not_scheduled"
+    assert store.read_status(thread_id).state == "not_scheduled"
     assert not [item for turn in turns for item in turn["items"] if item["type"] == "contextCompaction"]

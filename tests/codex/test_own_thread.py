@@ -62,7 +62,7 @@ async def test_on_the_shared_app_server_an_agent_cannot_compact_another_sessions
         assert answer.kind == "turn"
 
         # The other session: no job, no message about its thread, its turns as they were.
-        assert store.read_status(victim)["state"] == "not_scheduled"
+        assert store.read_status(victim).state == "not_scheduled"
         assert not (daemon.jobs_dir / victim).exists()
         assert about(victim, b.messages[b_seen:]) == []
         assert (await b.request("thread/turns/list", {"threadId": victim}))["data"] == victim_turns
@@ -75,7 +75,7 @@ async def test_on_the_shared_app_server_an_agent_cannot_compact_another_sessions
         assert about(victim, b.messages[b_seen:]) == []
 
     assert done["state"] == "completed" and done["platform"] == "app-server", done
-    assert store.read_status(victim)["state"] == "not_scheduled"
+    assert store.read_status(victim).state == "not_scheduled"
 
 
 async def test_on_the_extensions_path_an_agent_cannot_compact_the_owned_thread_from_another_session(

@@ -143,7 +143,7 @@ async def test_plain_codex_with_a_config_override_runs_its_own_app_server_and_pr
     assert "codex --remote unix://" in said  # and a way to fix it
     # Nothing was sent: no daemon was started, no job exists, the model saw no compaction.
     assert not daemon.socket_path.exists()
-    assert JobStore.open_reader({"REKALL_JOBS_DIR": str(daemon.jobs_dir)}).read_status(thread_id)["state"] == \
+    assert JobStore.open_reader({"REKALL_JOBS_DIR": str(daemon.jobs_dir)}).read_status(thread_id).state == \
         "not_scheduled"
     assert not [r for r in mock_model.requests if r.kind == "compaction"]
 

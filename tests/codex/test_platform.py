@@ -260,10 +260,10 @@ async def test_a_daemon_that_dies_after_accepting_the_compaction_fails_the_job_w
             final = await Worker(store, T, scheduled["jobId"], settings=settings, env=env).run()
     status = store.read_status(T)
     assert scheduled["platform"] == "app-server"
-    assert final is JobState.FAILED and status["errorCode"] == "connection_lost", status
-    assert status["outcomeMayBeUnknown"] is True, status
+    assert final is JobState.FAILED and status.errorCode == "connection_lost", status
+    assert status.outcomeMayBeUnknown is True, status
     assert "app.sock does not exist, so none listens there; rekall looked at the path REKALL_APP_SERVER_SOCKET " \
-           "names" in status["error"]
+           "names" in status.error
     assert script.sent.count("thread/compact/start") == 1 and "turn/start" not in script.sent
 
 

@@ -146,7 +146,7 @@ async def test_after_a_resume_false_job_the_hook_puts_the_handoff_in_the_next_mo
     later = next_turn_request(hooked.model, before_later)
     assert later.text.count(marker) <= 1  # what Codex keeps of it in the history; the hook added nothing
     status = JobStore.open_reader({"CODEX_HOME": str(hooked.daemon.codex_home)}).read_status(thread_id)
-    assert status["handoffDelivery"] == "hook" and status["handoffCut"] is False, status
+    assert status.handoffDelivery == "hook" and status.handoffCut is False, status
     claim = read_claim(hooked.jobs / f"{thread_id}.{done['jobId']}.delivery")
     assert claim["route"] == "hook"
     # rekall doctor asks the daemon's hooks/list: installed, enabled, trusted.

@@ -125,7 +125,7 @@ async def test_the_real_terminal_ui_attached_to_the_daemon_compacts_through_reka
         # What the user sees: Codex's question, naming the tool; nothing is scheduled until it is answered.
         asking = await anyio.to_thread.run_sync(lambda: tmux.wait_for_text(ALLOW_QUESTION, timeout=JOB_S))
         assert "1. Allow" in asking and "Cancel" in asking
-        assert JobStore.open_reader({"REKALL_JOBS_DIR": str(daemon.jobs_dir)}).read_status(thread_id)["state"] \
+        assert JobStore.open_reader({"REKALL_JOBS_DIR": str(daemon.jobs_dir)}).read_status(thread_id).state \
             == "not_scheduled"
         tmux.press("Enter")  # the first choice: allow this once
         done, pane, turns = await the_job_to_its_end(daemon, tmux, observer, thread_id, answer)
@@ -180,7 +180,7 @@ async def test_under_approval_policy_never_the_real_terminal_ui_shows_codex_refu
     # Codex answered the agent itself: nothing reached rekall, nothing was asked of the user.
     assert ALLOW_QUESTION not in pane
     assert len(daemon_model.requests_containing(NEVER_REFUSAL)) == 1
-    assert JobStore.open_reader({"REKALL_JOBS_DIR": str(daemon.jobs_dir)}).read_status(thread_id)["state"] \
+    assert JobStore.open_reader({"REKALL_JOBS_DIR": str(daemon.jobs_dir)}).read_status(thread_id).state \
         == "not_scheduled"
 
 

@@ -21,6 +21,7 @@ from rekall.states.status import (
     HistoryEntry,
     JobStatus,
     ended_at,
+    json_fields,
     read,
     unknown,
     wire,
@@ -49,7 +50,7 @@ def test_every_field_a_journal_records_is_a_record_field_set_by_whom_the_record_
                                extra={"ownerIdAtSchedule": "o1"})
     run(store, clock, thread, created.job_id, outcome)
     first, *moves = store.load(thread, created.job_id).transitions
-    by = {field.name: field.metadata["by"] for field in attrs.fields(JobStatus)}
+    by = {field.name: field.metadata["by"] for field in json_fields(JobStatus)}
     assert {by[name] for name in first.fields} <= {STORE, "anchor"}
     for record in moves:
         assert record.fields and set(record.fields) <= NAMES, record.trigger
@@ -71,19 +72,31 @@ _VALUES = st.sampled_from([None, 0, -1, 2**40, "", "x", "été"])
 def _some_fields_set(cls: type) -> st.SearchStrategy[tuple[type, dict[str, object]]]:
     # Each field independently set or left out: one cheap choice per field, where drawing a list of
     # names and then a text per name spent the input budget of a busy machine (hypothesis' too_slow check).
-    optional = {field.name: _VALUES for field in attrs.fields(cls)}
+    optional = {field.name: _VALUES for field in json_fields(cls)}
     return st.tuples(st.just(cls), st.fixed_dictionaries({}, optional=optional))
 
 
 @given(st.one_of(_some_fields_set(JobStatus), _some_fields_set(HistoryEntry)))
 def test_the_json_fields_of_a_record_are_its_set_attributes_in_the_records_order(drawn):
     cls, values = drawn
-    names = [a.name for a in attrs.fields(cls)]
+    names = [a.name for a in json_fields(cls)]
     record = cls(**values)
     fields = wire(record)
-    as_attrs_says = {k: v for k, v in attrs.asdict(record, recurse=False).items() if v is not ABSENT}
+    as_attrs_says = {k: v for k, v in attrs.asdict(record, recurse=False).items() if v is not ABSENT and k in names}
     assert list(fields.items()) == list(as_attrs_says.items())
     assert list(fields) == [name for name in names if name in values]
+
+
+def test_a_status_read_from_json_is_written_back_with_every_field_the_unknown_ones_after_the_records():
+    found = {"writtenBy": "node", "nodeOnly": {"a": 1}, "state": "completed", "threadId": "t", "jobId": None}
+    record = read(found)
+    assert wire(record) == found
+    assert list(wire(record)) == ["jobId", "threadId", "state", "writtenBy", "nodeOnly"]
+    assert (record.state, record.jobId, record.threadId) == ("completed", None, "t")
+    changed = attrs.evolve(record, state="failed", jobId=ABSENT, message="m")
+    assert wire(changed) == {"threadId": "t", "state": "failed", "writtenBy": "node", "message": "m",
+                             "nodeOnly": {"a": 1}}
+    assert record == read(dict(found)) and record != read({**found, "nodeOnly": 2})
 
 
 def test_a_misspelt_status_field_fails_where_it_is_written():
@@ -110,9 +123,9 @@ def test_rekall_status_shows_a_person_the_records_labels_in_reading_order(tmp_pa
     job = schedule(store, thread).job_id
     run(store, clock, thread, job, "resumed")
     console = Console(record=True, width=120)
-    print_job(store.read_status(thread), console)
+    print_job(wire(store.read_status(thread)), console)
     lines = console.export_text().splitlines()
-    label = {field.name: field.metadata["label"] for field in (*attrs.fields(HistoryEntry), *attrs.fields(JobStatus))}
+    label = {field.name: field.metadata["label"] for field in (*json_fields(HistoryEntry), *json_fields(JobStatus))}
     shown = [name for name, _ in SHOWN if any(line.strip().startswith(label[name] + " ") for line in lines)]
     assert shown == ["jobId", "jobNumber", "resume", "createdAt", "requestedAt", "acceptedAt", "compactionCompletedAt",
                      "endedAt", "contextTokensBefore", "contextTokensAfter", "reclaimedFraction",
@@ -134,7 +147,7 @@ def test_extra_status_fields_from_a_scheduler_must_be_its_anchors(store):
         store.create_job(new_thread(), handoff=None, user_fingerprint=None, extra={"requestedAt": "now"})
     with pytest.raises(InvalidInput, match="reserved"):
         store.create_job(new_thread(), handoff=None, user_fingerprint=None, extra={"journalSeq": 9})
-    assert schedule(store, new_thread()).status["jobNumber"] == 1
+    assert schedule(store, new_thread()).status.jobNumber == 1
 
 
 def test_reading_a_status_through_the_record_loads_no_schema_or_converter_library_of_its_own(tmp_path, clock):

@@ -20,6 +20,7 @@ import pytest
 from rekall.usecases import service
 from rekall.surfaces.explain import build_explanation
 from rekall.surfaces.history import collect_history
+from rekall.states.status import wire
 from rekall.store import FileOps, JobStore, JournalUnusable
 from rekall.testing import FakeClock
 from tests.jobkit import idle, job_with_dead_worker, new_thread, open_store
@@ -109,7 +110,7 @@ def test_when_the_journal_refuses_writes_readers_report_the_lost_worker(tmp_path
     full = JobStore(store.root, lock_root=store.lock_root, clock=clock, fs=FileOps()._replace(write=no_space))
     full.reap_if_dead(thread)
     status = full.read_status(thread)
-    _assert_reported_from_what_can_be_proven(status)
+    _assert_reported_from_what_can_be_proven(wire(status))  # as `rekall status` shows it
     assert store.lock_path(thread).exists()  # kept until the loss is journaled
     assert store.load(thread, job).state.value == "resuming"
 

@@ -52,10 +52,10 @@ def test_an_unknown_job_is_reported_not_guessed(store: JobStore, thread: str):
 
 def test_ids_are_lower_cased_so_a_thread_has_one_spelling(store: JobStore, thread: str):
     created = schedule(store, thread.upper())
-    assert store.read_status(thread)["jobId"] == created.job_id
+    assert store.read_status(thread).jobId == created.job_id
 
 
 def test_the_worker_log_path_is_private_to_the_job(store: JobStore, thread: str):
     job = schedule(store, thread).job_id
     assert store.log_path(thread, job).parent == store.root
-    assert store.read_status(thread)["logPath"] == str(store.log_path(thread, job))
+    assert store.read_status(thread).logPath == str(store.log_path(thread, job))

@@ -13,6 +13,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from rekall.kernel.errors import InvalidInput
 from rekall.states import IllegalTransition, JobState, TransitionRefused
+from rekall.states.status import ABSENT, wire
 from rekall.store import FileOps, JobStore, JournalUnusable
 from rekall.store.journal import scan_journal
 from rekall.store.wire import RECORD_VERSION
@@ -68,14 +69,14 @@ def test_a_resumed_job_records_every_field_with_monotonic_durations(store: JobSt
     job = schedule(store, thread).job_id
     assert run(store, clock, thread, job, "resumed") is JobState.RESUMED
     status = store.read_status(thread)
-    assert status["state"] == status["status"] == "resumed"
-    assert status["contextTokensBefore"] == 90_000 and status["contextTokensAfter"] == 30_000
-    assert status["tokensReclaimed"] == 60_000 and status["reclaimedFraction"] == pytest.approx(2 / 3)
-    assert status["compactionDurationMs"] == 1_000 and status["resumeDelayMs"] == 1_000
-    assert status["resumeTurnId"] == "turn-9" and status["outcomeMayBeUnknown"] is False
-    assert status["resumeCheckContextTokens"] == 31_000
-    assert "statusFileProblem" not in status
-    assert "summary" not in status  # the handoff text stays in its own file
+    assert status.state == status.status == "resumed"
+    assert status.contextTokensBefore == 90_000 and status.contextTokensAfter == 30_000
+    assert status.tokensReclaimed == 60_000 and status.reclaimedFraction == pytest.approx(2 / 3)
+    assert status.compactionDurationMs == 1_000 and status.resumeDelayMs == 1_000
+    assert status.resumeTurnId == "turn-9" and status.outcomeMayBeUnknown is False
+    assert status.resumeCheckContextTokens == 31_000
+    assert status.statusFileProblem is ABSENT
+    assert "summary" not in wire(status)  # the handoff text stays in its own file
 
 
 def test_a_journal_written_before_the_platform_was_named_is_read_unchanged(store: JobStore, clock: FakeClock,
@@ -106,9 +107,9 @@ def test_a_skip_at_the_resume_check_records_the_second_check(store: JobStore, cl
     job = schedule(store, thread).job_id
     assert run(store, clock, thread, job, "skipped_at_resume") is JobState.SKIPPED
     status = store.read_status(thread)
-    assert status["resumeSkipReason"] == "more_than_60_percent_used"
-    assert status["resumeCheckWindowUsedFraction"] == 0.7
-    assert (status["resumeCheckContextTokens"], status["resumeCheckModelContextWindow"]) == (70_000, 100_000)
+    assert status.resumeSkipReason == "more_than_60_percent_used"
+    assert status.resumeCheckWindowUsedFraction == 0.7
+    assert (status.resumeCheckContextTokens, status.resumeCheckModelContextWindow) == (70_000, 100_000)
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="names file descriptors through /proc")
@@ -171,7 +172,7 @@ def test_a_crash_after_the_write_but_before_fsync_may_keep_the_unacknowledged_re
     status = reopened.read_status(thread)
     # The lock still names a live process (this one), so a file one record behind is the
     # ordinary gap between the journal append and the status rewrite, not a problem.
-    assert status["state"] == "requesting" and "statusFileProblem" not in status
+    assert status.state == "requesting" and status.statusFileProblem is ABSENT
 
 
 def test_a_failed_fsync_leaves_the_job_where_it_was_and_the_handle_unusable(jobs_dir: Path, clock: FakeClock,
@@ -198,7 +199,7 @@ def test_a_status_file_that_cannot_be_written_does_not_undo_the_transition(store
     status = store.read_status(thread)
     # The lock still names a live process (this one), so a file one record behind is the
     # ordinary gap between the journal append and the status rewrite, not a problem.
-    assert status["state"] == "requesting" and "statusFileProblem" not in status
+    assert status.state == "requesting" and status.statusFileProblem is ABSENT
 
 
 def test_notes_are_journaled_without_changing_the_state(store: JobStore, thread: str):
@@ -275,7 +276,7 @@ class LifecycleOnDisk(RuleBasedStateMachine):
         if hasattr(self, "lifecycle"):
             assert self.lifecycle.state is self.model
             status = self.store.read_status(self.thread)
-            assert status["state"] == self.model.value and "statusFileProblem" not in status
+            assert status.state == self.model.value and status.statusFileProblem is ABSENT
 
 
 TestLifecycleOnDisk = LifecycleOnDisk.TestCase
@@ -292,7 +293,7 @@ def test_a_held_status_file_is_written_once_by_save_status_and_readers_answer_fr
     on_disk = store.status_file.read(thread)[0]
     assert on_disk["state"] == "waiting_for_idle"
     # The lock names a live process (this one): the journal answers, the file waits for its writer.
-    assert store.read_status(thread)["state"] == "requesting"
+    assert store.read_status(thread).state == "requesting"
     lifecycle.hold_status = False
     lifecycle.save_status()
     lifecycle.save_status()  # nothing new since: no second write

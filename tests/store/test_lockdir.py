@@ -59,7 +59,7 @@ def test_the_mcp_server_and_a_shell_with_different_codex_homes_get_one_job_per_t
     first = server.create_job(thread, handoff=handoff(), user_fingerprint="fp")
     second = shell.create_job(thread, handoff=handoff(), user_fingerprint="fp")
     assert second.already_scheduled and second.job_id == first.job_id
-    assert second.status["jobsDir"] == str(server.root)
+    assert second.status.jobsDir == str(server.root)
     assert shell.all_jobs() == []  # no second job, so no second compaction
 
 

@@ -10,9 +10,11 @@ import json
 import os
 from pathlib import Path
 
+import attrs
 import pytest
 
 from rekall.surfaces.cli import main
+from rekall.states.status import ABSENT, wire
 from rekall.store import JobStore
 from rekall.store.views import SEAL, unsealed
 
@@ -38,9 +40,9 @@ def test_a_status_file_written_before_the_record_reads_unchanged_and_only_gains_
     path = jobs / f"{thread}.json"
     before = path.read_bytes()
     status = JobStore.open_reader().read_status(thread)
-    assert status == json.loads(before)  # every field, the history of four earlier jobs included
-    assert status["state"] == "resumed" and len(status["history"]) == 4
-    assert "statusFileProblem" not in status
+    assert wire(status) == json.loads(before)  # every field, the history of four earlier jobs included
+    assert status.state == "resumed" and len(status.history) == 4
+    assert status.statusFileProblem is ABSENT
     after = json.loads(path.read_bytes())  # sealed, so that the next read may serve it as is
     assert SEAL in after and unsealed(after) == json.loads(before)
 
@@ -57,6 +59,6 @@ def test_an_old_status_file_rebuilt_from_its_journal_is_the_same_status(old_stor
     expected = json.loads(path.read_bytes())
     path.unlink()  # rebuilt from the journals by this version
     status = JobStore.open_reader().read_status(thread)
-    assert status.pop("statusFileProblem") == "missing; rebuilt from the journal"
-    assert status == expected
+    assert status.statusFileProblem == "missing; rebuilt from the journal"
+    assert wire(attrs.evolve(status, statusFileProblem=ABSENT)) == expected
     assert unsealed(json.loads(path.read_bytes())) == expected

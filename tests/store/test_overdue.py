@@ -9,6 +9,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from rekall.usecases.doctor import check_workers
+from rekall.states.status import ABSENT
 from rekall.store import JobStore
 from rekall.store.processes import process_stopped
 from rekall.testing import FakeClock
@@ -36,12 +37,12 @@ def test_a_stopped_worker_past_its_deadline_shows_as_such_in_status_and_doctor(t
         try:
             _wait_stopped(job.pid)
             now = JobStore.open_reader(job.env).read_status(job.thread_id)
-            assert "workerProblem" not in now and now["workerDeadlineAt"]  # before its deadline: nothing to say
+            assert now.workerProblem is ABSENT and now.workerDeadlineAt  # before its deadline: nothing to say
             later = an_hour_from_now()
             status = JobStore.open_reader(job.env, clock=later).read_status(job.thread_id)
-            assert status["state"] == "waiting_for_idle"
-            assert status["workerProblem"].startswith(f"the worker (pid {job.pid}) is stopped (SIGSTOP")
-            assert f"`kill -CONT {job.pid}` lets it record timed_out" in status["workerProblem"]
+            assert status.state == "waiting_for_idle"
+            assert status.workerProblem.startswith(f"the worker (pid {job.pid}) is stopped (SIGSTOP")
+            assert f"`kill -CONT {job.pid}` lets it record timed_out" in status.workerProblem
             row = check_workers(job.store.root, job.store.lock_root, clock=later)
             assert row.level == "AMBER" and "1 worker(s) past their deadline" in row.detail
             assert f"thread {job.thread_id}, job {job.job_id}: the worker (pid {job.pid}) is stopped" in row.detail

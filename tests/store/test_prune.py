@@ -54,7 +54,7 @@ def test_prune_keeps_the_newest_jobs_of_each_thread(jobs, capsys):
     done = _prune(capsys, "--keep", "2")
     assert [r["jobId"] for r in done["pruned"]] == [first] and done["keptJobs"] == 3
     assert {j for _, j in store.all_jobs()} == {second, third, alone}
-    assert store.read_status(thread)["jobId"] == third
+    assert store.read_status(thread).jobId == third
 
 
 def test_prune_never_removes_an_unfinished_job_or_one_a_live_lock_names(jobs, capsys):
@@ -97,8 +97,8 @@ def test_a_huge_status_file_is_not_read_and_is_rebuilt_from_the_journal(store: J
     job = scheduled_run(store, store.clock, thread, "completed")  # ended: readers may rewrite its status
     _grow(store.status_path(thread), 200 * 1024 * 1024)
     status = store.read_status(thread)
-    assert status["jobId"] == job and "too large" in status["statusFileProblem"]
-    assert f"over the limit of {STATUS_LIMIT:,}" in status["statusFileProblem"]
+    assert status.jobId == job and "too large" in status.statusFileProblem
+    assert f"over the limit of {STATUS_LIMIT:,}" in status.statusFileProblem
     assert store.status_path(thread).stat().st_size < STATUS_LIMIT  # rewritten from the journal
 
 

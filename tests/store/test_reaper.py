@@ -6,6 +6,7 @@ import pytest
 
 from rekall.states import JobState
 from rekall.store import JobStore, LockBusy
+from rekall.store.jobstore import Reaped
 
 from tests.jobkit import FINGERPRINT, dead_pid, idle, me, schedule
 
@@ -33,8 +34,8 @@ def test_a_dead_owner_is_reported_as_worker_lost_and_a_new_job_can_follow(store:
     assert (store.load(thread, old).state, lost["errorCode"], lost["outcomeMayBeUnknown"]) == (
         JobState.FAILED, "worker_lost", unknown)
     assert was in lost["error"]
-    assert [h["jobId"] for h in new.status["history"]] == [old]
-    assert new.status["history"][0]["errorCode"] == "worker_lost"
+    assert [h["jobId"] for h in new.status.history] == [old]
+    assert new.status.history[0]["errorCode"] == "worker_lost"
     assert store.lock_owner(thread).job_id == new.job_id
 
 
@@ -43,8 +44,8 @@ def test_reap_if_dead_leaves_a_live_job_and_reaps_a_dead_one(store: JobStore, th
     assert store.reap_if_dead(thread) is None
     store.set_lock_owner(thread, job, dead_pid(), None)
     report = store.reap_if_dead(thread)
-    assert report == {"jobId": job, "reaped": True, "lockRemoved": True, "state": "failed"}
-    assert store.lock_owner(thread) is None and store.read_status(thread)["errorCode"] == "worker_lost"
+    assert report == Reaped(job_id=job, reaped=True, lock_removed=True, state="failed")
+    assert store.lock_owner(thread) is None and store.read_status(thread).errorCode == "worker_lost"
 
 
 def test_a_job_that_lost_its_lock_is_reaped_once_its_worker_is_gone(store: JobStore, thread: str):
@@ -52,7 +53,7 @@ def test_a_job_that_lost_its_lock_is_reaped_once_its_worker_is_gone(store: JobSt
     with store.open_lifecycle(thread, job) as lifecycle:
         lifecycle.fire("worker_started", **{**me(job), "pid": dead_pid(), "processStartTime": None})
     store.lock_path(thread).unlink()
-    assert store.reap_if_dead(thread) == {"jobId": job, "reaped": True, "lockRemoved": False, "state": "failed"}
+    assert store.reap_if_dead(thread) == Reaped(job_id=job, reaped=True, lock_removed=False, state="failed")
 
 
 def test_a_job_that_lost_its_lock_but_whose_worker_runs_blocks_scheduling(store: JobStore, thread: str):
@@ -76,6 +77,6 @@ def test_a_lost_workers_record_names_the_owner_in_its_platforms_words(store: Job
         lifecycle.fire("compaction_accepted", ownerId="o1")
     store.set_lock_owner(thread, job, gone, None)
     store.reap_if_dead(thread)
-    error = store.read_status(thread)["error"]
+    error = store.read_status(thread).error
     assert f"after {owner} accepted the compaction request" in error
     assert platform != "app-server" or "extension" not in error

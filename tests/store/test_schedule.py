@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from rekall.kernel.errors import StoreError, InvalidInput
+from rekall.states.status import ABSENT, wire
 from rekall.store import FileOps, HandoffChanged, JobStore, process_start_time
 from rekall.store.views import unsealed
 from rekall.testing import FakeClock
@@ -22,7 +23,7 @@ from tests.jobkit import FINGERPRINT, handoff, new_thread, schedule, snapshot
 
 def test_a_new_job_has_its_lock_handoff_journal_and_status_all_private(store: JobStore, thread: str):
     created = schedule(store, thread)
-    assert not created.already_scheduled and created.status["state"] == "scheduled"
+    assert not created.already_scheduled and created.status.state == "scheduled"
     job = created.job_id
     for path in (store.lock_path(thread), store.handoff_path(thread, job), store.journal_path(thread, job),
                  store.status_path(thread)):
@@ -31,7 +32,7 @@ def test_a_new_job_has_its_lock_handoff_journal_and_status_all_private(store: Jo
     owner = store.lock_owner(thread)
     assert (owner.job_id, owner.pid, owner.process_start_time) == (job, os.getpid(), process_start_time(os.getpid()))
     on_disk = unsealed(json.loads(store.status_path(thread).read_text()))
-    assert on_disk == store.read_status(thread)
+    assert on_disk == wire(store.read_status(thread))
     assert on_disk["jobNumber"] == 1 and on_disk["resume"] is True and on_disk["userFingerprint"] == FINGERPRINT
 
 
@@ -40,9 +41,9 @@ def test_the_handoff_record_is_sealed_by_the_hash_of_its_exact_bytes(store: JobS
 
     created = schedule(store, thread)
     data = store.handoff_path(thread, created.job_id).read_bytes()
-    assert hashlib.sha256(data).hexdigest() == created.status["handoffSha256"]
+    assert hashlib.sha256(data).hexdigest() == created.status.handoffSha256
     assert json.loads(data) == {"version": 1, "threadId": thread, "jobId": created.job_id, "handoff": handoff()}
-    record = store.verify_handoff(thread, created.job_id, created.status["handoffSha256"])
+    record = store.verify_handoff(thread, created.job_id, created.status.handoffSha256)
     assert record["handoff"]["nextStep"] == handoff()["nextStep"]
 
 
@@ -51,7 +52,7 @@ def test_any_change_to_the_saved_handoff_is_detected(store: JobStore, thread: st
     path = store.handoff_path(thread, created.job_id)
     path.write_bytes(path.read_bytes() + b" ")
     with pytest.raises(HandoffChanged, match="SHA-256"):
-        store.verify_handoff(thread, created.job_id, created.status["handoffSha256"])
+        store.verify_handoff(thread, created.job_id, created.status.handoffSha256)
 
 
 def test_a_handoff_record_naming_another_job_is_refused_even_with_a_matching_hash(store: JobStore, thread: str):
@@ -79,7 +80,7 @@ def test_bytes_already_validated_are_read_again_and_compared_but_neither_hashed_
     from rekall.store import handoff as handoff_module
 
     created = schedule(store, thread)
-    expected = created.status["handoffSha256"]
+    expected = created.status.handoffSha256
     validations = _count_validations(monkeypatch)
     verified = store.verify_sealed_handoff(thread, created.job_id, expected)
     assert verified.sha256 == expected and verified.record == store.verify_handoff(thread, created.job_id, expected)
@@ -97,7 +98,7 @@ def test_bytes_already_validated_are_read_again_and_compared_but_neither_hashed_
 def test_a_validated_handoff_does_not_vouch_for_a_same_size_rewrite_with_its_timestamps_put_back(
         store: JobStore, thread: str):
     created = schedule(store, thread)
-    expected = created.status["handoffSha256"]
+    expected = created.status.handoffSha256
     verified = store.verify_sealed_handoff(thread, created.job_id, expected)
     path = store.handoff_path(thread, created.job_id)
     before = os.stat(path)
@@ -116,7 +117,7 @@ def test_a_validated_handoff_does_not_vouch_for_a_same_size_rewrite_with_its_tim
 
 def test_a_validated_handoff_does_not_vouch_for_bytes_written_after_it(store: JobStore, thread: str):
     created = schedule(store, thread)
-    expected = created.status["handoffSha256"]
+    expected = created.status.handoffSha256
     verified = store.verify_sealed_handoff(thread, created.job_id, expected)
     path = store.handoff_path(thread, created.job_id)
     path.write_bytes(path.read_bytes() + b" ")
@@ -129,7 +130,7 @@ def test_a_validated_handoff_from_other_bytes_is_ignored_and_the_file_is_validat
     from rekall.store.handoff import Verified
 
     created = schedule(store, thread)
-    expected = created.status["handoffSha256"]
+    expected = created.status.handoffSha256
     path = store.handoff_path(thread, created.job_id)
     other = Verified({"version": 1, "threadId": thread, "jobId": created.job_id,
                       "handoff": {**handoff(), "nextStep": "something never validated"}}, "0" * 64, b"{}", path)
@@ -140,14 +141,14 @@ def test_a_validated_handoff_from_other_bytes_is_ignored_and_the_file_is_validat
 
 def test_a_job_without_a_handoff_has_nothing_to_verify(store: JobStore, thread: str):
     created = schedule(store, thread, with_handoff=False)
-    assert created.status["resume"] is False and "handoffSha256" not in created.status
+    assert created.status.resume is False and created.status.handoffSha256 is ABSENT
     with pytest.raises(HandoffChanged, match="no saved handoff"):
         store.verify_handoff(thread, created.job_id, None)
 
 
 def test_extra_fields_are_kept_but_cannot_overwrite_the_stores_own(store: JobStore, thread: str):
     created = store.create_job(thread, handoff=None, user_fingerprint=None, extra={"ownerIdAtSchedule": "o1"})
-    assert created.status["ownerIdAtSchedule"] == "o1"
+    assert created.status.ownerIdAtSchedule == "o1"
     with pytest.raises(InvalidInput, match="reserved"):
         store.create_job(new_thread(), handoff=None, user_fingerprint=None, extra={"state": "resumed"})
 
@@ -179,4 +180,4 @@ def test_a_failure_at_any_fsync_while_scheduling_leaves_a_whole_job_or_nothing(j
         assert not schedule(JobStore.open({"REKALL_JOBS_DIR": str(jobs_dir)}), thread).already_scheduled
     else:
         created = schedule(store, thread)  # the status file is a derived view: the job stands
-        assert store.read_status(thread)["jobId"] == created.job_id
+        assert store.read_status(thread).jobId == created.job_id

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 
+import attrs
 import pytest
 
+from rekall.states.status import ABSENT, wire
 from rekall.store import HISTORY_LIMIT, JobStore, StatusCorrupt
 from rekall.store.views import unsealed
 from rekall.testing import FakeClock
@@ -14,7 +16,7 @@ from tests.jobkit import dead_pid, schedule, scheduled_run
 
 
 def test_a_thread_without_jobs_is_not_scheduled(store: JobStore, thread: str):
-    assert store.read_status(thread) == {"threadId": thread, "status": "not_scheduled", "state": "not_scheduled"}
+    assert wire(store.read_status(thread)) == {"threadId": thread, "status": "not_scheduled", "state": "not_scheduled"}
 
 
 @pytest.mark.parametrize(("damage", "problem"), [
@@ -29,10 +31,10 @@ def test_a_damaged_status_file_is_reported_and_rebuilt_from_the_journal(store: J
     good = store.read_status(thread)
     damage(store.status_path(thread))
     status = store.read_status(thread)
-    assert status["statusFileProblem"].startswith(problem)
-    assert {k: v for k, v in status.items() if k != "statusFileProblem"} == good
-    assert unsealed(json.loads(store.status_path(thread).read_text())) == good  # repaired: no live owner
-    assert store.read_status(thread) == good and good["jobId"] == job
+    assert status.statusFileProblem.startswith(problem)
+    assert attrs.evolve(status, statusFileProblem=ABSENT) == good
+    assert unsealed(json.loads(store.status_path(thread).read_text())) == wire(good)  # repaired: no live owner
+    assert store.read_status(thread) == good and good.jobId == job
 
 
 def test_a_corrupt_status_file_with_no_journal_behind_it_is_an_error(store: JobStore, thread: str):
@@ -45,7 +47,7 @@ def test_a_corrupt_status_file_with_no_journal_behind_it_is_an_error(store: JobS
 def test_a_node_status_file_without_a_journal_is_shown_as_found(store: JobStore, thread: str):
     store.status_path(thread).write_text(json.dumps({"threadId": thread, "status": "completed"}))
     status = store.read_status(thread)
-    assert status["status"] == "completed" and "no journal" in status["statusFileProblem"]
+    assert status.status == "completed" and "no journal" in status.statusFileProblem
 
 
 def test_history_keeps_the_last_twenty_jobs_including_a_lost_worker(store: JobStore, clock: FakeClock,
@@ -54,11 +56,11 @@ def test_history_keeps_the_last_twenty_jobs_including_a_lost_worker(store: JobSt
     lost = schedule(store, thread).job_id
     store.set_lock_owner(thread, lost, dead_pid(), None)
     latest = schedule(store, thread)
-    history = latest.status["history"]
+    history = latest.status.history
     assert len(history) == HISTORY_LIMIT
     assert [h["jobId"] for h in history] == done[2:] + [lost]
     assert history[-1]["status"] == "failed" and history[-1]["errorCode"] == "worker_lost"
-    assert history[0]["jobNumber"] == 3 and latest.status["jobNumber"] == HISTORY_LIMIT + 3
+    assert history[0]["jobNumber"] == 3 and latest.status.jobNumber == HISTORY_LIMIT + 3
     assert set(history[0]) >= {"createdAt", "endedAt", "contextTokensBefore", "contextTokensAfter",
                                "tokensReclaimed", "reclaimedFraction", "compactionDurationMs", "resumeDelayMs"}
     # A neutral end time: the lost job did not complete, and no entry says it did.
