@@ -234,7 +234,7 @@ async def test_a_pending_approval_holds_the_job_in_waiting_for_idle_until_the_us
             # Nothing to await for "nothing happens": 20 debounce periods of an idle thread with the request pending.
             await anyio.sleep(20 * SETTINGS.idle_stable_s)
             held = read()
-            assert held["state"] == "waiting_for_idle" and "thread/compact/start" not in server.sent, held
+            assert held.state == "waiting_for_idle" and "thread/compact/start" not in server.sent, held
             await server.push({"method": "serverRequest/resolved", "params": {"threadId": T, "requestId": 99}})
             final = await until_state(read, "completed", "failed", "timed_out", "cancelled")
     assert final.state == "completed", final
