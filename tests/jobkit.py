@@ -137,5 +137,5 @@ def job_with_dead_worker(store: JobStore, clock: FakeClock, thread: str, state: 
     steps[0] = ("worker_started", dead)
     with store.open_lifecycle(thread, job) as lifecycle:
         assert run_lifecycle(lifecycle, clock, steps).value == state
-    store.set_lock_owner(thread, job, pid, started)
+    store.set_lock_holder(thread, job, pid, started)
     return job

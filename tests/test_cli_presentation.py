@@ -138,7 +138,7 @@ def test_store_warnings_reach_people_as_rekall_notes_not_bare_log_lines(jobs: Pa
     store = open_store(jobs)
     thread = new_thread()
     job = schedule(store, thread).job_id
-    store.set_lock_owner(thread, job, dead_pid(), None)
+    store.set_lock_holder(thread, job, dead_pid(), None)
     assert main(["status", thread, "--json"]) == 0
     err = capsys.readouterr().err
     assert err.startswith("rekall: note: removed the stale lock of thread")

@@ -380,7 +380,7 @@ async def test_a_stale_lock_is_amber_until_status_records_its_job_as_worker_lost
     store = JobStore.open(env)
     thread = "0199a5c2-1111-7000-8000-000000000002"
     job = store.create_job(thread, handoff=None, user_fingerprint=None).job_id
-    store.set_lock_owner(thread, job, *dead_process())
+    store.set_lock_holder(thread, job, *dead_process())
 
     row = by_name(await diagnose(env))["locks"]
     assert row.level == "AMBER"

@@ -16,7 +16,7 @@ import pytest
 from rekall.surfaces import cli
 from rekall.surfaces.cli_entry import quick_answer
 from rekall.store import JobStore
-from rekall.store.paths import Layout
+from rekall.store.paths import JobPaths
 from rekall.store.views import SEAL, HistoryRows
 from rekall.testing import FakeClock
 from tests.jobkit import run, schedule, scheduled_run
@@ -25,13 +25,13 @@ OUTCOMES = ("resumed", "failed", "skipped", "cancelled", "timed_out", "resumed")
 
 
 @pytest.fixture
-def layout(store: JobStore, jobs_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Layout:
+def paths(store: JobStore, jobs_dir: Path, monkeypatch: pytest.MonkeyPatch) -> JobPaths:
     monkeypatch.setenv("REKALL_JOBS_DIR", str(jobs_dir))
-    return store.layout
+    return store.paths
 
 
 @pytest.fixture
-def thread(store: JobStore, clock: FakeClock, layout: Layout) -> str:
+def thread(store: JobStore, clock: FakeClock, paths: JobPaths) -> str:
     """A thread whose six jobs have ended, one of each outcome, behind another thread's two."""
     other = "00000000-0000-4000-8000-000000000001"
     for outcome in ("resumed", "failed"):
@@ -73,11 +73,11 @@ def test_the_thread_may_come_from_codex_thread_id(thread, capsys, monkeypatch):
     assert quick == printed and quick is not None
 
 
-def test_history_is_answered_quickly_once_its_rows_are_saved(thread, capsys, layout):
+def test_history_is_answered_quickly_once_its_rows_are_saved(thread, capsys, paths):
     assert quick_answer(HISTORY, os.environ) is None  # no rows saved yet
     first = full(HISTORY, capsys)  # the full path saves the rows of the ended jobs
-    assert layout.history_rows().exists()
-    assert layout.history_rows().stat().st_mode & 0o777 == 0o600
+    assert paths.history_rows().exists()
+    assert paths.history_rows().stat().st_mode & 0o777 == 0o600
     quick, printed = quick_then_full(HISTORY, capsys)
     assert quick == printed == first
     assert len(json.loads(quick[0])) == len(OUTCOMES) + 2
@@ -104,10 +104,10 @@ def test_a_running_job_is_left_to_the_full_command(thread, store, capsys):
     assert json.loads(printed[0])[0]["state"] == "scheduled"
 
 
-def test_a_record_added_to_a_journal_after_the_seal_is_noticed(thread, store, clock, capsys, layout):
+def test_a_record_added_to_a_journal_after_the_seal_is_noticed(thread, store, clock, capsys, paths):
     full(HISTORY, capsys)
     job = json.loads(full(status_argv(thread), capsys)[0])["jobId"]
-    with layout.journal(thread, job).open("ab") as journal:  # any append changes the stamp
+    with paths.journal(thread, job).open("ab") as journal:  # any append changes the stamp
         journal.write(b"\n")
     assert quick_answer(status_argv(thread), os.environ) is None
     assert quick_answer(HISTORY, os.environ) is None
@@ -127,8 +127,8 @@ def test_a_new_job_that_has_ended_is_served_after_its_worker_wrote_the_status(th
     assert quick == printed and json.loads(quick[0])[0]["jobId"] == created.job_id
 
 
-def test_a_hand_edited_status_file_is_not_served(thread, capsys, layout):
-    path = layout.status(thread)
+def test_a_hand_edited_status_file_is_not_served(thread, capsys, paths):
+    path = paths.status(thread)
     found = json.loads(path.read_text())
     found["state"] = "failed"  # the seal is kept, the content is not what was sealed
     path.write_text(json.dumps(found, indent=2))
@@ -137,8 +137,8 @@ def test_a_hand_edited_status_file_is_not_served(thread, capsys, layout):
     assert printed["state"] == "resumed" and "statusFileProblem" in printed
 
 
-def test_a_status_file_without_a_seal_is_sealed_by_the_next_full_read(thread, capsys, layout):
-    path = layout.status(thread)
+def test_a_status_file_without_a_seal_is_sealed_by_the_next_full_read(thread, capsys, paths):
+    path = paths.status(thread)
     found = json.loads(path.read_text())
     del found[SEAL]  # as an earlier rekall wrote it
     path.write_text(json.dumps(found, indent=2, ensure_ascii=False) + "\n")
@@ -149,18 +149,18 @@ def test_a_status_file_without_a_seal_is_sealed_by_the_next_full_read(thread, ca
     assert quick == printed == first
 
 
-def test_a_seal_from_another_rekall_version_is_not_trusted(thread, layout):
-    path = layout.status(thread)
+def test_a_seal_from_another_rekall_version_is_not_trusted(thread, paths):
+    path = paths.status(thread)
     found = json.loads(path.read_text())
     found[SEAL]["rekall"] = "0.0.1"
     path.write_text(json.dumps(found, indent=2, ensure_ascii=False) + "\n")
     assert quick_answer(status_argv(thread), os.environ) is None
 
 
-def test_an_earlier_job_pruned_changes_the_history_so_neither_view_is_served(thread, store, capsys, layout):
+def test_an_earlier_job_pruned_changes_the_history_so_neither_view_is_served(thread, store, capsys, paths):
     full(HISTORY, capsys)
     oldest = json.loads(full(status_argv(thread), capsys)[0])["history"][0]["jobId"]
-    layout.journal(thread, oldest).unlink()
+    paths.journal(thread, oldest).unlink()
     assert quick_answer(status_argv(thread), os.environ) is None
     quick, printed = quick_then_full(HISTORY, capsys)  # a removed journal's row is simply not listed
     assert quick == printed
@@ -169,10 +169,10 @@ def test_an_earlier_job_pruned_changes_the_history_so_neither_view_is_served(thr
     assert oldest not in [entry["jobId"] for entry in shown["history"]]
 
 
-def test_a_damaged_journal_is_not_hidden_by_a_saved_row(thread, capsys, layout):
+def test_a_damaged_journal_is_not_hidden_by_a_saved_row(thread, capsys, paths):
     full(HISTORY, capsys)
     job = json.loads(full(status_argv(thread), capsys)[0])["jobId"]
-    path = layout.journal(thread, job)
+    path = paths.journal(thread, job)
     data = bytearray(path.read_bytes())
     data[40] ^= 0x01  # same size, one bit flipped, written again (a new modification time)
     os.utime(path, ns=(0, 0))
@@ -183,10 +183,10 @@ def test_a_damaged_journal_is_not_hidden_by_a_saved_row(thread, capsys, layout):
     assert [row["state"] for row in rows if row["jobId"] == job] == ["unreadable"]
 
 
-def test_a_journal_replaced_by_a_symlink_is_not_served(thread, capsys, layout, tmp_path):
+def test_a_journal_replaced_by_a_symlink_is_not_served(thread, capsys, paths, tmp_path):
     full(HISTORY, capsys)
     job = json.loads(full(status_argv(thread), capsys)[0])["jobId"]
-    path = layout.journal(thread, job)
+    path = paths.journal(thread, job)
     copy = tmp_path / "elsewhere.jsonl"
     copy.write_bytes(path.read_bytes())
     path.unlink()
@@ -195,13 +195,13 @@ def test_a_journal_replaced_by_a_symlink_is_not_served(thread, capsys, layout, t
     assert quick_answer(HISTORY, os.environ) is None
 
 
-def test_damaged_saved_rows_are_not_served_and_are_saved_again(thread, capsys, layout):
+def test_damaged_saved_rows_are_not_served_and_are_saved_again(thread, capsys, paths):
     first = full(HISTORY, capsys)
-    rows = layout.history_rows()
+    rows = paths.history_rows()
     data = bytearray(rows.read_bytes())
     data[-5] ^= 0x01
     rows.write_bytes(bytes(data))
-    assert HistoryRows.load(layout) is None
+    assert HistoryRows.load(paths) is None
     assert quick_answer(HISTORY, os.environ) is None
     assert full(HISTORY, capsys) == first
     assert quick_answer(HISTORY, os.environ) == first
@@ -269,5 +269,5 @@ def test_a_thread_with_a_lock_or_a_status_file_but_no_journal_is_left_to_the_ful
     lock.write_text("{}")  # a lock being taken, or a stale one the full path judges
     assert quick_answer(status_argv(NO_JOB), os.environ) is None
     lock.unlink()
-    store.layout.status(NO_JOB).write_text('{"state": "completed"}')  # the Node version's, or by hand
+    store.paths.status(NO_JOB).write_text('{"state": "completed"}')  # the Node version's, or by hand
     assert quick_answer(status_argv(NO_JOB), os.environ) is None

@@ -55,7 +55,7 @@ def job_until(store: JobStore, clock: FakeClock, thread: str, outcome: str, *, r
     created = store.create_job(thread, handoff=value or handoff(resume), user_fingerprint=FINGERPRINT)
     with store.open_lifecycle(thread, created.job_id) as lifecycle:
         run_lifecycle(lifecycle, clock, script(created.job_id, outcome)[:steps])
-    return created.job_id, store.layout.journal(thread, created.job_id)
+    return created.job_id, store.paths.journal(thread, created.job_id)
 
 
 def requested_at(store: JobStore, thread: str) -> str:
@@ -142,8 +142,8 @@ def test_waiting_for_resume_idle_the_turn_starting_is_the_users_and_the_hook_del
     context = context_of(run_hook(hook_input(thread), env_for(jobs))[0])
     assert "the user sent new input first" in context
     # The worker's continuation must win the same claim before it is sent: it loses.
-    assert claim(store.layout.delivery(thread, job), "continuation") is False
-    assert read_claim(store.layout.delivery(thread, job))["route"] == "hook"
+    assert claim(store.paths.delivery(thread, job), "continuation") is False
+    assert read_claim(store.paths.delivery(thread, job))["route"] == "hook"
 
 
 def test_in_accepted_the_hook_delivers_only_when_the_transcript_shows_the_compaction(tmp_path: Path):
@@ -196,11 +196,11 @@ def test_a_handoff_that_changed_after_it_was_saved_is_never_printed(tmp_path: Pa
     jobs = tmp_path / "jobs"
     store, clock, thread = open_store(jobs), FakeClock(), new_thread()
     job, _ = job_until(store, clock, thread, "completed", resume=False)
-    path = store.layout.handoff(thread, job)
+    path = store.paths.handoff(thread, job)
     os.chmod(path, 0o600)
     path.write_bytes(path.read_bytes().replace(b"parser", b"lexer "))
     assert run_hook(hook_input(thread), env_for(jobs)) == ("", 0)
-    assert read_claim(store.layout.delivery(thread, job)) is None  # nothing claimed for it
+    assert read_claim(store.paths.delivery(thread, job)) is None  # nothing claimed for it
 
 
 def test_the_job_is_found_under_a_non_default_codex_home_from_the_transcripts_place(tmp_path: Path):
@@ -232,7 +232,7 @@ def test_a_handoff_over_codexs_hook_limit_is_cut_with_the_whole_ones_place_and_t
     job, _ = job_until(store, clock, thread, "completed", resume=False, value=big)
     context = context_of(run_hook(hook_input(thread), env_for(jobs))[0])
     assert len(context.encode()) <= CONTEXT_BYTE_BUDGET
-    handoff_path = str(store.layout.handoff(thread, job))
+    handoff_path = str(store.paths.handoff(thread, job))
     assert f"Read the whole handoff at {handoff_path}" in context
     status = JobStore.open_reader(env_for(jobs)).read_status(thread)
     assert status.handoffCut is True and handoff_path in status.handoffDeliveryNote

@@ -330,7 +330,7 @@ async def test_a_second_worker_started_for_the_same_job_refuses_and_sends_nothin
             with pytest.raises(RekallError) as caught:
                 await second.run()
             assert caught.value.code == "job_already_started"
-            assert store.lock_owner(sim.thread_id).job_id == job  # the refusal left the lock alone
+            assert store.lock_holder(sim.thread_id).job_id == job  # the refusal left the lock alone
             sim.backend.complete_turn("completed")
 
         async with anyio.create_task_group() as group:
@@ -895,7 +895,7 @@ async def test_a_continuation_whose_delivery_the_plugins_hook_already_claimed_is
 
     async with SimulatedOwner() as sim:
         store, job = await schedule(sim, tmp_path / "jobs")
-        assert claim(store.layout.delivery(sim.thread_id, job), "hook")  # the user's turn started first
+        assert claim(store.paths.delivery(sim.thread_id, job), "hook")  # the user's turn started first
         assert await run(store, sim, job) is JobState.COMPLETED
         assert sim.start_turn_requests == []
     status = store.read_status(sim.thread_id)
@@ -919,7 +919,7 @@ async def test_the_continuation_claims_the_delivery_before_it_is_sent_so_the_hoo
         store, job = await schedule(sim, tmp_path / "jobs")
         assert await run(store, sim, job) is JobState.RESUMED
         assert len(sim.start_turn_requests) == 1
-    assert read_claim(store.layout.delivery(sim.thread_id, job))["route"] == "continuation"
+    assert read_claim(store.paths.delivery(sim.thread_id, job))["route"] == "continuation"
     hook_input = {"session_id": sim.thread_id, "hook_event_name": "SessionStart", "source": "compact"}
     assert answer(json.dumps(hook_input).encode(), {"REKALL_JOBS_DIR": str(tmp_path / "jobs")}) is None
     assert store.read_status(sim.thread_id).handoffDelivery == "continuation"

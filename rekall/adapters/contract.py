@@ -174,7 +174,7 @@ class Platform(Protocol):
     serving_hint: str
     #: Following only reads the thread (nobody else is told), so a worker may follow before it has
     #: claimed its job. Otherwise (the app-server's ``thread/resume`` notifies every client) it
-    #: follows only once the journal says it owns the job.
+    #: follows only once the journal says it has claimed the job.
     follow_only_reads: bool
     #: Why this platform cannot put the handoff into a thread's context without starting a turn
     #: (said in the job's status and by ``doctor``); ``None``: it can (``FollowedThread.inject``).

@@ -1,4 +1,4 @@
-"""Which platform serves a thread: asked of each, never guessed.
+"""Finding a thread's owner: which platform serves the thread, asked of each, never guessed.
 
 Every platform in the registry (:mod:`rekall.adapters.registry`) is asked, read-only and at once:
 a VS Code extension window (its owner discovery), the shared app-server (its ``thread/loaded/list``
@@ -21,7 +21,8 @@ if TYPE_CHECKING:
 
 
 class OwnerUnknown(RekallError):
-    """No platform, or more than one, claims the thread."""
+    """The thread's owner cannot be found: no platform, or more than one, claims the thread, or the
+    job names a platform this rekall does not know."""
 
     code = "owner_unknown"
 
@@ -50,7 +51,8 @@ def all_platforms(env: Mapping[str, str] | None = None) -> list[Platform]:
 
 async def find_owner(thread_id: str, env: Mapping[str, str] | None = None, *,
                      request_timeout_s: float) -> tuple[Platform, ThreadSnapshot]:
-    """The one platform that has ``thread_id``, with its read-only snapshot of the thread."""
+    """The one platform that has ``thread_id``, with its read-only snapshot of the thread (whose
+    ``owner_id`` names the owner where the platform has one)."""
     import asyncio
 
     from rekall.adapters.contract import ThreadSnapshot

@@ -1,7 +1,7 @@
 """Durable job state: the jobs directory, journals, handoff records, locks and status files.
 
 ``JobStore.open()`` finds the directory; ``create_job`` schedules; ``open_lifecycle`` gives
-the job's owner a ``Lifecycle`` to fire triggers on; ``read_status`` rebuilds what a thread
+the lock's holder a ``Lifecycle`` to fire triggers on; ``read_status`` rebuilds what a thread
 is doing from the journal. See ``rekall.store.jobstore`` for the modules behind it (the
 locking protocol is in ``rekall.store.schedule`` and ``rekall.store.locks``) and
 ``rekall.store.journal`` for the durability rules.

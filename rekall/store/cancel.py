@@ -24,7 +24,7 @@ def request_cancel(store: StoreParts, thread_id: str, job_id: str) -> JobStatus:
     thread, job = valid_thread(thread_id), valid_job(job_id)
     current = store.catalog.latest(thread)
     if current is None or current.job_id != job:
-        if store.layout.journal(thread, job).exists():
+        if store.paths.journal(thread, job).exists():
             raise StoreError(f"job {job} is not the current job of thread {thread}",
                              code="job_identity_mismatch", hint="inspect the thread with `rekall status`")
         raise UnknownJob(f"no job {job} for thread {thread}", hint="check the ids with `rekall status`")
@@ -32,7 +32,7 @@ def request_cancel(store: StoreParts, thread_id: str, job_id: str) -> JobStatus:
     if current.state.terminal:
         return attrs.evolve(answer, cancellationRequested=False)
     try:
-        store.fs.create_exclusive(store.layout.cancel(thread, job), b"cancel\n")
+        store.fs.create_exclusive(store.paths.cancel(thread, job), b"cancel\n")
     except FileExistsError:
         pass  # asked before: the marker is already there
     return attrs.evolve(answer, cancellationRequested=True)

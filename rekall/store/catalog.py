@@ -13,26 +13,26 @@ from rekall.kernel.ids import job_id as valid_job, thread_id as valid_thread
 from rekall.states.status import read
 from rekall.store.errors import JournalCorrupt, UnknownJob
 from rekall.store.journal import first_record
-from rekall.store.paths import Layout
+from rekall.store.paths import JobPaths
 from rekall.store.replay import HISTORY_LIMIT, Replay, replay_file
 from rekall.store.wire import TransitionRecord
 
 
 class Catalog:
-    """Read-only access to the journals of ``layout``'s directory."""
+    """Read-only access to the journals of ``paths``'s directory."""
 
-    def __init__(self, layout: Layout) -> None:
-        self.layout = layout
+    def __init__(self, paths: JobPaths) -> None:
+        self.paths = paths
 
     @property
     def root(self) -> Path:
-        return self.layout.root
+        return self.paths.root
 
     def load(self, thread_id: str, job_id: str) -> Replay:
         """One job, read-only, from its journal."""
         thread, job = valid_thread(thread_id), valid_job(job_id)
         try:
-            return replay_file(self.layout.journal(thread, job), thread, job)
+            return replay_file(self.paths.journal(thread, job), thread, job)
         except FileNotFoundError:
             raise UnknownJob(f"no job {job} for thread {thread} in {self.root}",
                              hint="check the ids with `rekall history`") from None
@@ -47,14 +47,14 @@ class Catalog:
         """``(job number, created at, job id)`` of the thread's jobs (or of ``jobs``, already listed), oldest
         first, from first records only."""
         order = []
-        for job in jobs if jobs is not None else [job for _, job in self.layout.journals(thread=thread)]:
+        for job in jobs if jobs is not None else [job for _, job in self.paths.journals(thread=thread)]:
             try:
-                first = first_record(self.layout.journal(thread, job))
+                first = first_record(self.paths.journal(thread, job))
             except FileNotFoundError:
                 continue  # pruned meanwhile
             number = read(first.fields).jobNumber if isinstance(first, TransitionRecord) else None
             if not isinstance(number, int):
-                raise JournalCorrupt(f"{self.layout.journal(thread, job)} does not start by scheduling a job",
+                raise JournalCorrupt(f"{self.paths.journal(thread, job)} does not start by scheduling a job",
                                      hint="move it aside; nothing was changed")
             order.append((number, first.at, job))
         return sorted(order)
@@ -81,12 +81,12 @@ class Catalog:
 
     def all_jobs(self) -> list[tuple[str, str]]:
         """``(thread, job)`` of every journal in the store."""
-        return self.layout.journals()
+        return self.paths.journals()
 
     def find(self, job_or_thread: str) -> Replay:
         """A job by its id, or a thread's latest job by the thread id."""
         wanted = valid_job(job_or_thread)
-        matches = self.layout.journals(job=wanted)
+        matches = self.paths.journals(job=wanted)
         if matches:
             return self.load(*matches[0])
         latest = self.latest(wanted)

@@ -5,7 +5,7 @@ for: the continuation turn and the injection (``thread/inject_items``), both sen
 worker, and the plugin's ``SessionStart(compact)`` hook, a process Codex starts at the next turn
 (:mod:`rekall.surfaces.session_hook`), possibly after the job has ended and its worker is gone. The journal
 has one writer, the holder of the job's lock, so the hook never writes it. Instead every route
-must win this claim before it delivers: ``<thread>.<job>.delivery`` (:meth:`Layout.delivery`),
+must win this claim before it delivers: ``<thread>.<job>.delivery`` (:meth:`JobPaths.delivery`),
 created with ``O_CREAT | O_EXCL`` (0600) in the jobs directory. Creation is atomic: exactly one
 creator wins, and every other route finds the file and delivers nothing. A claim is never
 removed while its job exists, so no route ever delivers a second copy.

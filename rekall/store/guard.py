@@ -1,7 +1,7 @@
 """A kernel lock around the store's short critical sections, shared by all processes.
 
 The per-thread job lock (``<thread>.lock``) is a file that outlives processes, so taking
-it over after its owner died needs care: two processes must not both judge the owner dead,
+it over after its holder died needs care: two processes must not both judge the holder dead,
 both reap, and one then delete the lock the other just created. Inspecting, reaping and
 taking the job lock therefore happen under this guard: an ``flock`` (``LockFileEx`` on
 Windows) on ``<jobs>/.guard``, which the OS releases when its holder dies, so it can

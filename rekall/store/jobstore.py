@@ -90,26 +90,26 @@ class JobStore(StoreParts):
     # --- paths (ids validated) ---------------------------------------------------------
 
     def status_path(self, thread_id: str) -> Path:
-        return self.layout.status(valid_thread(thread_id))
+        return self.paths.status(valid_thread(thread_id))
 
     def lock_path(self, thread_id: str) -> Path:
         return self.locks.path(valid_thread(thread_id))
 
     def journal_path(self, thread_id: str, job_id: str) -> Path:
-        return self.layout.journal(valid_thread(thread_id), valid_job(job_id))
+        return self.paths.journal(valid_thread(thread_id), valid_job(job_id))
 
     def handoff_path(self, thread_id: str, job_id: str) -> Path:
-        return self.layout.handoff(valid_thread(thread_id), valid_job(job_id))
+        return self.paths.handoff(valid_thread(thread_id), valid_job(job_id))
 
     def cancel_path(self, thread_id: str, job_id: str) -> Path:
-        return self.layout.cancel(valid_thread(thread_id), valid_job(job_id))
+        return self.paths.cancel(valid_thread(thread_id), valid_job(job_id))
 
     def cancel_requested(self, thread_id: str, job_id: str) -> bool:
         """True once ``cancel`` has written the job's marker (``rekall.store.cancel``)."""
         return self.cancel_path(thread_id, job_id).exists()
 
     def log_path(self, thread_id: str, job_id: str) -> Path:
-        return self.layout.log(valid_thread(thread_id), valid_job(job_id))
+        return self.paths.log(valid_thread(thread_id), valid_job(job_id))
 
     # --- reading jobs and their status (rekall.store.catalog, rekall.store.status) -----
 
@@ -152,11 +152,11 @@ class JobStore(StoreParts):
         with self.locks.guarded():
             yield
 
-    def is_owner_alive(self, owner: LockHolder) -> bool:
-        """True only when the owner is proven alive. False does not prove death: see ``lock_liveness``."""
-        return liveness(owner, host=self.host) is Liveness.ALIVE
+    def is_holder_alive(self, holder: LockHolder) -> bool:
+        """True only when the holder is proven alive. False does not prove death: see ``lock_liveness``."""
+        return liveness(holder, host=self.host) is Liveness.ALIVE
 
-    def set_lock_owner(self, thread_id: str, job_id: str, pid: int, process_start_time: str | None) -> bool:
+    def set_lock_holder(self, thread_id: str, job_id: str, pid: int, process_start_time: str | None) -> bool:
         """Name the worker process in the lock (compare-and-set on the job id).
 
         False, and nothing changed, when the lock no longer names ``job_id``: its worker has
@@ -205,7 +205,7 @@ class JobStore(StoreParts):
         if validated is not None and bound == (thread_id, job_id):
             return verify_sealed(validated.path, thread_id, job_id, expected_sha256, validated)
         thread, job = valid_thread(thread_id), valid_job(job_id)
-        return verify_sealed(self.layout.handoff(thread, job), thread, job, expected_sha256, validated)
+        return verify_sealed(self.paths.handoff(thread, job), thread, job, expected_sha256, validated)
 
 
 def _remember(root: Path) -> None:

@@ -1,4 +1,4 @@
-"""One job's lifecycle as its owner drives it: journal first, then memory, then status.
+"""One job's lifecycle as the lock's holder drives it: journal first, then memory, then status.
 
 ``fire`` routes a trigger through the machine. When a row's guard passes, the machine calls
 back here before it moves; the record (sequence number, wall and monotonic time, from, to,

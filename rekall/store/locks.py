@@ -29,7 +29,7 @@ from rekall.store.fsio import FileOps
 from rekall.store.fsread import LOCK_LIMIT, read_private
 from rekall.store.guard import guarded
 from rekall.store.processes import Liveness, LockHolder, liveness
-from rekall.store.paths import Layout, LockLayout, ensure_private_dir, lock_places
+from rekall.store.paths import JobPaths, LockPaths, ensure_private_dir, lock_places
 from rekall.store.replay import Replay
 from rekall.store.wire import decode_lock, encode_lock
 
@@ -42,9 +42,9 @@ class Locks:
     Thread ids reaching here are validated by the store.
     """
 
-    def __init__(self, root: Path, jobs: Layout, fs: FileOps, host: str, legacy: tuple[Path, ...] = ()) -> None:
+    def __init__(self, root: Path, jobs: JobPaths, fs: FileOps, host: str, legacy: tuple[Path, ...] = ()) -> None:
         self.root = root
-        self.layout = LockLayout(root)
+        self.paths = LockPaths(root)
         self._jobs = jobs
         #: Lock directories of earlier releases (``$HOME/.rekall/locks``): read, never written.
         self.legacy = legacy
@@ -52,7 +52,7 @@ class Locks:
         self.host = host
 
     def path(self, thread: str) -> Path:
-        return self.layout.lock(thread)
+        return self.paths.lock(thread)
 
     @contextmanager
     def guarded(self) -> Iterator[None]:
@@ -60,7 +60,7 @@ class Locks:
         # The lock directory is ours to create (0700) as soon as something must be serialised:
         # for a reader, only when it records a provably dead worker.
         ensure_private_dir(self.root, "lock directory")
-        with guarded(self.layout.guard()):
+        with guarded(self.paths.guard()):
             yield
 
     def places(self, thread: str) -> tuple[Path, ...]:
@@ -74,9 +74,9 @@ class Locks:
     def find(self, thread: str) -> tuple[Path, LockHolder] | None:
         """The thread's lock and where it is (the first of :meth:`places` that holds one)."""
         for path in self.places(thread):
-            owner = self.read(path)
-            if owner is not None:
-                return path, owner
+            holder = self.read(path)
+            if holder is not None:
+                return path, holder
         return None
 
     def read(self, path: Path) -> LockHolder | None:
@@ -93,13 +93,13 @@ class Locks:
             raise LockBusy(f"the lock {path} is unreadable ({exc})",
                            hint="if no rekall worker runs for this thread, move the lock aside") from exc
 
-    def take(self, owner: LockHolder) -> Path:
+    def take(self, holder: LockHolder) -> Path:
         """Create the thread's lock, complete and exclusively (call under the guard)."""
-        path, mine = self.layout.lock(owner.thread_id), encode_lock(owner)
+        path, mine = self.paths.lock(holder.thread_id), encode_lock(holder)
         try:
             self.fs.create_exclusive(path, mine)
         except FileExistsError:  # only a process ignoring the guard gets here
-            raise LockBusy(f"the lock of thread {owner.thread_id} appeared while it was being taken",
+            raise LockBusy(f"the lock of thread {holder.thread_id} appeared while it was being taken",
                            hint="another program writes the jobs directory; nothing was scheduled") from None
         except BaseException:  # the link may have happened before the failure: take back only ours
             if path.exists() and read_private(path, limit=LOCK_LIMIT) == mine:
@@ -114,8 +114,8 @@ class Locks:
             found = self.find(thread)
             if found is None or found[1].job_id != job:
                 return False
-            path, owner = found
-            updated = attrs.evolve(owner, pid=pid, process_start_time=process_start_time, host=self.host)
+            path, holder = found
+            updated = attrs.evolve(holder, pid=pid, process_start_time=process_start_time, host=self.host)
             self.fs.atomic_replace(path, encode_lock(updated))
             return True
 
@@ -137,13 +137,13 @@ class Locks:
         self.fs.fsync_dir(path.parent)
 
 
-def job_liveness(owner: LockHolder | None, job: Replay | None, *, host: str) -> Liveness:
+def job_liveness(holder: LockHolder | None, job: Replay | None, *, host: str) -> Liveness:
     """Alive if any known process of the job is; dead only if every one is provably dead.
 
-    The identities are the lock's owner and the worker recorded by ``worker_started``
+    The identities are the lock's holder and the worker recorded by ``worker_started``
     (the lock may still name the scheduler if it died before handing the lock over).
     """
-    identities = [] if owner is None else [owner]
+    identities = [] if holder is None else [holder]
     started = next((t for t in (job.transitions if job else ()) if t.trigger == "worker_started"), None)
     if started is not None and job is not None:
         ev = started.evidence

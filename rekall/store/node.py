@@ -69,16 +69,16 @@ def node_jobs(directories: Iterable[Path], thread: str | None = None) -> list[di
         except OSError:
             continue
         for name in names:
-            owner = name[: -len(".json")]
-            if not name.endswith(".json") or not is_uuid(owner) or (thread and owner != thread):
+            thread_id = name[: -len(".json")]
+            if not name.endswith(".json") or not is_uuid(thread_id) or (thread and thread_id != thread):
                 continue
-            status = read_node_status(directory, owner)
+            status = read_node_status(directory, thread_id)
             if status is None:
                 continue
             earlier = status.get("history") if isinstance(status.get("history"), list) else []
             for entry in [*earlier, status]:
                 if isinstance(entry, dict):
-                    row = _marked({k: v for k, v in entry.items() if k != "history"}, directory, owner)
+                    row = _marked({k: v for k, v in entry.items() if k != "history"}, directory, thread_id)
                     row["endedAt"] = ended_at(entry)
                     jobs.append(row)
     return jobs

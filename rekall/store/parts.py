@@ -25,7 +25,7 @@ from rekall.store.journal import JournalWriter, scan_journal
 from rekall.store.lifecycle import Lifecycle
 from rekall.store.locks import Locks, job_liveness
 from rekall.store.processes import Liveness, LockHolder, this_host
-from rekall.store.paths import Layout, inspect_jobs_dir
+from rekall.store.paths import JobPaths, inspect_jobs_dir
 from rekall.store.replay import Replay, history_before, replay_scan
 from rekall.store.views import sealed, stamp, thread_stamps, unsealed
 
@@ -37,14 +37,14 @@ ENDED = frozenset(state.value for state in TERMINAL_STATES)
 class StatusFile:
     """The status files of one jobs directory: a derived view, never the truth."""
 
-    def __init__(self, layout: Layout, fs: FileOps) -> None:
-        self.layout = layout
+    def __init__(self, paths: JobPaths, fs: FileOps) -> None:
+        self.paths = paths
         self.fs = fs
 
     def read(self, thread: str) -> tuple[dict[str, Any] | None, str | None]:
         """The file's JSON object, or ``None`` and why not (``missing``, ``corrupt (…)``, …)."""
         try:
-            raw = read_private(self.layout.status(thread), limit=STATUS_LIMIT)
+            raw = read_private(self.paths.status(thread), limit=STATUS_LIMIT)
         except FileNotFoundError:
             return None, "missing"
         except TooLarge as exc:
@@ -64,7 +64,7 @@ class StatusFile:
         before they were read: :mod:`rekall.store.views`)."""
         value = sealed(status, stamps, ended=status["state"] in ENDED)
         data = (json.dumps(value, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
-        self.fs.atomic_replace(self.layout.status(thread), data)
+        self.fs.atomic_replace(self.paths.status(thread), data)
 
     def save_quietly(self, thread: str, status: dict[str, Any], stamps: dict[str, list[int]]) -> None:
         """Save, logging a failure: a reader never fails on a derived view."""
@@ -81,16 +81,16 @@ class StoreParts:
                  permission_report: str | None = None, node_dirs: tuple[Path, ...] = (),
                  legacy_lock_roots: tuple[Path, ...] = ()) -> None:
         self.root = root
-        self.layout = Layout(root)
+        self.paths = JobPaths(root)
         self.lock_root = lock_root
         #: Lock directories of earlier releases, read and released, never created (``rekall.store.paths``).
         self.legacy_lock_roots = legacy_lock_roots
         self.clock: Clock = clock or SystemClock()
         self.fs = fs or FileOps()
         self.host = this_host()
-        self.catalog = Catalog(self.layout)
-        self.locks = Locks(self.lock_root, self.layout, self.fs, self.host, self.legacy_lock_roots)
-        self.status_file = StatusFile(self.layout, self.fs)
+        self.catalog = Catalog(self.paths)
+        self.locks = Locks(self.lock_root, self.paths, self.fs, self.host, self.legacy_lock_roots)
+        self.status_file = StatusFile(self.paths, self.fs)
         #: Set when opening had to tighten the directory's permissions (see ``ensure_private_dir``).
         self.permission_report = permission_report
         #: The Node version's jobs directories, read only (``rekall.store.node``).
@@ -99,9 +99,9 @@ class StoreParts:
         self.unrecorded: dict[str, str] = {}
 
     def open_lifecycle(self, thread_id: str, job_id: str) -> Lifecycle:
-        """Open a job for driving (cuts a torn journal tail). Only the lock's owner may do this."""
+        """Open a job for driving (cuts a torn journal tail). Only the lock's holder may do this."""
         thread, job = valid_thread(thread_id), valid_job(job_id)
-        path = self.layout.journal(thread, job)
+        path = self.paths.journal(thread, job)
         try:
             scan = scan_journal(path)
         except FileNotFoundError:
@@ -109,13 +109,13 @@ class StoreParts:
                              hint="check the ids with `rekall status`") from None
         replay = replay_scan(path, scan, thread, job)
         writer = JournalWriter.open(path, scan, self.fs)
-        others = thread_stamps(self.layout, thread)  # before the history is read: see rekall.store.views
-        return Lifecycle(replay, writer, clock=self.clock, log_path=self.layout.log(thread, job),
+        others = thread_stamps(self.paths, thread)  # before the history is read: see rekall.store.views
+        return Lifecycle(replay, writer, clock=self.clock, log_path=self.paths.log(thread, job),
                          history=history_before(replay, self.catalog.earlier(replay, listed=list(others))),
                          write_status=lambda value: self.status_file.save(
                              thread, value, {**others, job: stamp(path)}))
 
-    def lock_owner(self, thread_id: str) -> LockHolder | None:
+    def lock_holder(self, thread_id: str) -> LockHolder | None:
         """Who holds the thread's lock, or ``None`` when it is free."""
         found = self.locks.find(valid_thread(thread_id))
         return None if found is None else found[1]
@@ -124,28 +124,28 @@ class StoreParts:
         """ALIVE, DEAD or UNKNOWN for the thread's lock (the rule ``reap_if_dead`` applies); None when free."""
         thread = valid_thread(thread_id)
         try:
-            owner = self.lock_owner(thread)
+            holder = self.lock_holder(thread)
         except LockBusy:
             return Liveness.UNKNOWN
-        if owner is None:
+        if holder is None:
             return None
-        return job_liveness(owner, self.lock_job(thread, owner)[1], host=self.host)
+        return job_liveness(holder, self.lock_job(thread, holder)[1], host=self.host)
 
-    def lock_job(self, thread: str, owner: LockHolder) -> tuple[StoreParts | None, Replay | None]:
+    def lock_job(self, thread: str, holder: LockHolder) -> tuple[StoreParts | None, Replay | None]:
         """The store holding the lock's job and the job, each ``None`` when it cannot be read."""
-        home = self.home_of(owner)
-        return home, (home.catalog.load_if_exists(thread, owner.job_id) if home is not None else None)
+        home = self.home_of(holder)
+        return home, (home.catalog.load_if_exists(thread, holder.job_id) if home is not None else None)
 
-    def home_of(self, owner: LockHolder) -> StoreParts | None:
+    def home_of(self, holder: LockHolder) -> StoreParts | None:
         """The store holding the lock's job: this one, or the jobs directory the lock names
         (another ``CODEX_HOME``); ``None`` when that directory cannot be used."""
-        if owner.jobs_dir is None or Path(owner.jobs_dir) == self.root:
+        if holder.jobs_dir is None or Path(holder.jobs_dir) == self.root:
             return self
-        other = Path(owner.jobs_dir)
+        other = Path(holder.jobs_dir)
         try:
             inspect_jobs_dir(other)
         except StoreError as exc:
-            log.warning("the lock of job %s names the jobs directory %s: %s", owner.job_id, other, exc.message)
+            log.warning("the lock of job %s names the jobs directory %s: %s", holder.job_id, other, exc.message)
             return None
         return type(self)(other, lock_root=self.lock_root, clock=self.clock, fs=self.fs,
                           legacy_lock_roots=self.legacy_lock_roots)

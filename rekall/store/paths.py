@@ -160,7 +160,7 @@ def ensure_private_dir(path: Path, what: str = "jobs directory") -> str | None:
     return None
 
 
-class Layout:
+class JobPaths:
     """File names in one jobs directory: the only place they are spelled."""
 
     def __init__(self, root: Path) -> None:
@@ -215,7 +215,7 @@ class Layout:
                     yield found[1], found[2], entry
 
 
-class LockLayout:
+class LockPaths:
     """File names in the lock directory."""
 
     def __init__(self, root: Path) -> None:
@@ -228,8 +228,8 @@ class LockLayout:
         return self.root / GUARD_NAME
 
 
-def lock_places(lock_root: Path, legacy_roots: tuple[Path, ...], jobs: Layout, thread: str) -> tuple[Path, ...]:
+def lock_places(lock_root: Path, legacy_roots: tuple[Path, ...], jobs: JobPaths, thread: str) -> tuple[Path, ...]:
     """Where the thread's lock may be: the lock directory, then (written by an earlier rekall,
     whose worker may still run) the earlier lock directories and the jobs directory."""
-    return (LockLayout(lock_root).lock(thread), *(LockLayout(d).lock(thread) for d in legacy_roots),
+    return (LockPaths(lock_root).lock(thread), *(LockPaths(d).lock(thread) for d in legacy_roots),
             jobs.legacy_lock(thread))

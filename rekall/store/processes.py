@@ -1,6 +1,6 @@
 """Who holds a lock, and whether that process is provably gone; and which rekall workers run.
 
-A PID alone cannot name a process: PIDs are reused. An owner is (machine, pid, process start
+A PID alone cannot name a process: PIDs are reused. A holder is (machine, pid, process start
 time), read with ``psutil`` on every platform. It is declared dead only on proof: the same
 machine, and the PID does not exist, is a zombie, or now belongs to a process that started at
 another time. A lock from another machine, or one without a PID (the Node version wrote none),
@@ -168,29 +168,29 @@ def process_stopped(pid: int) -> bool | None:
         return None
 
 
-def same_machine(owner: LockHolder, host: str) -> bool:
+def same_machine(holder: LockHolder, host: str) -> bool:
     """The lock was written on this machine: same host name, or (renamed host) this boot's id."""
-    boot = token_boot_id(owner.process_start_time)
+    boot = token_boot_id(holder.process_start_time)
     if boot is not None and boot == boot_id():
         return True
-    return owner.host is not None and owner.host == host
+    return holder.host is not None and holder.host == host
 
 
-def liveness(owner: LockHolder, *, host: str | None = None) -> Liveness:
+def liveness(holder: LockHolder, *, host: str | None = None) -> Liveness:
     """ALIVE, DEAD (proven), or UNKNOWN (another machine, or no identity recorded)."""
-    if owner.pid is None or not same_machine(owner, host or this_host()):
+    if holder.pid is None or not same_machine(holder, host or this_host()):
         return Liveness.UNKNOWN
-    exists = pid_exists(owner.pid)
+    exists = pid_exists(holder.pid)
     if exists is None:
         return Liveness.UNKNOWN
     if not exists:
         return Liveness.DEAD
-    if owner.process_start_time is None:
-        return Liveness.ALIVE  # cannot prove reuse: treat as the owner
-    current = process_start_time(owner.pid)
+    if holder.process_start_time is None:
+        return Liveness.ALIVE  # cannot prove reuse: treat as the holder
+    current = process_start_time(holder.pid)
     if current is None:
-        return Liveness.DEAD if pid_exists(owner.pid) is False else Liveness.UNKNOWN
-    same = same_process(owner.process_start_time, current)
+        return Liveness.DEAD if pid_exists(holder.pid) is False else Liveness.UNKNOWN
+    same = same_process(holder.process_start_time, current)
     if same is None:
         return Liveness.UNKNOWN  # a token of an earlier rekall that cannot be compared
     return Liveness.ALIVE if same else Liveness.DEAD

@@ -70,13 +70,13 @@ def prune(store: JobStore, *, older_than: timedelta | None, keep: int | None, dr
     for thread, jobs in sorted(by_thread.items()):
         jobs.sort(key=lambda j: (j.job_number, j.created_at))
         try:
-            owner = store.lock_owner(thread)
+            holder = store.lock_holder(thread)
         except StoreError as exc:
             skipped.append({"threadId": thread, "jobId": None, "reason": f"unreadable lock: {exc.message}"})
             continue
         newest = {j.job_id for j in jobs[len(jobs) - keep:]} if keep else set()
         for job in jobs:
-            if not job.state.terminal or (owner is not None and owner.job_id == job.job_id):
+            if not job.state.terminal or (holder is not None and holder.job_id == job.job_id):
                 continue  # never an unfinished job or one a lock names
             ended = ended_at(job.view.fields)
             if older_than is not None and (ended is None or now - datetime.fromisoformat(ended) < older_than):
@@ -90,8 +90,8 @@ def prune(store: JobStore, *, older_than: timedelta | None, keep: int | None, dr
         with store.guarded():  # a scheduler numbering the thread's jobs never sees half a prune
             removed = [_remove(store, job, ended, dry_run=False) for job, ended in chosen]
             for thread in sorted({job.thread_id for job, _ in chosen}):
-                if not store.layout.journals(thread=thread):
-                    _unlink(store.layout.status(thread))
+                if not store.paths.journals(thread=thread):
+                    _unlink(store.paths.status(thread))
             if removed:
                 store.fs.fsync_dir(store.root)
     kept = sum(len(jobs) for jobs in by_thread.values()) - len(removed)
@@ -101,12 +101,12 @@ def prune(store: JobStore, *, older_than: timedelta | None, keep: int | None, dr
 
 
 def _remove(store: JobStore, job: Replay, ended: str | None, dry_run: bool) -> dict[str, Any]:
-    layout, thread, job_id = store.layout, job.thread_id, job.job_id
-    paths = [layout.log(thread, job_id), layout.cancel(thread, job_id), layout.handoff(thread, job_id),
-             layout.journal(thread, job_id),  # the journal then: it is the record of the job
-             layout.delivery(thread, job_id)]  # its delivery claim after it: no hook delivers for it meanwhile
+    paths, thread, job_id = store.paths, job.thread_id, job.job_id
+    to_remove = [paths.log(thread, job_id), paths.cancel(thread, job_id), paths.handoff(thread, job_id),
+                 paths.journal(thread, job_id),  # the journal then: it is the record of the job
+                 paths.delivery(thread, job_id)]  # its delivery claim after it: no hook delivers for it meanwhile
     files, size = [], 0
-    for path in paths:
+    for path in to_remove:
         try:
             size += os.lstat(path).st_size
         except FileNotFoundError:

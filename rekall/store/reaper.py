@@ -1,6 +1,6 @@
 """The ``worker_lost`` rule: a job whose worker is provably gone is recorded as failed.
 
-If the owner of a thread's lock is provably dead (same host; PID gone or reused), its job
+If the holder of a thread's lock is provably dead (same host; PID gone or reused), its job
 becomes ``failed`` with ``errorCode`` ``worker_lost`` (its ``outcomeMayBeUnknown`` per the
 outcome rule) and the lock is removed. If liveness cannot be proven either way (another
 host, a lock without a PID), nothing is done: a lock is never removed on a guess.
@@ -54,7 +54,7 @@ def reap_if_dead(store: StoreParts, thread_id: str) -> Reaped | None:
     """Apply the ``worker_lost`` rule to the thread if its job's process is provably gone.
 
     Returns what was done or ``None``
-    when there was nothing to do. A lock whose owner cannot be judged is left alone. Never
+    when there was nothing to do. A lock whose holder cannot be judged is left alone. Never
     raises for a write that fails: the job is then reported from what can be proven
     (see :func:`unrecorded_loss`).
     """
@@ -75,7 +75,7 @@ def reap_if_dead(store: StoreParts, thread_id: str) -> Reaped | None:
 def reap_all(store: StoreParts) -> list[Reaped]:
     """``reap_if_dead`` for every thread that has a job here."""
     threads: dict[str, list[str]] = {}
-    for thread, job in store.layout.journals():  # listed once, not once per thread
+    for thread, job in store.paths.journals():  # listed once, not once per thread
         threads.setdefault(thread, []).append(job)
     done = []
     for thread in sorted(threads):
@@ -99,11 +99,11 @@ def _may_need_reaping(store: StoreParts, thread: str, listed: list[str] | None =
     return latest is not None and not latest.state.terminal and latest.job_id not in store.unrecorded
 
 
-def reap_lock_if_dead(store: StoreParts, thread: str, path: Path, owner: LockHolder) -> Reaped | None:
+def reap_lock_if_dead(store: StoreParts, thread: str, path: Path, holder: LockHolder) -> Reaped | None:
     """Record the lock's job as ``worker_lost`` and remove the lock, if its processes are provably gone
     (call under the guard)."""
-    home, job = store.lock_job(thread, owner)
-    if job_liveness(owner, job, host=store.host) is not Liveness.DEAD:
+    home, job = store.lock_job(thread, holder)
+    if job_liveness(holder, job, host=store.host) is not Liveness.DEAD:
         return None
     reaped = job is not None and not job.state.terminal
     if reaped:
@@ -111,11 +111,11 @@ def reap_lock_if_dead(store: StoreParts, thread: str, path: Path, owner: LockHol
         job = mark_worker_lost(home, job)
         store.unrecorded.update(home.unrecorded)
     if job is not None and job.job_id in store.unrecorded:
-        return Reaped(job_id=owner.job_id, reaped=False, lock_removed=False, state=job.state.value,
+        return Reaped(job_id=holder.job_id, reaped=False, lock_removed=False, state=job.state.value,
                       journal_unwritable=store.unrecorded[job.job_id])
     store.locks.remove(path)
-    log.warning("removed the stale lock of thread %s (job %s, pid %s)", thread, owner.job_id, owner.pid)
-    return Reaped(job_id=owner.job_id, reaped=reaped, lock_removed=True,
+    log.warning("removed the stale lock of thread %s (job %s, pid %s)", thread, holder.job_id, holder.pid)
+    return Reaped(job_id=holder.job_id, reaped=reaped, lock_removed=True,
                   state=None if job is None else job.state.value)
 
 

@@ -1,7 +1,7 @@
 """Scheduling a job: one protocol, always under the store's guard (see ``rekall.store.locks``).
 
 1. Read the thread's lock. If its job is still run by a live process, the thread is already
-   scheduled: return that job. If the owner is provably dead, the ``worker_lost`` rule
+   scheduled: return that job. If the holder is provably dead, the ``worker_lost`` rule
    (``rekall.store.reaper``) records its job and removes the lock. If liveness cannot be
    proven either way (another host, a lock without a PID), refuse: a lock is never removed
    on a guess.
@@ -89,21 +89,21 @@ def create_job(store: StoreParts, thread_id: str, *, handoff: Mapping[str, Any] 
         return _create(store, thread, str(uuid.uuid4()), clean, user_fingerprint, fields)
 
 
-def _settle_lock(store: StoreParts, thread: str, path: Path, owner: LockHolder) -> CreatedJob | None:
-    home, job = store.lock_job(thread, owner)
-    alive = job_liveness(owner, job, host=store.host)
+def _settle_lock(store: StoreParts, thread: str, path: Path, holder: LockHolder) -> CreatedJob | None:
+    home, job = store.lock_job(thread, holder)
+    alive = job_liveness(holder, job, host=store.host)
     if alive is Liveness.DEAD:
-        reaped = reap_lock_if_dead(store, thread, path, owner)
+        reaped = reap_lock_if_dead(store, thread, path, holder)
         if reaped is not None and reaped.journal_unwritable is not None:
-            raise StoreError(f"the worker of job {owner.job_id} is gone, but its journal cannot be written "
+            raise StoreError(f"the worker of job {holder.job_id} is gone, but its journal cannot be written "
                              f"({reaped.journal_unwritable}); nothing was scheduled",
                              code="journal_unusable", hint="free disk space, then schedule again")
         return None
-    where = f"job {owner.job_id} (pid {owner.pid} on {owner.host or 'an unknown host'})"
+    where = f"job {holder.job_id} (pid {holder.pid} on {holder.host or 'an unknown host'})"
     if alive is Liveness.UNKNOWN:
         raise LockBusy(f"thread {thread} is locked by {where}, and whether that process still runs cannot "
                        "be told from here", hint=f"if no rekall worker runs for this thread, inspect "
-                       f"`rekall explain {owner.job_id}` and move {path} aside; rekall "
+                       f"`rekall explain {holder.job_id}` and move {path} aside; rekall "
                        "never removes a lock it cannot prove stale")
     if job is not None and not job.state.terminal:
         assert home is not None
@@ -133,7 +133,7 @@ def _create(store: StoreParts, thread: str, job: str, handoff: dict[str, Any] | 
     pid = os.getpid()
     me = LockHolder(job_id=job, thread_id=thread, pid=pid, process_start_time=process_start_time(pid),
                    host=store.host, created_at=now.iso, jobs_dir=str(store.root))
-    journal, handoff_path = store.layout.journal(thread, job), store.layout.handoff(thread, job)
+    journal, handoff_path = store.paths.journal(thread, job), store.paths.handoff(thread, job)
     fields = wire(JobStatus(jobId=job, threadId=thread, createdAt=now.iso,
                             jobNumber=store.catalog.next_job_number(thread), userFingerprint=fingerprint,
                             resume=bool(handoff and handoff["resume"]), errorCode=None, outcomeMayBeUnknown=False))
@@ -161,7 +161,7 @@ def _create(store: StoreParts, thread: str, job: str, handoff: dict[str, Any] | 
         raise StoreError(f"the job's files could not be written in the jobs directory {store.root}: "
                          f"{exc.strerror or exc}; nothing was scheduled and the thread's lock was released",
                          hint="make that folder writable, or set REKALL_JOBS_DIR to one you can write") from exc
-    stamps = thread_stamps(store.layout, thread)  # before reading: see rekall.store.views
+    stamps = thread_stamps(store.paths, thread)  # before reading: see rekall.store.views
     created = store.catalog.load(thread, job)
     status = status_of(store, created)
     store.status_file.save_quietly(thread, status, stamps)

@@ -2,7 +2,7 @@
 (:class:`rekall.store.parts.StatusFile`).
 
 The journal is the truth; the status file (``<thread>.json``) is rebuilt from it whenever it
-is missing, stale or unreadable, unless a live worker owns the thread (its next transition
+is missing, stale or unreadable, unless a live worker holds the thread's lock (its next transition
 rewrites it). A job whose dead worker could not be journaled (a full disk) is reported from
 what can be proven (:func:`rekall.store.reaper.unrecorded_loss`). Every write seals the file
 with the stamps of the journals it was derived from, so that a reader may serve it as is
@@ -19,7 +19,7 @@ from rekall.states.status import JobStatus, read, wire
 from rekall.store.errors import StatusCorrupt
 from rekall.store.overdue import overdue_worker
 from rekall.store.processes import Liveness
-from rekall.store.paths import Layout
+from rekall.store.paths import JobPaths
 from rekall.store.parts import StoreParts
 from rekall.store.reaper import unrecorded_loss
 from rekall.store.replay import Replay, derive_status, history_before
@@ -30,7 +30,7 @@ log = logging.getLogger("rekall.store")
 
 def status_of(store: StoreParts, job: Replay) -> dict[str, Any]:
     """The derived status of ``job``, with the summaries of the thread's earlier jobs."""
-    status = derive_status(job.view, job.transitions[-1], job.path, store.layout.log(job.thread_id, job.job_id),
+    status = derive_status(job.view, job.transitions[-1], job.path, store.paths.log(job.thread_id, job.job_id),
                            history_before(job, store.catalog.earlier(job)))
     problem = store.unrecorded.get(job.job_id)
     if problem is not None and not job.state.terminal:
@@ -51,15 +51,15 @@ def read_status(store: StoreParts, thread_id: str) -> dict[str, Any]:
     """The thread's latest job, derived from its journal.
 
     A status file that is missing, stale or unreadable is reported under
-    ``statusFileProblem`` and rewritten, unless a live worker owns the thread (its next
+    ``statusFileProblem`` and rewritten, unless a live worker holds the thread's lock (its next
     transition rewrites it). Without any job: ``{threadId, status/state: not_scheduled}``.
     """
     thread = valid_thread(thread_id)
-    stamps = thread_stamps(store.layout, thread)  # before reading: see rekall.store.views
+    stamps = thread_stamps(store.paths, thread)  # before reading: see rekall.store.views
     latest = store.catalog.latest(thread)
     on_disk, problem = store.status_file.read(thread)
     if latest is None:
-        return _without_journal(store.layout, thread, on_disk, problem)
+        return _without_journal(store.paths, thread, on_disk, problem)
     status = status_of(store, latest)
     if problem is None and on_disk != status:
         if _behind(on_disk, status) and store.lock_liveness(thread) is Liveness.ALIVE:
@@ -70,7 +70,7 @@ def read_status(store: StoreParts, thread_id: str) -> dict[str, Any]:
         if store.lock_liveness(thread) is not Liveness.ALIVE and latest.job_id not in store.unrecorded:
             store.status_file.save_quietly(thread, status, stamps)
         status.update(wire(JobStatus(statusFileProblem=f"{problem}; rebuilt from the journal")))
-    elif latest.state.terminal and served_status(store.layout, thread) is None:
+    elif latest.state.terminal and served_status(store.paths, thread) is None:
         # Right, but not sealed for these journals (an earlier rekall wrote it, or a note came
         # after the end): sealed now, so that the next read can serve it as is.
         if store.lock_liveness(thread) is not Liveness.ALIVE:
@@ -79,7 +79,7 @@ def read_status(store: StoreParts, thread_id: str) -> dict[str, Any]:
     return status
 
 
-def _without_journal(layout: Layout, thread: str, on_disk: dict[str, Any] | None,
+def _without_journal(paths: JobPaths, thread: str, on_disk: dict[str, Any] | None,
                      problem: str | None) -> dict[str, Any]:
     if on_disk is not None:  # written by the Node version, or by hand: shown, not trusted
         found = read(on_disk)
@@ -87,7 +87,7 @@ def _without_journal(layout: Layout, thread: str, on_disk: dict[str, Any] | None
         return {**on_disk, **wire(JobStatus(threadId=thread, state=state,
                                             statusFileProblem="no journal backs this status file; shown as found"))}
     if problem is not None and problem != "missing":
-        raise StatusCorrupt(f"the status file {layout.status(thread)} is {problem} and no journal "
+        raise StatusCorrupt(f"the status file {paths.status(thread)} is {problem} and no journal "
                             "exists to rebuild it from",
                             hint="move the file aside; nothing else refers to it")
     return not_scheduled(thread)

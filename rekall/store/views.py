@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 from rekall import __version__
 from rekall.kernel.ids import is_uuid
 from rekall.store.fsread import STATUS_LIMIT, read_private
-from rekall.store.paths import Layout, legacy_lock_dirs, lock_places, reader_dirs
+from rekall.store.paths import JobPaths, legacy_lock_dirs, lock_places, reader_dirs
 
 #: The key of the status file's seal; never part of a status that is shown.
 SEAL = "derivedFrom"
@@ -58,10 +58,10 @@ def _stamp(st: os.stat_result) -> list[int]:
     return [st.st_ino, st.st_size, st.st_mtime_ns]
 
 
-def thread_stamps(layout: Layout, thread: str) -> dict[str, list[int]]:
+def thread_stamps(paths: JobPaths, thread: str) -> dict[str, list[int]]:
     """The stamp of each journal of ``thread``, by job id (one removed meanwhile is left out)."""
     stamps = {}
-    for _, job, entry in layout.journal_entries(thread=thread):
+    for _, job, entry in paths.journal_entries(thread=thread):
         try:
             stamps[job] = _stamp(entry.stat(follow_symlinks=False))
         except FileNotFoundError:
@@ -88,10 +88,10 @@ def unsealed(found: dict[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in found.items() if key != SEAL}
 
 
-def served_status(layout: Layout, thread: str) -> tuple[dict[str, Any], str] | None:
+def served_status(paths: JobPaths, thread: str) -> tuple[dict[str, Any], str] | None:
     """The thread's status and its text, from the status file, when its seal holds; else ``None``."""
     try:
-        found = json.loads(read_private(layout.status(thread), limit=STATUS_LIMIT))
+        found = json.loads(read_private(paths.status(thread), limit=STATUS_LIMIT))
     except (OSError, ValueError):
         return None
     if not isinstance(found, dict):
@@ -100,7 +100,7 @@ def served_status(layout: Layout, thread: str) -> tuple[dict[str, Any], str] | N
     if not isinstance(seal, dict) or seal.get("rekall") != __version__ or seal.get("ended") is not True:
         return None
     text = status_text(found)
-    if seal.get("crc32") != zlib.crc32(text.encode("utf-8")) or seal.get("journals") != thread_stamps(layout, thread):
+    if seal.get("crc32") != zlib.crc32(text.encode("utf-8")) or seal.get("journals") != thread_stamps(paths, thread):
         return None
     return found, text
 
@@ -122,14 +122,14 @@ def trusted_status(env: Mapping[str, str], thread: str) -> tuple[dict[str, Any],
     if not (is_uuid(thread) and thread == thread.lower()):
         return None
     root, lock_root, node_dirs = reader_dirs(env)
-    layout = Layout(root)
-    served = served_status(layout, thread)
+    paths = JobPaths(root)
+    served = served_status(paths, thread)
     if served is not None or node_dirs or not os.path.isdir(root):  # no jobs directory yet: the full path says why
         return served
-    if any(os.path.lexists(p) for p in (layout.status(thread),
-                                         *lock_places(lock_root, legacy_lock_dirs(env, lock_root), layout, thread))):
+    if any(os.path.lexists(p) for p in (paths.status(thread),
+                                         *lock_places(lock_root, legacy_lock_dirs(env, lock_root), paths, thread))):
         return None
-    for _ in layout.journal_entries(thread=thread):
+    for _ in paths.journal_entries(thread=thread):
         return None
     status = not_scheduled(thread)
     return status, status_text(status)
@@ -167,10 +167,10 @@ class HistoryRows:
         self.rows = rows or {}
 
     @classmethod
-    def load(cls, layout: Layout) -> HistoryRows | None:
+    def load(cls, paths: JobPaths) -> HistoryRows | None:
         """The saved rows, or ``None`` when there are none this version can trust."""
         try:
-            raw = read_private(layout.history_rows(), limit=ROWS_LIMIT)
+            raw = read_private(paths.history_rows(), limit=ROWS_LIMIT)
             head, _, body = raw.partition(b"\n")
             header = json.loads(head)
             if header.get("rekall") != __version__ or header.get("crc32") != zlib.crc32(body):
@@ -196,14 +196,14 @@ class HistoryRows:
         return json.dumps({"rekall": __version__, "crc32": zlib.crc32(body)}).encode() + b"\n" + body
 
 
-def served_history(layout: Layout, thread: str | None = None) -> list[Row] | None:
+def served_history(paths: JobPaths, thread: str | None = None) -> list[Row] | None:
     """Every job's row, newest first, when each journal on disk is an ended job with a row whose
     stamp still matches (the order ``rekall history`` gives); else ``None``."""
-    saved = HistoryRows.load(layout)
+    saved = HistoryRows.load(paths)
     if saved is None:
         return None
     picked = []
-    for thread_id, job, entry in layout.journal_entries(thread=thread):  # the full path's order, for equal keys
+    for thread_id, job, entry in paths.journal_entries(thread=thread):  # the full path's order, for equal keys
         try:
             row = saved.get(f"{thread_id}.{job}", _stamp(entry.stat(follow_symlinks=False)))
         except FileNotFoundError:

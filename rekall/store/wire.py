@@ -245,8 +245,8 @@ def decode_line(line: bytes) -> Record:
         raise BadRecord("; ".join(problems)) from exc
 
 
-def encode_lock(owner: LockHolder) -> bytes:
-    return (json.dumps(converter().unstructure(owner), indent=2) + "\n").encode("utf-8")
+def encode_lock(holder: LockHolder) -> bytes:
+    return (json.dumps(converter().unstructure(holder), indent=2) + "\n").encode("utf-8")
 
 
 def decode_lock(raw: bytes) -> LockHolder:

@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 
 from rekall.kernel.errors import RekallError
 from rekall.kernel.ids import is_uuid
-from rekall.store.paths import Layout, reader_dirs
+from rekall.store.paths import JobPaths, reader_dirs
 from rekall.store.views import left_out_note, list_text, served_history, trusted_status
 
 
@@ -75,7 +75,7 @@ def _history(args: list[str], env: Mapping[str, str]) -> tuple[str, str] | None:
     if not (limit.isascii() and limit.isdigit()) or (thread is not None and not _full_id(thread)):
         return None
     root, _, node_dirs = reader_dirs(env)
-    rows = None if node_dirs else served_history(Layout(root), thread)  # the Node version's jobs: the CLI
+    rows = None if node_dirs else served_history(JobPaths(root), thread)  # the Node version's jobs: the CLI
     if rows is None:
         return None
     shown = rows[: int(limit)] if int(limit) else rows

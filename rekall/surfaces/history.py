@@ -90,7 +90,7 @@ def collect_history(store: JobStore, thread: str | None = None, since: str | Non
     after = parse_since(since) if since else None
     rows, unreadable = [], []
     store.reap_all()  # a dead worker is recorded before its job is listed
-    saved = HistoryRows.load(store.layout) or HistoryRows()
+    saved = HistoryRows.load(store.paths) or HistoryRows()
     kept = HistoryRows()
     for thread_id, job_id in store.all_jobs():
         key = f"{thread_id}.{job_id}"
@@ -121,7 +121,7 @@ def _job_row(store: JobStore, saved: HistoryRows, thread_id: str,
              job_id: str) -> tuple[dict[str, Any], str, Row | None]:
     """The job's row, when its journal says it was scheduled, and the row to save if it has ended."""
     try:
-        current = stamp(store.layout.journal(thread_id, job_id))  # taken before the journal is read
+        current = stamp(store.paths.journal(thread_id, job_id))  # taken before the journal is read
     except FileNotFoundError:
         current = None  # gone meanwhile: loading it reports that
     row = saved.get(f"{thread_id}.{job_id}", current) if current is not None else None
@@ -140,7 +140,7 @@ def _save_rows(store: JobStore, rows: HistoryRows) -> None:
     A failure costs the next reader only time, so it is not reported."""
     if store.root.is_dir():
         try:
-            store.fs.atomic_replace(store.layout.history_rows(), rows.encode())
+            store.fs.atomic_replace(store.paths.history_rows(), rows.encode())
         except OSError as exc:
             log.debug("history rows not saved: %s", exc)
 def _durations(row: dict[str, Any]) -> str:

@@ -170,19 +170,19 @@ def _jobs_dirs(env: Mapping[str, str], transcript: Path | None) -> list[Path]:
 
 def _latest_job(thread: str, dirs: list[Path]) -> tuple[Path, dict[str, Any], str] | None:
     """The thread's newest job across ``dirs``: its journal, fields so far and state."""
-    from rekall.store.paths import Layout
+    from rekall.store.paths import JobPaths
 
     best: tuple[str, int, Path, dict[str, Any], str] | None = None
     for root in dirs:
-        layout = Layout(root)
-        for _, job, _entry in layout.journal_entries(thread=thread):
-            read = _read_journal(layout.journal(thread, job))
+        paths = JobPaths(root)
+        for _, job, _entry in paths.journal_entries(thread=thread):
+            read = _read_journal(paths.journal(thread, job))
             if read is None:
                 continue
             created, fields, state = read
             key = (created, int(fields.get("jobNumber") or 0))
             if best is None or key > best[:2]:
-                best = (*key, layout.journal(thread, job), fields, state)
+                best = (*key, paths.journal(thread, job), fields, state)
     return None if best is None else best[2:]
 
 
@@ -262,12 +262,12 @@ def _instant(text: str) -> Any:
 def _framed(journal: Path, thread: str, fields: Mapping[str, Any], state: str) -> tuple[str, str] | None:
     """The job's handoff, verified again and framed as the injection frames it, and where it is saved."""
     from rekall.worker.continuation import injection_text
-    from rekall.store.paths import Layout
+    from rekall.store.paths import JobPaths
 
     job = fields.get("jobId")
     if not isinstance(job, str):
         return None
-    path = Layout(journal.parent).handoff(thread, job)
+    path = JobPaths(journal.parent).handoff(thread, job)
     record = _sealed_record(path, thread, job, fields.get("handoffSha256"))
     if record is None:
         return None

@@ -7,7 +7,7 @@ Rows, in the order a problem in one makes the next meaningless:
 (platforms)        each platform's own rows, in the registry's order (:mod:`rekall.adapters.registry`);
                    the extension's are these five, then the shared app-server's
                    (:mod:`rekall.adapters.app_server.serving_binary`):
-``ipc_endpoint``   the router's socket and its directory: owner, mode, no symlink (the checks
+``ipc_endpoint``   the router's socket and its directory: uid, mode, no symlink (the checks
                    of :mod:`rekall.transports.endpoint`); a ``REKALL_PIPE`` test endpoint is
                    named as such, with its filesystem checks skipped
 ``router``         connect (with the peer-uid check) and ``initialize``
@@ -225,15 +225,15 @@ def check_locks(root: Path | None, lock_root: Path, legacy: tuple[Path, ...] = (
     live, stale, unknown, unreadable = [], [], [], []
     for thread in threads:
         try:
-            owner = store.lock_owner(thread)
+            holder = store.lock_holder(thread)
         except LockBusy as exc:
             unreadable.append(exc.message)
             continue
-        if owner is None:
+        if holder is None:
             continue  # released meanwhile
-        # The same rule `rekall status` applies: the lock's owner or the job's recorded worker.
+        # The same rule `rekall status` applies: the lock's holder or the job's recorded worker.
         verdict = store.lock_liveness(thread)
-        who = f"thread {thread} (job {owner.job_id}, pid {owner.pid} on {owner.host or 'an unknown host'})"
+        who = f"thread {thread} (job {holder.job_id}, pid {holder.pid} on {holder.host or 'an unknown host'})"
         {Liveness.ALIVE: live, Liveness.DEAD: stale}.get(verdict, unknown).append((thread, who))
     if not (stale or unknown or unreadable):
         return Row.green("locks", f"{len(live)} lock(s), each held by a live worker" if live else "no locks")
@@ -266,22 +266,22 @@ def check_workers(root: Path | None, lock_root: Path, legacy: tuple[Path, ...] =
         if job is not None and job.job_id == worker.job_id and (problem := overdue_worker(store, job)):
             late.append(f"thread {worker.thread_id}, job {worker.job_id}: {problem['workerProblem']}")
         try:
-            owner = store.lock_owner(worker.thread_id)
+            holder = store.lock_holder(worker.thread_id)
         except LockBusy:
-            owner = None
-        if owner is not None and owner.job_id == worker.job_id:
+            holder = None
+        if holder is not None and holder.job_id == worker.job_id:
             continue
         if job is not None and job.job_id == worker.job_id and job.state.terminal:
             continue  # it released the lock after its terminal state and is exiting
-        holder = f"the lock names job {owner.job_id}" if owner else "the thread has no lock"
-        orphans.append((worker, holder))
+        lock_note = f"the lock names job {holder.job_id}" if holder else "the thread has no lock"
+        orphans.append((worker, lock_note))
     if late:
         return Row("workers", "AMBER", f"{len(late)} worker(s) past their deadline: " + "; ".join(late),
                    "a stopped worker resumes with `kill -CONT PID` and records timed_out itself; `kill PID` ends one")
     if not orphans:
         return Row.green("workers", f"{len(ours)} worker(s) running, each holding its thread's lock" if ours
                          else "no rekall workers running")
-    listed = "; ".join(f"pid {w.pid} (thread {w.thread_id}, job {w.job_id}; {holder})" for w, holder in orphans)
+    listed = "; ".join(f"pid {w.pid} (thread {w.thread_id}, job {w.job_id}; {lock_note})" for w, lock_note in orphans)
     return Row("workers", "AMBER", f"{len(orphans)} orphaned worker(s): {listed}",
                f"each stops at its deadline; to stop one now: kill {orphans[0][0].pid}")
 

@@ -237,7 +237,7 @@ async def schedule(
                           hint=f"fix the cause, then schedule again; `rekall explain {created.job_id}` "
                                "shows the job") from None
     # False when the worker already finished and released the lock: nothing left to name.
-    await asyncio.to_thread(store.set_lock_owner, thread_id, created.job_id, pid, process_start_time(pid))
+    await asyncio.to_thread(store.set_lock_holder, thread_id, created.job_id, pid, process_start_time(pid))
     return wire(attrs.evolve(created.status, pid=pid, alreadyScheduled=False, message=SCHEDULED_MESSAGE,
                              handoff=ABSENT if handoff is None else handoff))
 
@@ -310,10 +310,10 @@ def _signal_worker(store: JobStore, thread_id: str, job_id: str) -> None:
     """Wake the worker at once; it also finds the marker on its own within a second."""
     if sys.platform == "win32":
         return
-    owner = store.lock_owner(thread_id)
-    if owner is None or owner.job_id != job_id or not store.is_owner_alive(owner):
+    holder = store.lock_holder(thread_id)
+    if holder is None or holder.job_id != job_id or not store.is_holder_alive(holder):
         return
     try:
-        os.kill(owner.pid, signal.SIGUSR1)
+        os.kill(holder.pid, signal.SIGUSR1)
     except OSError:
         pass  # gone meanwhile: status will report it

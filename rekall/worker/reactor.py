@@ -236,7 +236,7 @@ class Worker:
         me = os.getpid()
         # Where following only reads the thread, it goes out before the claim: the owner sends
         # the snapshot while the rest of the worker loads and the claim is journaled. Nothing
-        # that acts on the thread is sent before the journal says that this worker owns the job.
+        # that acts on the thread is sent before the journal says that this worker has claimed the job.
         unfollowed = await self._follow_first()
         try:
             # Handlers before the claim: `rekall cancel` signals a job once it is past `scheduled`.
@@ -255,7 +255,7 @@ class Worker:
             await self._unfollow()
             return self.state
         # The scheduler names us in the lock too, but it may die before it gets there.
-        self.store.set_lock_owner(self.thread_id, self.job_id, me, started)
+        self.store.set_lock_holder(self.thread_id, self.job_id, me, started)
         self._later(self.settings.deadline_s, policy.DeadlinePassed())
         try:
             if self._journal_disagreed:  # the claim found that the journal says otherwise
@@ -544,7 +544,7 @@ class Worker:
         from rekall.store.delivery import claim, read_claim
 
         kind: policy.Delivering = "start_turn" if route == "continuation" else "inject"
-        path = self.store.layout.delivery(self.thread_id, self.job_id)
+        path = self.store.paths.delivery(self.thread_id, self.job_id)
         try:
             if claim(path, route, jobId=self.job_id):
                 return None

@@ -45,7 +45,7 @@ def run_worker(thread_id: str, job_id: str, env: Mapping[str, str] | None = None
     """Run the job's worker here: exit 0 on success, 1 otherwise."""
     from rekall.kernel.settings import WorkerSettings
     from rekall.kernel.ids import job_id as valid_job, thread_id as valid_thread
-    from rekall.store.paths import Layout, ensure_private_dir, resolve_jobs_dir
+    from rekall.store.paths import JobPaths, ensure_private_dir, resolve_jobs_dir
 
     env = os.environ if env is None else env
     thread_id, job_id = valid_thread(thread_id), valid_job(job_id)
@@ -53,7 +53,7 @@ def run_worker(thread_id: str, job_id: str, env: Mapping[str, str] | None = None
     # store is loaded after the follow, and the follow's log lines belong in the job's log.
     jobs_dir = resolve_jobs_dir(env)
     ensure_private_dir(jobs_dir)
-    configure_logging(Layout(jobs_dir).log(thread_id, job_id))
+    configure_logging(JobPaths(jobs_dir).log(thread_id, job_id))
     log.info("worker %s starting for thread %s", job_id, thread_id)
     try:
         settings = WorkerSettings.from_env(env)

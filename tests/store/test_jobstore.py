@@ -24,7 +24,7 @@ def test_a_bad_id_is_rejected_before_any_path_is_built(store: JobStore, thread: 
         lambda: store.request_cancel(bad, job),
         lambda: store.verify_handoff(thread, bad, "0" * 64),
         lambda: store.release_lock(bad, job),
-        lambda: store.set_lock_owner(thread, bad, 1, None),
+        lambda: store.set_lock_holder(thread, bad, 1, None),
         lambda: store.reap_if_dead(bad),
         lambda: store.cancel_path(thread, bad),
         lambda: store.find(bad),

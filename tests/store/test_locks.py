@@ -14,11 +14,11 @@ from rekall.store.processes import LockHolder
 from tests.jobkit import new_thread, schedule, snapshot
 
 
-def _write_lock(store: JobStore, thread: str, **owner) -> None:
-    store.lock_path(thread).write_bytes(encode_lock(LockHolder(thread_id=thread, **owner)))
+def _write_lock(store: JobStore, thread: str, **holder) -> None:
+    store.lock_path(thread).write_bytes(encode_lock(LockHolder(thread_id=thread, **holder)))
 
 
-def test_a_reused_pid_is_not_mistaken_for_the_owner(store: JobStore, thread: str):
+def test_a_reused_pid_is_not_mistaken_for_the_holder(store: JobStore, thread: str):
     old = schedule(store, thread).job_id
     _write_lock(store, thread, job_id=old, pid=os.getpid(), process_start_time="linux:another-boot:1",
                 host=store.host)
@@ -54,11 +54,11 @@ def test_an_unreadable_lock_is_reported_and_left_alone(store: JobStore, thread: 
 def test_the_lock_can_be_handed_to_the_worker_only_by_its_own_job(store: JobStore, thread: str):
     job = schedule(store, thread).job_id
     before = store.lock_path(thread).read_bytes()
-    assert store.set_lock_owner(thread, new_thread(), 4242, None) is False
+    assert store.set_lock_holder(thread, new_thread(), 4242, None) is False
     assert store.lock_path(thread).read_bytes() == before
-    assert store.set_lock_owner(thread, job, 4242, "linux:b:7") is True
-    owner = store.lock_owner(thread)
-    assert (owner.job_id, owner.pid, owner.process_start_time) == (job, 4242, "linux:b:7")
+    assert store.set_lock_holder(thread, job, 4242, "linux:b:7") is True
+    holder = store.lock_holder(thread)
+    assert (holder.job_id, holder.pid, holder.process_start_time) == (job, 4242, "linux:b:7")
 
 
 def test_a_lock_is_released_only_by_the_job_it_names(store: JobStore, thread: str):
@@ -66,5 +66,5 @@ def test_a_lock_is_released_only_by_the_job_it_names(store: JobStore, thread: st
     assert store.release_lock(thread, new_thread()) is False
     assert store.lock_path(thread).exists()
     assert store.release_lock(thread, job) is True
-    assert store.lock_owner(thread) is None
+    assert store.lock_holder(thread) is None
     assert store.release_lock(thread, job) is False

@@ -108,7 +108,7 @@ def test_a_huge_lock_is_reported_and_left_alone(store: JobStore, thread: str):
     schedule(store, thread)
     _grow(store.lock_path(thread), LOCK_LIMIT + 1)
     with pytest.raises(LockBusy, match="over the limit"):
-        store.lock_owner(thread)
+        store.lock_holder(thread)
     assert store.lock_path(thread).stat().st_size == LOCK_LIMIT + 1
 
 

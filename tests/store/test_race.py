@@ -21,7 +21,7 @@ print("ready", flush=True)
 sys.stdin.readline()  # everyone starts together
 created = store.create_job(thread, handoff=None, user_fingerprint="fp")
 print(json.dumps({"job": created.job_id, "already": created.already_scheduled}), flush=True)
-sys.stdin.readline()  # stay alive (the lock's owner) until everyone has tried
+sys.stdin.readline()  # stay alive (the lock's holder) until everyone has tried
 """
 
 RACERS = 4

@@ -26,7 +26,7 @@ def test_a_dead_owner_is_reported_as_worker_lost_and_a_new_job_can_follow(store:
     with store.open_lifecycle(thread, old) as lifecycle:
         for trigger in steps:
             lifecycle.fire(trigger, **evidence[trigger])
-    store.set_lock_owner(thread, old, gone, None)
+    store.set_lock_holder(thread, old, gone, None)
 
     new = schedule(store, thread)
     assert not new.already_scheduled and new.job_id != old
@@ -36,16 +36,16 @@ def test_a_dead_owner_is_reported_as_worker_lost_and_a_new_job_can_follow(store:
     assert was in lost["error"]
     assert [h["jobId"] for h in new.status.history] == [old]
     assert new.status.history[0]["errorCode"] == "worker_lost"
-    assert store.lock_owner(thread).job_id == new.job_id
+    assert store.lock_holder(thread).job_id == new.job_id
 
 
 def test_reap_if_dead_leaves_a_live_job_and_reaps_a_dead_one(store: JobStore, thread: str):
     job = schedule(store, thread).job_id
     assert store.reap_if_dead(thread) is None
-    store.set_lock_owner(thread, job, dead_pid(), None)
+    store.set_lock_holder(thread, job, dead_pid(), None)
     report = store.reap_if_dead(thread)
     assert report == Reaped(job_id=job, reaped=True, lock_removed=True, state="failed")
-    assert store.lock_owner(thread) is None and store.read_status(thread).errorCode == "worker_lost"
+    assert store.lock_holder(thread) is None and store.read_status(thread).errorCode == "worker_lost"
 
 
 def test_a_job_that_lost_its_lock_is_reaped_once_its_worker_is_gone(store: JobStore, thread: str):
@@ -75,7 +75,7 @@ def test_a_lost_workers_record_names_the_owner_in_its_platforms_words(store: Job
         lifecycle.fire("worker_started", **{**me(job), "pid": gone, "processStartTime": None})
         lifecycle.fire("idle_stable", **idle(90_000))
         lifecycle.fire("compaction_accepted", ownerId="o1")
-    store.set_lock_owner(thread, job, gone, None)
+    store.set_lock_holder(thread, job, gone, None)
     store.reap_if_dead(thread)
     error = store.read_status(thread).error
     assert f"after {owner} accepted the compaction request" in error

@@ -29,8 +29,8 @@ def test_a_new_job_has_its_lock_handoff_journal_and_status_all_private(store: Jo
                  store.status_path(thread)):
         assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
     assert stat.S_IMODE(store.root.stat().st_mode) == 0o700
-    owner = store.lock_owner(thread)
-    assert (owner.job_id, owner.pid, owner.process_start_time) == (job, os.getpid(), process_start_time(os.getpid()))
+    holder = store.lock_holder(thread)
+    assert (holder.job_id, holder.pid, holder.process_start_time) == (job, os.getpid(), process_start_time(os.getpid()))
     on_disk = unsealed(json.loads(store.status_path(thread).read_text()))
     assert on_disk == wire(store.read_status(thread))
     assert on_disk["jobNumber"] == 1 and on_disk["resume"] is True and on_disk["userFingerprint"] == FINGERPRINT
@@ -157,7 +157,7 @@ def test_a_live_job_makes_a_second_schedule_return_it(store: JobStore, thread: s
     first = schedule(store, thread)
     again = schedule(store, thread)
     assert again.already_scheduled and again.job_id == first.job_id
-    assert len(store.layout.journals(thread=thread)) == 1
+    assert len(store.paths.journals(thread=thread)) == 1
 
 
 @pytest.mark.parametrize("failing_call", range(1, 9))

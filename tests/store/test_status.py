@@ -54,7 +54,7 @@ def test_history_keeps_the_last_twenty_jobs_including_a_lost_worker(store: JobSt
                                                                     thread: str):
     done = [scheduled_run(store, clock, thread, "completed") for _ in range(HISTORY_LIMIT + 1)]
     lost = schedule(store, thread).job_id
-    store.set_lock_owner(thread, lost, dead_pid(), None)
+    store.set_lock_holder(thread, lost, dead_pid(), None)
     latest = schedule(store, thread)
     history = latest.status.history
     assert len(history) == HISTORY_LIMIT

@@ -2,7 +2,7 @@
 
 A new worker spends most of its start importing (asyncio, the session, the policy). Following
 the thread only reads it, so the worker follows first: it connects with the same checks
-(:meth:`~rekall.transports.unix.UnixTransport.connect_blocking`: owner, mode and symlink
+(:meth:`~rekall.transports.unix.UnixTransport.connect_blocking`: uid, mode and symlink
 checks of the endpoint, then the peer's uid), runs the same handshake
 (:mod:`rekall.adapters.extension.handshake`) under the same generation decision
 (:func:`~rekall.adapters.extension.choice.decide`), and sends the follow. The owner then sends the
