@@ -16,7 +16,7 @@ that one part's memory does not inflate another's RSS.
 * ``follow_cpu_fraction`` and ``follow_rss_mb``: a ``ThreadSession`` following a 50 MB
   thread while the simulated owner (another process) sends 100 patches/s for 10 s, over a
   real Unix socket. Targets: CPU ≤ 5% of one core; RSS ≤ 3 × the state's JSON size + 50 MB, and
-  ≤ 110 MB (issue 19: keep the lead over the Node version).
+  ≤ 110 MB (to keep the lead over the Node version).
 * ``snapshot_load_ms``: connecting to that 50 MB thread until its snapshot is loaded (received,
   decoded, mirrored, its facts derived), against ``python_startup_ms`` (median of 7 bare
   ``python -c 0`` in the same run). Target: ≤ 20× start-up. The owner encodes its snapshot before

@@ -119,7 +119,7 @@ class SimulatedOwner:
         self.generation = generation
         self.build = p.BUILDS[generation]
         #: How long the router takes to answer ``no-client-found`` after discovery probes
-        #: (about 10 s was seen on 26.901).
+        #: (the real router's delay is in docs/adapters.md).
         self.discovery_delay_s = discovery_delay_s
         self.backend: Backend = backend if backend is not None else ScriptedBackend(**backend_options)
         self.mode = mode
@@ -286,7 +286,7 @@ class SimulatedOwner:
                 # In pieces, each written once the previous one is on its way: the real owner
                 # (Node) writes a big buffer without copying it, where asyncio's transport
                 # copies whatever the socket does not take at once (twice on 3.11), which
-                # delayed a 47 MB snapshot by more than the follower's whole receive.
+                # would delay a large snapshot by more than the follower's whole receive.
                 view = memoryview(frame)
                 for start in range(0, len(view), WRITE_PIECE_BYTES):
                     await client.channel.send_raw(view[start:start + WRITE_PIECE_BYTES])

@@ -265,7 +265,7 @@ def unknown(fields: Mapping[str, Any]) -> list[str]:
 
 def wire(record: JobStatus | HistoryEntry) -> dict[str, Any]:
     """The JSON fields of a record, in the record's order, without those not set."""
-    # A comprehension over the names, not ``attrs.asdict``: a third of the time, on every transition.
+    # A comprehension over the names, not ``attrs.asdict``: kept light, this runs on every transition.
     fields = {name: value for name in _ORDER[type(record)] if (value := getattr(record, name)) is not ABSENT}
     found = record.as_read if isinstance(record, JobStatus) else None
     if found:  # read from JSON: the fields the record does not have (a Node-written file) follow, as found

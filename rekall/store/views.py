@@ -33,7 +33,7 @@ import os
 import zlib
 from collections import namedtuple
 
-TYPE_CHECKING = False  # not typing's: importing typing costs the fast read paths milliseconds
+TYPE_CHECKING = False  # not typing's: kept light, this runs on every `rekall status`
 if TYPE_CHECKING:
     from collections.abc import Mapping
     from typing import Any

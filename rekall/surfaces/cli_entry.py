@@ -9,7 +9,7 @@ prints (tests/test_quick.py holds both to that). Everything else, every error in
 to :func:`rekall.surfaces.cli.main`.
 
 Why a door beside the CLI: those imports cost more than ``bench/lifecycle.py`` allows a poll
-(``status_cli_ms``, ``status_no_job_cli_ms``: the interpreter's start-up + 50 ms). What is
+(its budgets ``status_cli_ms`` and ``status_no_job_cli_ms``). What is
 served here is only what the full path wrote or would write (the views), never a rule of its own.
 """
 

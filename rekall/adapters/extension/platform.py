@@ -37,7 +37,7 @@ INJECTION_LIMIT = ("the VS Code extension's IPC router has no way to add the han
                    "without starting a turn (no injection request yet); only a continuation carries it there")
 _COMPARED = frozenset(COMPARED_METHODS)
 
-#: Bounds for the doctor's IPC checks: a healthy router answers in milliseconds.
+#: Bounds for the doctor's IPC checks: generous, since a healthy router answers at once.
 ROUTER_TIMEOUT_S = 5.0
 OWNER_TIMEOUT_S = 8.0
 #: How long a read-only look (probe, schedule's preflight) waits for an owner to answer our follow
