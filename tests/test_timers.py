@@ -8,23 +8,23 @@ import selectors
 
 import pytest
 
-from rekall.worker import timers as punctual, reactor as worker, start as worker_start
+from rekall.worker import timers, reactor as worker, start as worker_start
 from rekall.states import JobState
 
 WAIT_S = 5.0  # every wait below is bounded by this
 
 
 def _run(main):
-    with asyncio.Runner(loop_factory=punctual.event_loop) as runner:
+    with asyncio.Runner(loop_factory=timers.event_loop) as runner:
         return runner.run(asyncio.wait_for(main(), WAIT_S))
 
 
-@pytest.mark.parametrize("delay", [0.0005, punctual.FINAL_APPROACH_S + 0.01])
+@pytest.mark.parametrize("delay", [0.0005, timers.FINAL_APPROACH_S + 0.01])
 def test_a_timer_never_runs_its_callback_before_it_is_due(delay):
     async def main():
         loop = asyncio.get_running_loop()
         ran: asyncio.Future[float] = loop.create_future()
-        timer = punctual.call_later(delay, lambda: ran.set_result(loop.time()))
+        timer = timers.call_later(delay, lambda: ran.set_result(loop.time()))
         assert await ran >= timer.when
         return timer
 
@@ -34,18 +34,18 @@ def test_a_timer_never_runs_its_callback_before_it_is_due(delay):
 @pytest.mark.parametrize("stage", ["before its final approach", "in its final approach"])
 def test_a_cancelled_timer_never_runs_its_callback(stage, monkeypatch):
     if stage == "in its final approach":  # cancelled once the final wait is armed
-        approach = punctual.Timer._approach
+        approach = timers.Timer._approach
 
         def approach_then_cancel(self):
             approach(self)
             self.cancel()
 
-        monkeypatch.setattr(punctual.Timer, "_approach", approach_then_cancel)
+        monkeypatch.setattr(timers.Timer, "_approach", approach_then_cancel)
 
     async def main():
         loop = asyncio.get_running_loop()
         ran = []
-        timer = punctual.call_later(punctual.FINAL_APPROACH_S + 0.01, ran.append, "ran")
+        timer = timers.call_later(timers.FINAL_APPROACH_S + 0.01, ran.append, "ran")
         if stage == "before its final approach":
             timer.cancel()
         later = loop.create_future()
@@ -59,7 +59,7 @@ def test_a_cancelled_timer_never_runs_its_callback(stage, monkeypatch):
 
 @pytest.mark.skipif(os.name != "posix", reason="select is the POSIX loop's choice")
 def test_the_loop_waits_in_select_whose_timeout_has_microseconds():
-    loop = punctual.event_loop()
+    loop = timers.event_loop()
     try:
         assert isinstance(loop._selector, selectors.SelectSelector)  # epoll and poll round up to whole ms
     finally:
@@ -85,6 +85,6 @@ def test_the_worker_process_runs_its_job_on_the_punctual_loop(tmp_path, monkeypa
 def test_the_workers_loop_asks_the_kernel_for_a_microsecond_of_timer_slack():
     with open("/proc/self/timerslack_ns", "w") as slack:
         slack.write("50000")  # the kernel's default
-    punctual.event_loop().close()
+    timers.event_loop().close()
     with open("/proc/self/timerslack_ns") as slack:
-        assert int(slack.read()) == punctual.TIMER_SLACK_NS
+        assert int(slack.read()) == timers.TIMER_SLACK_NS
