@@ -71,7 +71,7 @@ async def run_job(thread_id: str, handoff: dict[str, Any], env: dict[str, str]) 
     """Schedule a job (a real detached worker); its status once it ended and its worker exited."""
     terminal = {s.value for s in TERMINAL_STATES}
     scheduled = await service.schedule(thread_id, handoff, env=env)
-    while (status := service.status(thread_id, env=env))["state"] not in terminal:
+    while (status := service.status_reply(thread_id, env=env))["state"] not in terminal:
         await anyio.sleep(POLL_S)  # the worker is another process; its status file is the interface
     while True:  # its exit, so that runs do not overlap
         try:

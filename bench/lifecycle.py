@@ -162,7 +162,7 @@ def run_jobs(count: int, debounce_ms: int) -> dict[str, Any]:
                 owner.call("wait_follows", above=follows + 1)
             except RuntimeError:
                 raise RuntimeError(f"job {n}: the worker never followed the thread: "
-                                   f"{service.status(thread, env=env)}") from None
+                                   f"{service.status_reply(thread, env=env)}") from None
             # The thread goes idle once the worker waits for it (its `connected` note is journaled
             # after it has read the thread): otherwise its start-up would count as dispatch overhead.
             _wait_journaled(JobStore.open_reader(env).journal_path(thread, job), b'"kind":"connected"')
@@ -170,7 +170,7 @@ def run_jobs(count: int, debounce_ms: int) -> dict[str, Any]:
             idle_at.append(owner.call("complete_turn")["idleAt"])
             owner.call("wait_start_turns", count=n)  # the bench does nothing while the requests are in flight
             _wait_unlocked(resolve_lock_dir() / f"{thread}.lock")
-            final = service.status(thread, env=env)
+            final = service.status_reply(thread, env=env)
             if final["state"] != "resumed":
                 raise RuntimeError(f"bench job ended {final['state']}: {final}")
             worker_resume_delay.append(final["resumeDelayMs"])

@@ -67,7 +67,7 @@ def race_one(workdir: Path) -> dict[str, Any]:
         for answer in scheduled:
             if not wait_for_exit(answer["pid"], WORKER_TIMEOUT_S):
                 raise RuntimeError(f"worker {answer['pid']} still ran after {WORKER_TIMEOUT_S} s")
-        states = [service.status(sim.thread_id, env=envs[n])["state"] for n, a in enumerate(answers)
+        states = [service.status_reply(sim.thread_id, env=envs[n])["state"] for n, a in enumerate(answers)
                   if isinstance(a, dict) and not a.get("alreadyScheduled")]
         return {"scheduled": len(scheduled),
                 "refused": [f"{type(a).__name__}: {a}" for a in answers if isinstance(a, Exception)],

@@ -161,7 +161,7 @@ async def one_job_run(binary: Path, index: int, idle_stable_ms: int) -> dict[str
             await filled_thread(owner, backend)
             env = job_env(owner, Path(scratch) / "jobs", idle_stable_ms)
             scheduled = await service.schedule(owner.thread_id, HANDOFF, env=env)
-            while (status := service.status(owner.thread_id, env=env))["state"] not in terminal:
+            while (status := service.status_reply(owner.thread_id, env=env))["state"] not in terminal:
                 await anyio.sleep(POLL_S)  # the worker is another process; its status file is the interface
             await _process_gone(scheduled["pid"])
             resumed, reached = status["state"] == "resumed", False

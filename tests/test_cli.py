@@ -221,7 +221,7 @@ def test_an_unexpected_exception_is_reported_by_type_with_a_code_and_no_tracebac
     def broken(thread_id):
         raise ValueError(f"secret detail about {thread_id}")
 
-    monkeypatch.setattr("rekall.usecases.service.status", broken)
+    monkeypatch.setattr("rekall.usecases.service.status_reply", broken)
     assert main(["status", THREAD, *(["--json"] if as_json else [])]) == 1
     out, err = capsys.readouterr()
     assert "Traceback" not in out + err and "secret detail" not in out + err

@@ -388,7 +388,7 @@ async def test_a_stale_lock_is_amber_until_status_records_its_job_as_worker_lost
     assert f"rekall status {thread}" in row.hint and "worker_lost" in row.hint
     assert store.lock_path(thread).exists()  # the doctor reaps nothing
 
-    recorded = service.status(thread, env=env)  # what the hint says to do
+    recorded = service.status_reply(thread, env=env)  # what the hint says to do
     assert recorded["state"] == "failed" and recorded["errorCode"] == "worker_lost"
     assert by_name(await diagnose(env))["locks"] == Row.green("locks", "no locks")
 
@@ -420,7 +420,7 @@ async def test_a_running_job_holds_a_live_lock_and_its_worker_is_not_an_orphan(t
         env = base_env(tmp_path, **sim.env, REKALL_IDLE_STABLE_MS="50")
         scheduled = await service.schedule(sim.thread_id, env=env)
         with anyio.fail_after(20):
-            while service.status(sim.thread_id, env=env)["state"] != "waiting_for_idle":
+            while service.status_reply(sim.thread_id, env=env)["state"] != "waiting_for_idle":
                 await anyio.sleep(0.02)
         rows = by_name(await diagnose(env))
         service.cancel(sim.thread_id, scheduled["jobId"], env=env)
@@ -429,7 +429,7 @@ async def test_a_running_job_holds_a_live_lock_and_its_worker_is_not_an_orphan(t
     assert rows["locks"] == Row.green("locks", "1 lock(s), each held by a live worker")
     if sys.platform.startswith("linux"):
         assert rows["workers"] == Row.green("workers", "1 worker(s) running, each holding its thread's lock")
-    assert service.status(sim.thread_id, env=env)["state"] == "cancelled"
+    assert service.status_reply(sim.thread_id, env=env)["state"] == "cancelled"
 
 
 # --- the verb ----------------------------------------------------------------------------

@@ -146,7 +146,7 @@ async def test_an_unexpected_exception_inside_a_tool_returns_a_reason_and_a_code
     def broken(thread_id):
         raise KeyError(thread_id)  # the value must not come back either
 
-    monkeypatch.setattr("rekall.usecases.service.status", broken)
+    monkeypatch.setattr("rekall.usecases.service.status_reply", broken)
     async with Client(build_server()) as client:
         result = await client.call_tool("compaction_status", {"threadId": THREAD})
     text = result.content[0].text
@@ -158,7 +158,7 @@ async def test_a_full_disk_inside_a_tool_is_a_coded_error_with_a_next_step(jobs_
     def full(thread_id):
         raise OSError(errno.ENOSPC, "No space left on device", str(jobs_env / "status.json"))
 
-    monkeypatch.setattr("rekall.usecases.service.status", full)
+    monkeypatch.setattr("rekall.usecases.service.status_reply", full)
     async with Client(build_server()) as client:
         result = await client.call_tool("compaction_status", {"threadId": THREAD})
     text = result.content[0].text

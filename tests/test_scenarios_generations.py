@@ -83,7 +83,7 @@ async def test_an_owner_change_between_schedule_and_worker_makes_the_worker_sett
         scheduled = await service.schedule(sim.thread_id, HANDOFF, env=env, spawn=reload_then_spawn)
         assert scheduled["generationAtSchedule"]["ownerId"] == scheduled_owner
         with anyio.fail_after(60):
-            while (status := service.status(sim.thread_id, env=env))["state"] not in TERMINAL:
+            while (status := service.status_reply(sim.thread_id, env=env))["state"] not in TERMINAL:
                 await anyio.sleep(0.1)
         assert status["state"] == "resumed", status
         await wait_for_worker_exit(scheduled["pid"])

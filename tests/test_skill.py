@@ -54,7 +54,7 @@ def state_rows(body: str) -> dict[str, str]:
 
 
 def no_job_state(tmp_path) -> str:
-    return service.status("0199a5c2-7777-4000-8000-000000000007", env={"REKALL_JOBS_DIR": str(tmp_path)})["state"]
+    return service.status_reply("0199a5c2-7777-4000-8000-000000000007", env={"REKALL_JOBS_DIR": str(tmp_path)})["state"]
 
 
 def test_the_front_matter_names_the_skill_says_when_to_use_it_and_carries_the_version():

@@ -65,7 +65,7 @@ async def test_a_worker_that_cannot_be_started_fails_its_job_and_frees_the_threa
         assert caught.value.code == "spawn_failed"
         mocker.stopall()
 
-        status = service.status(sim.thread_id, env=env)
+        status = service.status_reply(sim.thread_id, env=env)
         assert (status["state"], status["errorCode"], status["outcomeMayBeUnknown"]) == ("failed", "spawn_failed",
                                                                                         False)
         assert "could not be started" in status["error"]

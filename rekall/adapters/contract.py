@@ -139,7 +139,7 @@ class FollowedThread(Protocol):
         where the platform can say (the extension: when the frame that showed it arrived); else ``None``."""
         ...
 
-    def evidence(self) -> dict[str, Any]:
+    def connection_note(self) -> dict[str, Any]:
         """What the journal's ``connected`` note records: ``platform``, ``ownerId`` and the
         platform's own identity (``adapter`` for the extension)."""
         ...

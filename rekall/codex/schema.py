@@ -34,8 +34,9 @@ from typing import Any
 
 import attrs
 import cattrs
+from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
 
-from rekall.codex.schema_checks import APP_SERVER_CHECKS, CHECKS, SchemaCheck, Status, overall_status, run_checks
+from rekall.codex.schema_checks import APP_SERVER_CHECKS, CHECKS, SchemaCheck, Verdict, overall_verdict, run_checks
 from rekall.kernel.environment import codex_home
 from rekall.store.fsread import read_limited
 
@@ -73,7 +74,8 @@ class BinaryIdentity:
 
 @attrs.frozen
 class SchemaReport:
-    status: Status
+    #: Kept under the key ``status`` in the cache file and in probe's reply.
+    verdict: Verdict
     checks: tuple[SchemaCheck, ...]
     binary: BinaryIdentity
     #: When the schema was generated (UTC, ISO 8601); older than now when ``from_cache``.
@@ -91,9 +93,9 @@ class SchemaReport:
     def from_json(cls, data: Mapping[str, Any]) -> SchemaReport:
         return _converter.structure(data, cls)
 
-    def raise_for_status(self) -> SchemaReport:
+    def raise_unless_compatible(self) -> SchemaReport:
         """Return self when compatible, else raise :class:`SchemaIncompatible` naming each failed check."""
-        if self.status == "compatible":
+        if self.verdict == "compatible":
             return self
         failures = "; ".join(f"{c.name}: {c.detail} ({c.file}#{c.pointer})" for c in self.failed)
         raise SchemaIncompatible(
@@ -102,6 +104,10 @@ class SchemaReport:
 
 
 _converter = cattrs.Converter(forbid_extra_keys=True)
+_as_written = {"verdict": override(rename="status")}
+_converter.register_unstructure_hook(SchemaReport, make_dict_unstructure_fn(SchemaReport, _converter, **_as_written))
+_converter.register_structure_hook(SchemaReport, make_dict_structure_fn(SchemaReport, _converter, **_as_written,
+                                                                       _cattrs_forbid_extra_keys=True))
 
 
 @attrs.frozen
@@ -274,7 +280,7 @@ def check_compatibility(binary: Path, *, cache_dir: Path | None, timeout_s: floa
         return cached
     with generated_schema_dir(binary, timeout_s=timeout_s, tmp_root=tmp_root) as directory:
         checks = check_schema_dir(directory, suite)
-    report = SchemaReport(overall_status(checks), checks, identity,
+    report = SchemaReport(overall_verdict(checks), checks, identity,
                           dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"))
     if cache_file is not None:
         _write_cache(cache_file, report)

@@ -358,7 +358,7 @@ APP_SERVER_CHECKS: tuple[tuple[str, CheckFn], ...] = (
     ("server_request_resolved.params", _notification_requires("serverRequest/resolved", "threadId", "requestId")),
 )
 
-Status = Literal["compatible", "incompatible"]
+Verdict = Literal["compatible", "incompatible"]
 
 
 def run_checks(documents: Mapping[str, Any],
@@ -374,5 +374,5 @@ def run_checks(documents: Mapping[str, Any],
     return tuple(results)
 
 
-def overall_status(checks: tuple[SchemaCheck, ...]) -> Status:
+def overall_verdict(checks: tuple[SchemaCheck, ...]) -> Verdict:
     return "compatible" if checks and all(c.passed for c in checks) else "incompatible"

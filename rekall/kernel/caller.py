@@ -69,7 +69,7 @@ class Caller:
         return cls(given[0].lower())
 
     @property
-    def needs_owner_evidence(self) -> bool:
+    def needs_owners_view(self) -> bool:
         """The request does not name the calling thread: only the owner's view can."""
         return self.thread_id is None
 

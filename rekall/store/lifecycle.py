@@ -63,7 +63,8 @@ class Lifecycle:
         return self._machine.view.status
 
     @property
-    def status(self) -> dict[str, Any]:
+    def derived_status(self) -> dict[str, Any]:
+        """The whole status, as the status file holds it, derived from the journal so far."""
         return derive_status(self._machine.view, self._last, self._writer.path, self._log_path, self._history)
 
     def fire(self, trigger: str, **evidence: Any) -> JobState:
@@ -106,7 +107,7 @@ class Lifecycle:
             return
         self._status_behind = False
         try:
-            self._write_status(self.status)
+            self._write_status(self.derived_status)
         except OSError as exc:
             self.status_error = f"{exc.strerror or exc}"
             log.warning("job %s: the status file could not be written (%s); the journal holds the "

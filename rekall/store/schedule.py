@@ -177,6 +177,6 @@ def fail_unstarted(store: StoreParts, thread_id: str, job_id: str, error: str) -
     with store.open_lifecycle(thread, job) as lifecycle:
         if not lifecycle.state.terminal:
             lifecycle.fire("fail", errorCode="spawn_failed", error=error, delivery="not_delivered")
-        status = lifecycle.status
+        status = lifecycle.derived_status
     store.locks.release(thread, job)
     return read(status)

@@ -174,7 +174,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
     thread = resolve_thread(_thread_arg(args))
     if not args.watch:
-        status = _worded(service.status(thread))
+        status = _worded(service.status_reply(thread))
         if _emitted_json(args, status):
             return 0
         from rekall.surfaces.render import print_job
@@ -182,7 +182,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         return _show(print_job, status)
     from rekall.surfaces.render import watch_exit_status, watch_job
 
-    result = watch_job(lambda: service.status_with_trail(thread), _console(), quiet=args.json)
+    result = watch_job(lambda: service.status_reply_with_trail(thread), _console(), quiet=args.json)
     if args.json:
         _print_json(result)
     return watch_exit_status(result)

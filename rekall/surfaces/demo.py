@@ -80,7 +80,7 @@ def run_demo(*, as_json: bool = False, keep: bool = False, console: Console | No
             # The agent finishes its turn after scheduling, as the tool description tells it to.
             turn_ends = threading.Timer(_TURN_ENDS_AFTER_S, sim.complete_turn, args=("completed",))
             turn_ends.start()
-            final: Any = watch_job(lambda: service.status_with_trail(sim.thread_id, env=env), console,
+            final: Any = watch_job(lambda: service.status_reply_with_trail(sim.thread_id, env=env), console,
                                    quiet=as_json, max_s=_DEMO_TIMEOUT_S)
             _wait_for_worker_exit(scheduled["pid"], 5.0)
         explanation = build_explanation(JobStore.open(env), scheduled["jobId"])

@@ -244,7 +244,7 @@ class LightSession:
 
 
 def _status(thread: str) -> dict[str, Any]:
-    """``service.status``, from the views on disk when they prove it (the first call then costs what
+    """``service.status_reply``, from the views on disk when they prove it (the first call then costs what
     later ones do: the status code is loaded only for a job that must be replayed)."""
     from rekall.store.views import trusted_status
 
@@ -253,7 +253,7 @@ def _status(thread: str) -> dict[str, Any]:
         return trusted[0]
     from rekall.usecases import service
 
-    return service.status(thread)
+    return service.status_reply(thread)
 
 
 def serve(wire_in: BinaryIO, wire_out: BinaryIO) -> int:

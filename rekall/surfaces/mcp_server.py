@@ -295,7 +295,7 @@ def build_server() -> MCPServer:
     )
     @_tool_errors
     async def compaction_status(threadId: ThreadId) -> StatusResult:
-        return _fit(StatusResult, await anyio.to_thread.run_sync(service.status, threadId))
+        return _fit(StatusResult, await anyio.to_thread.run_sync(service.status_reply, threadId))
 
     @server.tool(
         annotations=ToolAnnotations(title="Cancel a compaction job", read_only_hint=False, destructive_hint=True,

@@ -182,14 +182,14 @@ async def schedule(
     thread_id = valid_thread_id(thread_id)
     if handoff is not None:
         handoff = validate_handoff(handoff)
-    if caller is not None and not caller.needs_owner_evidence:
+    if caller is not None and not caller.needs_owners_view:
         caller.require(thread_id, "schedule_compaction")  # before anything is read
     # The folders are checked now but created only for a job: a schedule refused below (a
     # mistyped CODEX_HOME finds no owner) leaves no jobs directory behind for doctor to praise.
     await asyncio.to_thread(JobStore.open_reader, env)
 
     platform, seen = await find_owner(thread_id, env, request_timeout_s=REQUEST_TIMEOUT_S.read(env))
-    if caller is not None and caller.needs_owner_evidence:
+    if caller is not None and caller.needs_owners_view:
         caller.require(thread_id, "schedule_compaction", seen.calls_in_progress)
     mirror = seen.facts
     refuse_active_goal(thread_id, mirror)
@@ -251,7 +251,7 @@ def _spawn_default(thread_id: str, job_id: str, **kwargs: Any) -> int:
 # --- status and cancel -----------------------------------------------------------------
 
 
-def status(thread_id: str, *, env: Mapping[str, str] | None = None) -> dict[str, Any]:
+def status_reply(thread_id: str, *, env: Mapping[str, str] | None = None) -> dict[str, Any]:
     """The thread's latest job; a job whose worker died is reported as ``worker_lost``."""
     thread_id = valid_thread_id(thread_id)
     store = JobStore.open_reader(_env(env))
@@ -266,7 +266,8 @@ def _or_node_job(store: JobStore, status: JobStatus) -> JobStatus:
     return store.node_status(str(status.threadId)) or status
 
 
-def status_with_trail(thread_id: str, *, env: Mapping[str, str] | None = None) -> tuple[dict[str, Any], list[str]]:
+def status_reply_with_trail(thread_id: str, *,
+                            env: Mapping[str, str] | None = None) -> tuple[dict[str, Any], list[str]]:
     """The status plus every state the job has passed through, from one read of its journal."""
     thread_id = valid_thread_id(thread_id)
     store = JobStore.open_reader(_env(env))

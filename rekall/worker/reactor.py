@@ -163,7 +163,7 @@ class Worker:
     def status(self) -> JobStatus:
         from rekall.states.status import read
 
-        return read(self.lifecycle.status)
+        return read(self.lifecycle.derived_status)
 
     @property
     def connected(self) -> bool:
@@ -270,7 +270,7 @@ class Worker:
             limit = self._injection_limit()
             self.memo = policy.Memo(connected=True, baseline=first.facts.completed_compaction_ids,
                                     inject=limit is None, injection_limit=limit)
-            self.lifecycle.note("connected", **self.thread.evidence(), baselineCompactions=len(self.memo.baseline),
+            self.lifecycle.note("connected", **self.thread.connection_note(), baselineCompactions=len(self.memo.baseline),
                                 revision=first.revision)
             self._spawn(self._pump())
             self._item_at = time.monotonic()  # the first snapshot is the first observation

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from rekall.adapters.extension import bundles, ipc
-from rekall.adapters.extension import choice as evidence
+from rekall.adapters.extension import choice
 from rekall.adapters.extension.platform import ExtensionIpc, check_extension
 from rekall.adapters.extension.generations import GENERATIONS
 from rekall.kernel.errors import InvalidInput
@@ -61,16 +61,16 @@ def test_a_read_only_look_never_creates_the_cache_but_uses_one_that_exists(tmp_p
     home = tmp_path / "home"
     install_extension(home, "26.721.41059", build_table("26.721"))
     cache = home / ".cache" / "rekall" / bundles.CACHE_NAME
-    assert evidence.choose(env_for(home), write_cache=False).adapter.NAME == "26.721"
+    assert choice.choose(env_for(home), write_cache=False).adapter.NAME == "26.721"
     assert not cache.exists()
-    assert evidence.choose(env_for(home), write_cache=True).adapter.NAME == "26.721"
+    assert choice.choose(env_for(home), write_cache=True).adapter.NAME == "26.721"
     assert cache.exists() and (cache.stat().st_mode & 0o777) == 0o600
 
     def no_reading(path):
         raise AssertionError(f"read {path} again although the cache knows it")
 
     monkeypatch.setattr(bundles, "scan_file", no_reading)
-    assert evidence.choose(env_for(home), write_cache=False).adapter.NAME == "26.721"
+    assert choice.choose(env_for(home), write_cache=False).adapter.NAME == "26.721"
 
 
 def test_an_unreadable_or_tableless_bundle_is_an_amber_row(tmp_path):
@@ -87,7 +87,7 @@ def test_an_unreadable_or_tableless_bundle_is_an_amber_row(tmp_path):
 def test_the_installed_table_chooses_its_generation(tmp_path, generation):
     home = tmp_path / "home"
     install_extension(home, "26.1.1", build_table(generation))
-    chosen = evidence.choose(env_for(home), write_cache=False)
+    chosen = choice.choose(env_for(home), write_cache=False)
     assert chosen.adapter.NAME == generation and chosen.refusal is None
     assert "installed extension's table matches it" in chosen.reason
 
@@ -95,17 +95,17 @@ def test_the_installed_table_chooses_its_generation(tmp_path, generation):
 def test_a_pin_never_overrides_an_installed_table(tmp_path):
     home = tmp_path / "home"
     install_extension(home, "26.721.41059", build_table("26.721"))
-    chosen = evidence.choose(env_for(home, REKALL_GENERATION="26.9xx"), write_cache=False)
+    chosen = choice.choose(env_for(home, REKALL_GENERATION="26.9xx"), write_cache=False)
     assert chosen.adapter is None and "REKALL_GENERATION=26.9xx disagrees" in chosen.refusal
 
 
 def test_the_pin_is_used_when_no_table_was_read_and_an_unknown_pin_is_refused(tmp_path):
     home = tmp_path / "home"
     home.mkdir()
-    chosen = evidence.choose(env_for(home, REKALL_GENERATION="26.721"), write_cache=False)
+    chosen = choice.choose(env_for(home, REKALL_GENERATION="26.721"), write_cache=False)
     assert chosen.adapter.NAME == "26.721" and "pinned by REKALL_GENERATION" in chosen.reason
     with pytest.raises(InvalidInput) as caught:
-        evidence.choose(env_for(home, REKALL_GENERATION="27.1"), write_cache=False)
+        choice.choose(env_for(home, REKALL_GENERATION="27.1"), write_cache=False)
     assert caught.value.field == "REKALL_GENERATION" and "26.721" in caught.value.hint
 
 
@@ -114,7 +114,7 @@ def test_installs_that_disagree_are_named_and_the_owners_answer_settles_them(tmp
     install_extension(home, "26.901.1", build_table("26.9xx"))
     install_extension(home, "26.721.2", build_table("26.721"), folder=".vscode-insiders/extensions")
     env = env_for(home)
-    chosen = evidence.choose(env, write_cache=False)
+    chosen = choice.choose(env, write_cache=False)
     assert chosen.adapter is None and sorted(a.NAME for a in chosen.candidates) == ["26.721", "26.9xx"]
     assert "VS Code 26.901.1 (26.9xx)" in chosen.reason and "VS Code Insiders 26.721.2 (26.721)" in chosen.reason
 
@@ -157,8 +157,8 @@ def test_a_table_newer_than_rekall_says_update_rekall_and_one_older_says_update_
     newer, older = tmp_path / "newer", tmp_path / "older"
     install_extension(newer, "26.1201.3", build_table("26.9xx", thread_follower_compact_thread=NEWER_COMPACT))
     install_extension(older, "26.101.1", build_table("26.9xx", thread_follower_compact_thread=0))
-    ahead = evidence.choose(env_for(newer), write_cache=False).refusal
-    behind = evidence.choose(env_for(older), write_cache=False).refusal
+    ahead = choice.choose(env_for(newer), write_cache=False).refusal
+    behind = choice.choose(env_for(older), write_cache=False).refusal
     assert ahead.startswith(f"the installed extension (26.1201.3) expects thread-follower-compact-thread at base "
                             f"version {NEWER_COMPACT}; rekall ")
     assert ": update rekall (table read from" in ahead
@@ -170,7 +170,7 @@ def test_a_mix_of_known_versions_matching_no_generation_names_the_differences(tm
     mixed = build_table("26.9xx")
     mixed[p.START_TURN] = p.TABLES["26.721"][p.START_TURN]
     install_extension(home, "26.800.1", mixed)
-    refusal = evidence.choose(env_for(home), write_cache=False).refusal
+    refusal = choice.choose(env_for(home), write_cache=False).refusal
     assert "matches no generation rekall knows" in refusal
     for generation in GENERATIONS:
         assert f"{generation.name}: " in refusal
@@ -234,7 +234,7 @@ def test_one_bundle_with_two_tables_that_disagree_is_named_and_left_to_the_owner
     extension = install_extension(home, "26.950.1", build_table("26.9xx"))
     (extension / "webview" / "assets").mkdir(parents=True)
     (extension / "webview" / "assets" / "index.js").write_text(minified(build_table("26.721")))
-    chosen = evidence.choose(env_for(home), write_cache=False)
+    chosen = choice.choose(env_for(home), write_cache=False)
     assert chosen.adapter is None and sorted(a.NAME for a in chosen.candidates) == ["26.721", "26.9xx"]
     row = check_extension(env_for(home))
     assert row.level == "AMBER" and "holds 2 method tables that disagree" in row.detail
@@ -250,8 +250,8 @@ def test_a_settled_generation_is_reused_only_on_the_same_router_socket_and_never
     listener, restarted = sockets.socket(sockets.AF_UNIX), sockets.socket(sockets.AF_UNIX)
     try:
         listener.bind(str(path))
-        settled = evidence.Settled("26.721", "owner-1", str(path), evidence.socket_identity(str(path)), "why")
-        assert settled.socket is not None and evidence.Settled.from_json(settled.to_json()) == settled
+        settled = choice.Settled("26.721", "owner-1", str(path), choice.socket_identity(str(path)), "why")
+        assert settled.socket is not None and choice.Settled.from_json(settled.to_json()) == settled
         assert settled.reusable(str(path), ipc.ADAPTERS).NAME == "26.721"
         assert settled.reusable(str(tmp_path / "other.sock"), ipc.ADAPTERS) is None
         # A generation with owner discovery is asked again: its answer costs nothing.
@@ -265,7 +265,7 @@ def test_a_settled_generation_is_reused_only_on_the_same_router_socket_and_never
         restarted.close()
     for broken in (None, [], {**settled.to_json(), "ownerId": None}, {**settled.to_json(), "generation": ""},
                    {**settled.to_json(), "socket": 7}, {k: v for k, v in settled.to_json().items() if k != "how"}):
-        assert evidence.Settled.from_json(broken) is None
+        assert choice.Settled.from_json(broken) is None
 
 
 @pytest.mark.anyio

@@ -3,7 +3,7 @@ process it spawns, and the simulated owner on a real Unix socket, one of each pe
 
 ``ChaosJob`` drives one job and can hurt it (kill the worker, script owner faults through
 ``job.sim``); ``audit`` then checks what the job left behind against what the owner really
-did. Every wait is bounded. Waiting for the worker's state polls ``service.status`` (the
+did. Every wait is bounded. Waiting for the worker's state polls ``service.status_reply`` (the
 worker is another process and the status is the only thing it tells the world); waiting for
 the worker to end uses a pidfd where the OS has one.
 """
@@ -186,7 +186,7 @@ class ChaosJob:
         self.handoff = None if handoff is None else dict(handoff)
 
     def status(self) -> dict[str, Any]:
-        return service.status(self.thread_id, env=self.env)
+        return service.status_reply(self.thread_id, env=self.env)
 
     def cancel(self) -> dict[str, Any]:
         assert self.job_id is not None

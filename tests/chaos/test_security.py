@@ -64,12 +64,12 @@ def _store(env: dict[str, str]) -> JobStore:
 
 
 ENTRY_POINTS: dict[str, Callable[[dict[str, str], str], Any]] = {
-    "service.status": lambda env, bad: service.status(bad, env=env),
+    "service.status_reply": lambda env, bad: service.status_reply(bad, env=env),
     "service.cancel thread": lambda env, bad: service.cancel(bad, GOOD, env=env),
     "service.cancel job": lambda env, bad: service.cancel(GOOD, bad, env=env),
     "service.schedule": lambda env, bad: asyncio.run(service.schedule(bad, HANDOFF, env=env)),
     "service.probe": lambda env, bad: asyncio.run(service.probe(bad, env=env)),
-    "service.status_with_trail": lambda env, bad: service.status_with_trail(bad, env=env),
+    "service.status_reply_with_trail": lambda env, bad: service.status_reply_with_trail(bad, env=env),
     "connect_thread": lambda env, bad: asyncio.run(connect_thread(bad, env=env)),
     "store.journal_path": lambda env, bad: _store(env).journal_path(GOOD, bad),
     "store.handoff_path": lambda env, bad: _store(env).handoff_path(bad, GOOD),

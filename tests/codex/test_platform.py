@@ -167,7 +167,7 @@ async def test_following_resumes_without_the_history_takes_the_baseline_from_the
     assert compacted.ok and started.ok and (started.turn_id, started.turn_status) == ("r1", "inProgress")
     assert script.sent == ["thread/loaded/list", "thread/read", "thread/goal/get", "thread/resume", "thread/turns/list",
                            "thread/compact/start", "turn/start"]
-    assert thread.evidence() == {"platform": "app-server", "ownerId": None, "serverVersion": None, "endpoint": None}
+    assert thread.connection_note() == {"platform": "app-server", "ownerId": None, "serverVersion": None, "endpoint": None}
 
 
 async def test_a_refused_request_is_not_delivered_and_a_silent_one_is_unknown(folder: Path) -> None:

@@ -59,8 +59,8 @@ def test_a_report_is_generated_once_and_then_served_from_the_cache(tmp_path: Pat
     cache = tmp_path / "cache"
     first = check_compatibility(binary, cache_dir=cache)
     second = check_compatibility(binary, cache_dir=cache)
-    assert (first.status, first.from_cache) == ("compatible", False)
-    assert (second.status, second.from_cache) == ("compatible", True)
+    assert (first.verdict, first.from_cache) == ("compatible", False)
+    assert (second.verdict, second.from_cache) == ("compatible", True)
     assert second.checks == first.checks and second.binary == first.binary
     assert first.binary.version == "9.9.9"
     assert generations(log) == 1
@@ -114,7 +114,7 @@ def test_a_corrupt_cache_file_is_ignored_and_replaced(tmp_path: Path, content: s
     (cache_file,) = cache.iterdir()
     cache_file.write_text(content)
     report = check_compatibility(binary, cache_dir=cache)
-    assert (report.status, report.from_cache) == ("compatible", False)
+    assert (report.verdict, report.from_cache) == ("compatible", False)
     assert check_compatibility(binary, cache_dir=cache).from_cache
     assert generations(log) == 2
 
@@ -136,10 +136,10 @@ def test_an_incompatible_result_is_cached_and_raises_naming_the_checks(tmp_path:
     cache = tmp_path / "cache"
     check_compatibility(binary, cache_dir=cache)
     report = check_compatibility(binary, cache_dir=cache)
-    assert (report.status, report.from_cache, generations(log)) == ("incompatible", True, 1)
+    assert (report.verdict, report.from_cache, generations(log)) == ("incompatible", True, 1)
     assert {c.name for c in report.failed} == {"item_started.context_compaction", "item_completed.context_compaction"}
     with pytest.raises(SchemaIncompatible) as caught:
-        report.raise_for_status()
+        report.raise_unless_compatible()
     assert "item_started.context_compaction" in caught.value.message
     assert "ServerNotification.json#/definitions/ThreadItem" in caught.value.message
 
@@ -207,7 +207,7 @@ def test_the_default_cache_lives_under_codex_home(tmp_path: Path) -> None:
 def test_the_real_binary_is_compatible_and_its_second_check_is_cached(codex_binary: Path, tmp_path: Path) -> None:
     cache = tmp_path / "cache"
     report = check_compatibility(codex_binary, cache_dir=cache, timeout_s=60)
-    assert report.status == "compatible", report.failed
+    assert report.verdict == "compatible", report.failed
     assert not report.from_cache and report.binary.realpath == os.path.realpath(codex_binary)
     again = check_compatibility(codex_binary, cache_dir=cache, timeout_s=60)
     assert again.from_cache and again.checks == report.checks

@@ -11,7 +11,7 @@ from drift import DRIFT, NOTIFICATIONS, REQUESTS, edit
 from schema_excerpt import EXCERPT_DIR
 
 from rekall.codex.schema import check_schema_dir
-from rekall.codex.schema_checks import CHECKS, overall_status, run_checks
+from rekall.codex.schema_checks import CHECKS, overall_verdict, run_checks
 
 ALL_CHECKS = {name for name, _ in CHECKS}
 
@@ -31,7 +31,7 @@ def test_the_stored_excerpt_passes_every_check_and_locates_each(excerpt: Path) -
     checks = check_schema_dir(excerpt)
     assert {c.name for c in checks} == ALL_CHECKS
     assert all(c.passed for c in checks), [c for c in checks if not c.passed]
-    assert overall_status(checks) == "compatible"
+    assert overall_verdict(checks) == "compatible"
     by_name = {c.name: c for c in checks}
     compaction = by_name["item_started.context_compaction"]
     assert compaction.file == NOTIFICATIONS and compaction.pointer.startswith("/definitions/ThreadItem/oneOf/")
@@ -45,7 +45,7 @@ def test_each_drift_fails_exactly_the_checks_it_breaks(excerpt: Path, drift: str
     mutate(excerpt)
     checks = check_schema_dir(excerpt)
     assert {c.name for c in checks if not c.passed} == expected
-    assert overall_status(checks) == "incompatible"
+    assert overall_verdict(checks) == "incompatible"
 
 
 def test_a_renamed_item_type_names_the_missing_variant_and_where_it_looked(excerpt: Path) -> None:
@@ -148,8 +148,8 @@ def test_a_duplicated_method_is_refused_rather_than_guessed(excerpt: Path) -> No
 
 
 def test_no_checks_means_incompatible() -> None:
-    assert overall_status(()) == "incompatible"
-    assert overall_status(run_checks({})) == "incompatible"
+    assert overall_verdict(()) == "incompatible"
+    assert overall_verdict(run_checks({})) == "incompatible"
 
 
 @pytest.mark.codex

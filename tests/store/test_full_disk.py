@@ -85,8 +85,8 @@ def test_on_a_full_disk_every_reader_reports_the_lost_worker_without_crashing(ti
                                                            turnId="turn-9", turnStatus="inProgress")
     env = {"REKALL_JOBS_DIR": str(store.root)}
 
-    _assert_reported_from_what_can_be_proven(service.status(thread, env=env))
-    _assert_reported_from_what_can_be_proven(service.status(thread, env=env))  # and again: still no crash
+    _assert_reported_from_what_can_be_proven(service.status_reply(thread, env=env))
+    _assert_reported_from_what_can_be_proven(service.status_reply(thread, env=env))  # and again: still no crash
     explanation = build_explanation(JobStore.open_reader(env), job)
     assert explanation["state"] == "failed" and "a continuation may have started" in explanation["outcome"]
     [row] = collect_history(JobStore.open_reader(env))
@@ -94,7 +94,7 @@ def test_on_a_full_disk_every_reader_reports_the_lost_worker_without_crashing(ti
     assert store.load(thread, job).state.value == "resuming"  # nothing was written, nothing was lost
 
     (tiny_tmpfs / "filler").unlink()  # space frees: the next reader journals the loss for good
-    recorded = service.status(thread, env=env)
+    recorded = service.status_reply(thread, env=env)
     assert recorded["state"] == "failed" and "journalUnwritable" not in recorded
     assert store.load(thread, job).state.value == "failed"
 
@@ -120,11 +120,11 @@ def test_a_worker_that_could_not_journal_its_end_keeps_the_precise_words_once_sp
                                                            **idle(31_000, handoffVerified=True))
     store.release_lock(thread, job)  # ... before it released its lock and exited, as a worker does
     env = {"REKALL_JOBS_DIR": str(store.root)}
-    during = service.status(thread, env=env)
+    during = service.status_reply(thread, env=env)
     assert "the journal could not be written after `waiting_for_resume_idle`" in during["error"]
 
     (tiny_tmpfs / "filler").unlink()
-    after = service.status(thread, env=env)
+    after = service.status_reply(thread, env=env)
     assert (after["state"], after["errorCode"]) == ("failed", "worker_lost") and "journalUnwritable" not in after
     assert after["error"].startswith("the worker process is gone and the journal could not be written after "
                                      "`waiting_for_resume_idle` (its worker released the lock without journaling "

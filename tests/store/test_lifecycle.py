@@ -298,4 +298,4 @@ def test_a_held_status_file_is_written_once_by_save_status_and_readers_answer_fr
     lifecycle.save_status()
     lifecycle.save_status()  # nothing new since: no second write
     assert writes.call_count == 1
-    assert store.status_file.read(thread)[0] == lifecycle.status
+    assert store.status_file.read(thread)[0] == lifecycle.derived_status

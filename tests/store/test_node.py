@@ -39,7 +39,7 @@ def test_rekall_leaves_the_node_versions_directory_exactly_as_it_was(isolated_en
     node, thread = _node_dir(isolated_env), new_thread()
     _node_job(node, thread, "completed")
     before = snapshot(node)
-    service.status(thread)
+    service.status_reply(thread)
     collect_history(JobStore.open_reader())
     JobStore.open().create_job(thread, handoff=handoff(), user_fingerprint="fp")
     assert snapshot(node) == before and sorted(os.listdir(node)) == [f"{thread}.json"]
@@ -58,7 +58,7 @@ def test_node_jobs_are_shown_in_status_and_history_marked_as_the_node_versions(i
         node = _node_dir(isolated_env)
     thread = new_thread()
     job = _node_job(node, thread, "failed")
-    status = service.status(thread)
+    status = service.status_reply(thread)
     assert (status["jobId"], status["state"], status["writtenBy"], status["jobsDir"]) == (job, "failed", "node",
                                                                                           str(node))
     rows = collect_history(JobStore.open_reader())

@@ -40,7 +40,7 @@ def test_a_reader_creates_no_folder_under_a_mistyped_codex_home(tmp_path: Path, 
 
 def test_compaction_status_creates_no_folder_under_a_mistyped_codex_home(tmp_path: Path):
     typo = tmp_path / "codex-hmoe"
-    assert service.status(new_thread(), env={"CODEX_HOME": str(typo)})["state"] == "not_scheduled"
+    assert service.status_reply(new_thread(), env={"CODEX_HOME": str(typo)})["state"] == "not_scheduled"
     assert not typo.exists()
 
 
@@ -112,7 +112,7 @@ def test_a_worker_lost_after_the_compaction_says_the_thread_was_compacted(tmp_pa
     clock = FakeClock()
     store, thread = open_store(tmp_path / "jobs", clock), new_thread()
     job_with_dead_worker(store, clock, thread, state)
-    status = service.status(thread, env={"REKALL_JOBS_DIR": str(store.root)})
+    status = service.status_reply(thread, env={"REKALL_JOBS_DIR": str(store.root)})
     assert (status["state"], status["errorCode"], status["outcomeMayBeUnknown"]) == ("failed", "worker_lost", unknown)
     assert words in status["error"] and state in status["error"]
     if state != "accepted":

@@ -272,7 +272,7 @@ class AppServerThread:
     def seen_at(self) -> float | None:
         return None  # the messages carry no time, and the reader hands them on at once
 
-    def evidence(self) -> dict[str, Any]:
+    def connection_note(self) -> dict[str, Any]:
         server = self.server
         return {"platform": NAME, "ownerId": None,
                 "serverVersion": None if server is None else server.server_version,

@@ -92,7 +92,7 @@ class ThreadModel:
     def __init__(self, thread_id: str) -> None:
         self.thread_id = thread_id
         self.revision = 0  # messages applied, for the journal: the app-server has no revisions
-        self.status: str | None = None
+        self.runtime_status: str | None = None
         self.thread_source: str | None = None
         self.turns: dict[str, _Turn] = {}
         self.pending: dict[int | str, str] = {}
@@ -112,10 +112,10 @@ class ThreadModel:
         """Take the thread object (``turns`` from a listing when the object has none), oldest first."""
         before = self.facts
         status = thread.get("status")
-        self.status = status.get("type") if isinstance(status, dict) else None
+        self.runtime_status = status.get("type") if isinstance(status, dict) else None
         self.thread_source = thread.get("threadSource")
         listed = thread.get("turns") if turns is None else turns
-        self.problem = None if self.status is not None else "the thread has no status.type"
+        self.problem = None if self.runtime_status is not None else "the thread has no status.type"
         if not isinstance(listed, list):
             listed, self.problem = [], "the thread's turns are not a list"
         self.turns = {}
@@ -158,9 +158,9 @@ class ThreadModel:
         method = message.method
         if method == "thread/status/changed":
             status = params.get("status")
-            self.status = status.get("type") if isinstance(status, dict) else None
+            self.runtime_status = status.get("type") if isinstance(status, dict) else None
         elif method == "thread/closed":
-            self.status = "notLoaded"
+            self.runtime_status = "notLoaded"
         elif method in ("turn/started", "turn/completed"):
             self._turn(params.get("turn"))
         elif method in ("item/started", "item/completed"):
@@ -232,10 +232,10 @@ class ThreadModel:
 
     @property
     def facts(self) -> ThreadFacts:
-        if self.status is None:
+        if self.runtime_status is None:
             busy: str | None = RUNTIME_NULL
-        elif self.status != "idle":
-            busy = f"runtime_{self.status}"
+        elif self.runtime_status != "idle":
+            busy = f"runtime_{self.runtime_status}"
         elif self.active_turn is not None:
             busy = "turn_in_progress"
         elif self.pending:
@@ -245,7 +245,7 @@ class ThreadModel:
         users = [turn for turn in self.turns.values() if turn.kind == "user"]
         latest = users[-1] if users else None
         return ThreadFacts(
-            runtime_status=self.status,
+            runtime_status=self.runtime_status,
             busy_reason=busy,
             pending_requests=len(self.pending),
             completed_compaction_ids=frozenset(self.completed),

@@ -1,4 +1,4 @@
-"""Which generation to speak, from evidence, never guessed. In this order:
+"""Which generation to speak, on stated grounds, never guessed. The grounds, in this order:
 
 (a) the installed extension's own table (:mod:`rekall.adapters.extension.bundles`): one known
     generation matches every table read → that one. A table that matches none is refused,
@@ -79,7 +79,7 @@ def _refusal(install: Install, table: Mapping[str, int]) -> str:
 
 
 def choose(env: Mapping[str, str], *, write_cache: bool) -> Choice:
-    """Evidence (a) and (c); (b) happens on connect when ``adapter`` is ``None``."""
+    """Grounds (a) and (c); (b) happens on connect when ``adapter`` is ``None``."""
     installs = tuple(find_installs(env, write_cache=write_cache))
     pin = pinned(env)
     read = [i for i in installs if i.tables]
@@ -118,7 +118,7 @@ def _names(generations: Sequence[gen.Generation]) -> str:
 
 
 class Settled(NamedTuple):
-    """A generation the owner's answer settled (b), with its evidence: which owner answered,
+    """A generation the owner's answer settled (b), with its grounds: which owner answered,
     on which router. ``schedule`` keeps it in the job, so that the worker, a separate process,
     does not pay a ``no-client-found`` delay again for the same owner."""
 
@@ -138,7 +138,7 @@ class Settled(NamedTuple):
     @classmethod
     def from_json(cls, data: Any) -> Settled | None:
         """The record as a job keeps it; ``None`` unless every field has its type (then the
-        generation is settled again from evidence: never guessed from half a record)."""
+        generation is settled again on its grounds: never guessed from half a record)."""
         if not isinstance(data, Mapping):
             return None
         generation, owner, router, socket, how = (data.get(k) for k in ("generation", "ownerId", "router", "socket",
@@ -174,9 +174,9 @@ class Decision(NamedTuple):
 
 def decide(env: Mapping[str, str], thread_id: str, *, router: str | None, write_cache: bool,
            at_schedule: Settled | None, reuse: bool = True) -> Decision:
-    """Evidence (a) and (c), then a generation settled earlier for ``router`` and this thread,
+    """Grounds (a) and (c), then a generation settled earlier for ``router`` and this thread,
     by ``schedule`` (``at_schedule``) or this process, when it may be reused. Raises
-    :class:`VersionMismatch` when the evidence says not to speak at all."""
+    :class:`VersionMismatch` when the grounds say not to speak at all."""
     chosen = choose(env, write_cache=write_cache)
     if chosen.refusal is not None:
         raise VersionMismatch(chosen.refusal, hint="rekall sends nothing the evidence does not support; "

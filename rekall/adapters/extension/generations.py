@@ -108,7 +108,7 @@ G26_721 = G26_9XX._replace(
     source="third-party readings of the 26.721 bundles (no live 26.721 build was checked)",
 )
 
-#: Every known generation, newest first. Which one is spoken is chosen from evidence
+#: Every known generation, newest first. Which one is spoken is chosen on grounds
 #: (:mod:`rekall.adapters.extension.choice`), never from this order.
 GENERATIONS: tuple[Generation, ...] = (G26_9XX, G26_721)
 
@@ -131,7 +131,7 @@ def left_by_the_owners_answer(discovery_answered: bool, among: Iterable[A]) -> l
     """The generations in ``among`` the owner's answer to owner discovery leaves: answered
     (``discovery_answered``), those with owner discovery; ``no-client-found``, those without.
 
-    That is all the answer shows (evidence (b) in :mod:`rekall.adapters.extension.choice`): the
+    That is all the answer shows (ground (b) in :mod:`rekall.adapters.extension.choice`): the
     generations it leaves together look alike to it, and only the installed extension's table
     or ``REKALL_GENERATION`` tells them apart."""
     return [g for g in among if g.owner_discovery == discovery_answered]

@@ -6,8 +6,8 @@ is sent the router's :class:`~rekall.adapters.extension.messages.Response`, and 
 drives it on the event loop; the worker's first follow drives it on a blocking socket before
 the event loop exists (:mod:`rekall.adapters.extension.first_follow`). The rules live here once.
 
-When the evidence left several candidate generations, the owner's answer to discovery decides
-(:mod:`rekall.adapters.extension.choice`, evidence (b)): answered, a generation with owner discovery;
+When the grounds left several candidate generations, the owner's answer to discovery decides
+(:mod:`rekall.adapters.extension.choice`, ground (b)): answered, a generation with owner discovery;
 ``no-client-found``, the one generation without it, whose owner then answers our follow.
 """
 
@@ -69,7 +69,7 @@ def handshake(thread_id: str, client_type: str, adapter: IpcAdapter | None,
 
 
 def _decide_by_discovery(thread_id: str, client_id: str, candidates: Sequence[IpcAdapter]) -> Handshake:
-    """Evidence (b): the owner's answer to discovery. Answered: a generation with owner
+    """Ground (b): the owner's answer to discovery. Answered: a generation with owner
     discovery. ``no-client-found``: a generation without it, *if* a client then answers
     our follow with the thread's state; otherwise nobody owns the thread. The answer leaves
     the generations :func:`~rekall.adapters.extension.generations.left_by_the_owners_answer`

@@ -20,7 +20,7 @@ import attrs
 
 from rekall.kernel import events as ev
 from rekall.adapters.extension import NAME, ipc
-from rekall.adapters.extension import choice as evidence
+from rekall.adapters.extension import choice
 from rekall.adapters.extension.discovery import CodexBinary, discover_codex_binary
 from rekall.adapters.extension.first_follow import EarlyFollow
 from rekall.adapters.extension.generations import COMPARED_METHODS
@@ -87,7 +87,7 @@ class IpcThread:
         when the frame that showed it arrived."""
         return self.session.last_event_at
 
-    def evidence(self) -> dict[str, Any]:
+    def connection_note(self) -> dict[str, Any]:
         return {"platform": NAME, "ownerId": self.session.owner_id, "adapter": self.session.generation,
                 "generationReason": self.session.generation_reason,
                 "generationSettled": self.session.generation_settled}
@@ -128,11 +128,11 @@ class ExtensionIpc:
     follow_only_reads = True  # a follower subscribes to the owner's broadcasts; nothing else is told
     injection_limit: str | None = INJECTION_LIMIT
 
-    def __init__(self, env: Mapping[str, str] | None = None, *, settled: evidence.Settled | None = None,
+    def __init__(self, env: Mapping[str, str] | None = None, *, settled: choice.Settled | None = None,
                  early: EarlyFollow | BaseException | None = None) -> None:
         self.env = os.environ if env is None else env
-        #: The evidence of the last connect (probe shows it).
-        self.last_choice: evidence.Choice = evidence.Choice(None, (), "not connected yet")
+        #: The grounds of the last connect's choice (probe shows them).
+        self.last_choice: choice.Choice = choice.Choice(None, (), "not connected yet")
         #: What ``schedule`` settled, from the job (the worker reuses it for the same owner).
         self.settled_at_schedule = settled
         #: The worker's first follow (:mod:`rekall.adapters.extension.first_follow`), or why it failed: the next
@@ -142,7 +142,7 @@ class ExtensionIpc:
     async def connect(self, thread_id: str, *, request_timeout_s: float, write_cache: bool,
                       snapshot_timeout_s: float = 12.0, endpoint: Endpoint | None = None,
                       reuse: bool = True, owner_answer_s: float | None = None) -> ThreadSession:
-        """Connect speaking the generation the evidence supports (:mod:`rekall.adapters.extension.choice`);
+        """Connect speaking the generation the grounds support (:mod:`rekall.adapters.extension.choice`);
         on the connection the worker's first follow made, if it was made for this thread."""
         early, self.early = self.early, None  # used once: a reconnect connects anew
         if isinstance(early, BaseException):
@@ -151,7 +151,7 @@ class ExtensionIpc:
             decision = early.decision
         else:
             where = endpoint.path if endpoint is not None else _endpoint_path(self.env)
-            decision = evidence.decide(self.env, thread_id, router=where, write_cache=write_cache,
+            decision = choice.decide(self.env, thread_id, router=where, write_cache=write_cache,
                                        at_schedule=self.settled_at_schedule, reuse=reuse)
         self.last_choice = decision.chosen
         adapter, earlier = decision.adapter, decision.earlier
@@ -163,7 +163,7 @@ class ExtensionIpc:
             # Another owner answered than the one whose answer was remembered (a reload, perhaps
             # an update): the memory proves nothing about it, so ask the owner again.
             await session.aclose()
-            evidence.forget(earlier.router, thread_id)
+            choice.forget(earlier.router, thread_id)
             return await self.connect(thread_id, request_timeout_s=request_timeout_s, write_cache=write_cache,
                                       snapshot_timeout_s=snapshot_timeout_s, endpoint=endpoint, reuse=False,
                                       owner_answer_s=owner_answer_s)
@@ -171,7 +171,7 @@ class ExtensionIpc:
         session.generation_reason = reason if adapter is not None else f"{reason}: {session.generation_reason}"
         session.generation_settled = decision.source
         if decision.chosen.adapter is None and earlier is None and (settled := settled_by(session)) is not None:
-            evidence.remember(thread_id, settled)  # (b) now
+            choice.remember(thread_id, settled)  # (b) now
         return session
 
     async def follow(self, thread_id: str, *, request_timeout_s: float) -> IpcThread:
@@ -181,7 +181,8 @@ class ExtensionIpc:
         session = await self.connect(thread_id, request_timeout_s=request_timeout_s, write_cache=False,
                                      owner_answer_s=OWNER_ANSWER_S)
         try:
-            # The generation settled, with its evidence: probe shows it, schedule journals it.
+            # The generation settled, with its grounds: probe shows them (its reply's key is still
+            # generationEvidence), schedule journals them.
             settled = None if (found := settled_by(session)) is None else found.to_json()
             seen = _snapshot(session, {
                 "endpoint": session.endpoint._asdict(),
@@ -241,12 +242,12 @@ def _calls_in_progress(session: ThreadSession) -> frozenset[str]:
     return calls_in_progress(state.get(session.mirror.layout.turns)) if isinstance(state, dict) else frozenset()
 
 
-def settled_by(session: ThreadSession) -> evidence.Settled | None:
-    """The generation a connected session speaks, with its evidence; ``None`` without an owner."""
+def settled_by(session: ThreadSession) -> choice.Settled | None:
+    """The generation a connected session speaks, with its grounds; ``None`` without an owner."""
     if session.owner_id is None:
         return None
     path = session.endpoint.path
-    return evidence.Settled(session.generation, session.owner_id, path, evidence.socket_identity(path),
+    return choice.Settled(session.generation, session.owner_id, path, choice.socket_identity(path),
                             session.generation_reason)
 
 
@@ -326,7 +327,7 @@ async def check_router(endpoint: Endpoint | None) -> Row:
 def check_extension(env: Mapping[str, str]) -> Row:
     """The installed extension: where, its version, the table read, the generation chosen and why."""
     try:
-        chosen = evidence.choose(env, write_cache=False)
+        chosen = choice.choose(env, write_cache=False)
     except RekallError as exc:
         return Row.failed("extension_protocol", exc)
     if chosen.refusal is not None:
@@ -418,7 +419,7 @@ def check_schema(env: Mapping[str, str], binary: CodexBinary | None) -> Row:
     except RekallError as exc:
         return Row.failed("public_schema", exc)
     source = "from the cache" if report.from_cache else "generated now"
-    if report.status != "compatible":
+    if report.verdict != "compatible":
         failed = "; ".join(f"{c.name}: {c.detail} ({c.file}#{c.pointer})" for c in report.failed)
         return Row("public_schema", "RED", f"Codex {report.binary.version} ({source}) fails {failed}",
                    "use a Codex version rekall supports, or update rekall; schedule refuses until then")

@@ -89,7 +89,7 @@ class ToyThread:
     def seen_at(self) -> float | None:
         return None
 
-    def evidence(self) -> dict[str, Any]:
+    def connection_note(self) -> dict[str, Any]:
         return {"platform": NAME, "ownerId": "toy-owner"}
 
     async def reconnect(self) -> None:
