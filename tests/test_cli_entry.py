@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from rekall.surfaces import cli
-from rekall.surfaces.cli_entry import quick_answer
+from rekall.surfaces.cli_entry import answer_from_views
 from rekall.store import JobStore
 from rekall.store.paths import JobPaths
 from rekall.store.views import SEAL, HistoryRows
@@ -50,7 +50,7 @@ def full(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[str, str]
 
 
 def quick_then_full(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[tuple[str, str] | None, tuple[str, str]]:
-    return quick_answer(argv, os.environ), full(argv, capsys)
+    return answer_from_views(argv, os.environ), full(argv, capsys)
 
 
 def status_argv(thread: str) -> list[str]:
@@ -74,7 +74,7 @@ def test_the_thread_may_come_from_codex_thread_id(thread, capsys, monkeypatch):
 
 
 def test_history_is_answered_quickly_once_its_rows_are_saved(thread, capsys, paths):
-    assert quick_answer(HISTORY, os.environ) is None  # no rows saved yet
+    assert answer_from_views(HISTORY, os.environ) is None  # no rows saved yet
     first = full(HISTORY, capsys)  # the full path saves the rows of the ended jobs
     assert paths.history_rows().exists()
     assert paths.history_rows().stat().st_mode & 0o777 == 0o600
@@ -98,8 +98,8 @@ def test_history_limits_and_thread_filter_match_the_full_command(thread, capsys,
 def test_a_running_job_is_left_to_the_full_command(thread, store, capsys):
     full(HISTORY, capsys)
     schedule(store, thread)  # scheduled: its worker would decide liveness, which only the full path checks
-    assert quick_answer(status_argv(thread), os.environ) is None
-    assert quick_answer(HISTORY, os.environ) is None
+    assert answer_from_views(status_argv(thread), os.environ) is None
+    assert answer_from_views(HISTORY, os.environ) is None
     printed = full(HISTORY, capsys)
     assert json.loads(printed[0])[0]["state"] == "scheduled"
 
@@ -109,8 +109,8 @@ def test_a_record_added_to_a_journal_after_the_seal_is_noticed(thread, store, cl
     job = json.loads(full(status_argv(thread), capsys)[0])["jobId"]
     with paths.journal(thread, job).open("ab") as journal:  # any append changes the stamp
         journal.write(b"\n")
-    assert quick_answer(status_argv(thread), os.environ) is None
-    assert quick_answer(HISTORY, os.environ) is None
+    assert answer_from_views(status_argv(thread), os.environ) is None
+    assert answer_from_views(HISTORY, os.environ) is None
 
 
 def test_a_new_job_that_has_ended_is_served_after_its_worker_wrote_the_status(thread, store, clock, capsys):
@@ -121,28 +121,28 @@ def test_a_new_job_that_has_ended_is_served_after_its_worker_wrote_the_status(th
     quick, printed = quick_then_full(status_argv(thread), capsys)  # sealed by the worker's last transition
     assert quick == printed
     assert json.loads(quick[0])["jobId"] == created.job_id
-    assert quick_answer(HISTORY, os.environ) is None  # its row is not saved yet
+    assert answer_from_views(HISTORY, os.environ) is None  # its row is not saved yet
     full(HISTORY, capsys)
     quick, printed = quick_then_full(HISTORY, capsys)
     assert quick == printed and json.loads(quick[0])[0]["jobId"] == created.job_id
 
 
 def test_a_hand_edited_status_file_is_not_served(thread, capsys, paths):
-    path = paths.status(thread)
+    path = paths.status_file(thread)
     found = json.loads(path.read_text())
     found["state"] = "failed"  # the seal is kept, the content is not what was sealed
     path.write_text(json.dumps(found, indent=2))
-    assert quick_answer(status_argv(thread), os.environ) is None
+    assert answer_from_views(status_argv(thread), os.environ) is None
     printed = json.loads(full(status_argv(thread), capsys)[0])
     assert printed["state"] == "resumed" and "statusFileProblem" in printed
 
 
 def test_a_status_file_without_a_seal_is_sealed_by_the_next_full_read(thread, capsys, paths):
-    path = paths.status(thread)
+    path = paths.status_file(thread)
     found = json.loads(path.read_text())
     del found[SEAL]  # as an earlier rekall wrote it
     path.write_text(json.dumps(found, indent=2, ensure_ascii=False) + "\n")
-    assert quick_answer(status_argv(thread), os.environ) is None
+    assert answer_from_views(status_argv(thread), os.environ) is None
     first = full(status_argv(thread), capsys)
     assert "statusFileProblem" not in first[0]  # right, only not sealed: nothing to report
     quick, printed = quick_then_full(status_argv(thread), capsys)
@@ -150,18 +150,18 @@ def test_a_status_file_without_a_seal_is_sealed_by_the_next_full_read(thread, ca
 
 
 def test_a_seal_from_another_rekall_version_is_not_trusted(thread, paths):
-    path = paths.status(thread)
+    path = paths.status_file(thread)
     found = json.loads(path.read_text())
     found[SEAL]["rekall"] = "0.0.1"
     path.write_text(json.dumps(found, indent=2, ensure_ascii=False) + "\n")
-    assert quick_answer(status_argv(thread), os.environ) is None
+    assert answer_from_views(status_argv(thread), os.environ) is None
 
 
 def test_an_earlier_job_pruned_changes_the_history_so_neither_view_is_served(thread, store, capsys, paths):
     full(HISTORY, capsys)
     oldest = json.loads(full(status_argv(thread), capsys)[0])["history"][0]["jobId"]
     paths.journal(thread, oldest).unlink()
-    assert quick_answer(status_argv(thread), os.environ) is None
+    assert answer_from_views(status_argv(thread), os.environ) is None
     quick, printed = quick_then_full(HISTORY, capsys)  # a removed journal's row is simply not listed
     assert quick == printed
     assert oldest not in quick[0]
@@ -177,8 +177,8 @@ def test_a_damaged_journal_is_not_hidden_by_a_saved_row(thread, capsys, paths):
     data[40] ^= 0x01  # same size, one bit flipped, written again (a new modification time)
     os.utime(path, ns=(0, 0))
     path.write_bytes(bytes(data))
-    assert quick_answer(status_argv(thread), os.environ) is None
-    assert quick_answer(HISTORY, os.environ) is None
+    assert answer_from_views(status_argv(thread), os.environ) is None
+    assert answer_from_views(HISTORY, os.environ) is None
     rows = json.loads(full(HISTORY, capsys)[0])
     assert [row["state"] for row in rows if row["jobId"] == job] == ["unreadable"]
 
@@ -191,8 +191,8 @@ def test_a_journal_replaced_by_a_symlink_is_not_served(thread, capsys, paths, tm
     copy.write_bytes(path.read_bytes())
     path.unlink()
     path.symlink_to(copy)
-    assert quick_answer(status_argv(thread), os.environ) is None
-    assert quick_answer(HISTORY, os.environ) is None
+    assert answer_from_views(status_argv(thread), os.environ) is None
+    assert answer_from_views(HISTORY, os.environ) is None
 
 
 def test_damaged_saved_rows_are_not_served_and_are_saved_again(thread, capsys, paths):
@@ -202,22 +202,22 @@ def test_damaged_saved_rows_are_not_served_and_are_saved_again(thread, capsys, p
     data[-5] ^= 0x01
     rows.write_bytes(bytes(data))
     assert HistoryRows.load(paths) is None
-    assert quick_answer(HISTORY, os.environ) is None
+    assert answer_from_views(HISTORY, os.environ) is None
     assert full(HISTORY, capsys) == first
-    assert quick_answer(HISTORY, os.environ) == first
+    assert answer_from_views(HISTORY, os.environ) == first
 
 
 def test_the_node_versions_jobs_leave_history_to_the_full_command(thread, capsys, isolated_env):
     full(HISTORY, capsys)
     node_dir = isolated_env / "tools" / "context-compact" / "jobs"
     node_dir.mkdir(parents=True, mode=0o700)
-    assert quick_answer(HISTORY, os.environ) is None
+    assert answer_from_views(HISTORY, os.environ) is None
 
 
 def test_without_a_jobs_directory_the_full_command_answers(tmp_path, monkeypatch):
     monkeypatch.setenv("REKALL_JOBS_DIR", str(tmp_path / "absent"))
-    assert quick_answer(status_argv("00000000-0000-4000-8000-000000000002"), os.environ) is None
-    assert quick_answer(HISTORY, os.environ) is None
+    assert answer_from_views(status_argv("00000000-0000-4000-8000-000000000002"), os.environ) is None
+    assert answer_from_views(HISTORY, os.environ) is None
     assert not (tmp_path / "absent").exists()
 
 
@@ -239,7 +239,7 @@ def test_without_a_jobs_directory_the_full_command_answers(tmp_path, monkeypatch
 ], ids=lambda argv: " ".join(argv) or "nothing")
 def test_every_other_command_goes_to_the_full_cli(thread, capsys, argv):
     full(HISTORY, capsys)
-    assert quick_answer(argv, os.environ) is None
+    assert answer_from_views(argv, os.environ) is None
 
 
 def test_rekall_started_as_a_module_answers_quickly_and_falls_back(thread, capsys, jobs_dir):
@@ -267,7 +267,7 @@ def test_a_thread_with_a_lock_or_a_status_file_but_no_journal_is_left_to_the_ful
     lock = store.locks.places(NO_JOB)[0]
     lock.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     lock.write_text("{}")  # a lock being taken, or a stale one the full path judges
-    assert quick_answer(status_argv(NO_JOB), os.environ) is None
+    assert answer_from_views(status_argv(NO_JOB), os.environ) is None
     lock.unlink()
-    store.paths.status(NO_JOB).write_text('{"state": "completed"}')  # the Node version's, or by hand
-    assert quick_answer(status_argv(NO_JOB), os.environ) is None
+    store.paths.status_file(NO_JOB).write_text('{"state": "completed"}')  # the Node version's, or by hand
+    assert answer_from_views(status_argv(NO_JOB), os.environ) is None

@@ -56,7 +56,7 @@ def test_status_says_when_the_outcome_may_be_unknown_and_when_the_job_ended(stor
 def test_a_status_file_without_a_journal_is_shown_as_such(store: JobStore):
     thread = new_thread()
     old = {"jobId": new_thread(), "threadId": thread, "status": "completed", "completedAt": "2026-01-02T03:04:05Z"}
-    store.paths.status(thread).write_text(json.dumps(old), encoding="utf-8")
+    store.paths.status_file(thread).write_text(json.dumps(old), encoding="utf-8")
     text = shown(print_job, wire(store.read_status(thread)), 80)
     assert "no journal backs this status file" in text
     assert "ended  2026-01-02T03:04:05Z" in text  # an old file's completedAt is still read

@@ -79,7 +79,7 @@ def test_the_json_read_paths_load_no_heavy_module(argv: list[str], busy_thread: 
 @pytest.mark.parametrize("argv", [["status", "{thread}", "--json"], ["history", "--json", "--limit", "3000"],
                                   ["history", "--json", "--thread", "{thread}"]],
                          ids=["status", "history", "history-of-a-thread"])
-def test_the_quick_answers_load_neither_the_cli_nor_the_stores_records(argv: list[str], busy_thread: str,
+def test_the_answer_from_viewss_load_neither_the_cli_nor_the_stores_records(argv: list[str], busy_thread: str,
                                                                          jobs_dir: Path):
     env = {**os.environ, "REKALL_JOBS_DIR": str(jobs_dir)}
     argv = [a.format(thread=busy_thread) for a in argv]

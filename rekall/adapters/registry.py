@@ -7,7 +7,7 @@ protocol (the worker's first follow goes out before the event loop is imported):
 * optionally ``OWNER``: how a message for people names the owner of a thread there (``the extension``);
 * ``open_platform(env, resume)``: the :class:`rekall.adapters.contract.Platform`, resuming from a
   :class:`rekall.adapters.resume.ResumeToken` when it has one;
-* optionally ``follow_early(thread_id, env, resume, request_timeout_s=...)``: the worker's first
+* optionally ``follow_first(thread_id, env, resume, request_timeout_s=...)``: the worker's first
   follow, made before the event loop, which ``open_platform`` then goes on from.
 
 Owner finding asks every platform listed here, in this order (:mod:`rekall.adapters.owners`); ``doctor``

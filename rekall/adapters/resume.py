@@ -6,11 +6,11 @@ settled there, with the owner's client id and the router's path and socket ident
 secret). ``schedule`` journals it (the status shows the record as ``generationAtSchedule``) and
 passes it on the worker's command line, so that the worker can follow the thread before it loads
 the store; the worker's claim checks it against the journal, which decides. A platform that can
-follow before the event loop exists adds its head start to the token (``head_start``), and goes
+follow before the event loop exists adds its first follow to the token (``first_follow``), and goes
 on from it when the worker opens the platform.
 
 This module imports nothing heavy: the worker reads its command line with it before its first follow
-(:func:`rekall.worker.start.followed_early` adds the head start).
+(:func:`rekall.worker.start.with_first_follow` adds it).
 """
 
 from __future__ import annotations
@@ -26,14 +26,14 @@ if TYPE_CHECKING:
 
 
 class ResumeToken(NamedTuple):
-    """Where schedule found a thread (see the module), and the head start made from it."""
+    """Where schedule found a thread (see the module), and the first follow made from it."""
 
     platform: str | None
     #: The platform's own record, as journaled (``None``: it recorded nothing).
     settled: Mapping[str, Any] | None
     #: The worker's first follow made from this token before the event loop, or why it failed
     #: (``None``: not made). Never on the command line, never compared.
-    head_start: Any = None
+    first_follow: Any = None
 
     @classmethod
     def recorded(cls, status: JobStatus) -> ResumeToken:
@@ -64,9 +64,9 @@ class ResumeToken(NamedTuple):
         return cls(data["platform"], data["generationAtSchedule"])
 
     def close(self) -> None:
-        """Close the head start's connection (a no-op once the platform took it over and closed it)."""
-        if hasattr(self.head_start, "close"):
-            self.head_start.close()
+        """Close the first follow's connection (a no-op once the platform took it over and closed it)."""
+        if hasattr(self.first_follow, "close"):
+            self.first_follow.close()
 
 
 __all__ = ["ResumeToken"]

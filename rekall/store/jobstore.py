@@ -90,7 +90,7 @@ class JobStore(StoreParts):
     # --- paths (ids validated) ---------------------------------------------------------
 
     def status_path(self, thread_id: str) -> Path:
-        return self.paths.status(valid_thread(thread_id))
+        return self.paths.status_file(valid_thread(thread_id))
 
     def lock_path(self, thread_id: str) -> Path:
         return self.locks.path(valid_thread(thread_id))

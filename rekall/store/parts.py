@@ -44,7 +44,7 @@ class StatusFile:
     def read(self, thread: str) -> tuple[dict[str, Any] | None, str | None]:
         """The file's JSON object, or ``None`` and why not (``missing``, ``corrupt (…)``, …)."""
         try:
-            raw = read_private(self.paths.status(thread), limit=STATUS_LIMIT)
+            raw = read_private(self.paths.status_file(thread), limit=STATUS_LIMIT)
         except FileNotFoundError:
             return None, "missing"
         except TooLarge as exc:
@@ -64,7 +64,7 @@ class StatusFile:
         before they were read: :mod:`rekall.store.views`)."""
         value = sealed(status, stamps, ended=status["state"] in ENDED)
         data = (json.dumps(value, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
-        self.fs.atomic_replace(self.paths.status(thread), data)
+        self.fs.atomic_replace(self.paths.status_file(thread), data)
 
     def save_quietly(self, thread: str, status: dict[str, Any], stamps: dict[str, list[int]]) -> None:
         """Save, logging a failure: a reader never fails on a derived view."""

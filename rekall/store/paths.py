@@ -166,7 +166,7 @@ class JobPaths:
     def __init__(self, root: Path) -> None:
         self.root = root
 
-    def status(self, thread: str) -> Path:
+    def status_file(self, thread: str) -> Path:
         return self.root / f"{thread}.json"
 
     def history_rows(self) -> Path:

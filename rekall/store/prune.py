@@ -91,7 +91,7 @@ def prune(store: JobStore, *, older_than: timedelta | None, keep: int | None, dr
             removed = [_remove(store, job, ended, dry_run=False) for job, ended in chosen]
             for thread in sorted({job.thread_id for job, _ in chosen}):
                 if not store.paths.journals(thread=thread):
-                    _unlink(store.paths.status(thread))
+                    _unlink(store.paths.status_file(thread))
             if removed:
                 store.fs.fsync_dir(store.root)
     kept = sum(len(jobs) for jobs in by_thread.values()) - len(removed)

@@ -87,7 +87,7 @@ def _without_journal(paths: JobPaths, thread: str, on_disk: dict[str, Any] | Non
         return {**on_disk, **wire(JobStatus(threadId=thread, state=state,
                                             statusFileProblem="no journal backs this status file; shown as found"))}
     if problem is not None and problem != "missing":
-        raise StatusCorrupt(f"the status file {paths.status(thread)} is {problem} and no journal "
+        raise StatusCorrupt(f"the status file {paths.status_file(thread)} is {problem} and no journal "
                             "exists to rebuild it from",
                             hint="move the file aside; nothing else refers to it")
     return not_scheduled(thread)

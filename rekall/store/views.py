@@ -91,7 +91,7 @@ def unsealed(found: dict[str, Any]) -> dict[str, Any]:
 def served_status(paths: JobPaths, thread: str) -> tuple[dict[str, Any], str] | None:
     """The thread's status and its text, from the status file, when its seal holds; else ``None``."""
     try:
-        found = json.loads(read_private(paths.status(thread), limit=STATUS_LIMIT))
+        found = json.loads(read_private(paths.status_file(thread), limit=STATUS_LIMIT))
     except (OSError, ValueError):
         return None
     if not isinstance(found, dict):
@@ -126,7 +126,7 @@ def trusted_status(env: Mapping[str, str], thread: str) -> tuple[dict[str, Any],
     served = served_status(paths, thread)
     if served is not None or node_dirs or not os.path.isdir(root):  # no jobs directory yet: the full path says why
         return served
-    if any(os.path.lexists(p) for p in (paths.status(thread),
+    if any(os.path.lexists(p) for p in (paths.status_file(thread),
                                          *lock_places(lock_root, legacy_lock_dirs(env, lock_root), paths, thread))):
         return None
     for _ in paths.journal_entries(thread=thread):

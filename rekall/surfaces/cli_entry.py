@@ -31,7 +31,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from rekall.surfaces.session_hook import main as hook
 
         return hook()
-    answer = quick_answer(argv, os.environ)
+    answer = answer_from_views(argv, os.environ)
     if answer is None:
         from rekall.surfaces.cli import main as full
 
@@ -42,7 +42,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def quick_answer(argv: list[str], env: Mapping[str, str]) -> tuple[str, str] | None:
+def answer_from_views(argv: list[str], env: Mapping[str, str]) -> tuple[str, str] | None:
     """``(stdout, stderr)`` of a command answered from a trusted view, or ``None``: run the CLI."""
     verb, args = (argv[0], argv[1:]) if argv else ("", [])
     try:

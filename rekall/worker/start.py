@@ -58,7 +58,7 @@ def run_worker(thread_id: str, job_id: str, env: Mapping[str, str] | None = None
     try:
         settings = WorkerSettings.from_env(env)
         if scheduled is not None:
-            scheduled = followed_early(scheduled, thread_id, env, settings.request_timeout_s)
+            scheduled = with_first_follow(scheduled, thread_id, env, settings.request_timeout_s)
         import asyncio
 
         from rekall.worker import timers as punctual
@@ -73,28 +73,28 @@ def run_worker(thread_id: str, job_id: str, env: Mapping[str, str] | None = None
         return 1
     finally:
         if scheduled is not None:
-            scheduled.close()  # a no-op once the platform took its head start over and closed it
+            scheduled.close()  # a no-op once the platform took its first follow over and closed it
     from rekall.states import SUCCESSFUL_END_STATES
 
     log.info("worker finished: %s", final.value)
     return 0 if final in SUCCESSFUL_END_STATES else 1
 
 
-def followed_early(scheduled: ResumeToken, thread_id: str, env: Mapping[str, str],
+def with_first_follow(scheduled: ResumeToken, thread_id: str, env: Mapping[str, str],
                    request_timeout_s: float) -> ResumeToken:
     """The token with its platform's first follow made now, where the platform makes one before
     the event loop (:mod:`rekall.adapters.registry`); its error instead, to fail the job with once
     the worker has claimed it (never tried again)."""
     from rekall.adapters.registry import package_named
 
-    follow = getattr(package_named(scheduled.platform), "follow_early", None)
+    follow = getattr(package_named(scheduled.platform), "follow_first", None)
     if follow is None:
         return scheduled
     try:
         made = follow(thread_id, env, scheduled, request_timeout_s=request_timeout_s)
     except Exception as exc:  # noqa: BLE001 - handled as a failed follow always was: once the job is claimed
         made = exc
-    return scheduled._replace(head_start=made)
+    return scheduled._replace(first_follow=made)
 
 
 def configure_logging(path: os.PathLike[str] | str) -> None:

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from rekall.adapters.extension import connect_thread
-from rekall.adapters.extension.first_follow import EarlyFollow, follow_early
+from rekall.adapters.extension.first_follow import FirstFollow, follow_first
 from rekall.adapters.extension.platform import ExtensionIpc
 from rekall.kernel.errors import IpcError
 from rekall.sim import start_sim_in_thread
@@ -26,16 +26,16 @@ def sim() -> Iterator[SimHandle]:
         yield handle
 
 
-def early_follow(sim: SimHandle, **options: Any) -> EarlyFollow:
-    early = follow_early(sim.thread_id, sim.env, at_schedule=None, request_timeout_s=5.0, **options)
+def early_follow(sim: SimHandle, **options: Any) -> FirstFollow:
+    early = follow_first(sim.thread_id, sim.env, at_schedule=None, request_timeout_s=5.0, **options)
     assert early is not None  # a Unix socket: followed here
     return early
 
 
-async def connect(sim: SimHandle, early: EarlyFollow | BaseException | None = None,
+async def connect(sim: SimHandle, early: FirstFollow | BaseException | None = None,
                   env: dict[str, str] | None = None) -> dict[str, Any]:
     """Connect as the worker does (``ExtensionIpc.follow``), and what the session says."""
-    platform = ExtensionIpc(env or sim.env, early=early)
+    platform = ExtensionIpc(env or sim.env, first_follow=early)
     session = await platform.connect(sim.thread_id, request_timeout_s=5.0, write_cache=False)
     try:
         mirror = session.mirror
@@ -109,7 +109,7 @@ def test_a_first_follow_fails_as_the_event_loops_connect_fails_and_nothing_is_tr
         return sim.call(lambda owner: len(owner.routed_for("initialize")))
 
     sim.call(fault)
-    early = caught(lambda: follow_early(sim.thread_id, env, at_schedule=None, request_timeout_s=5.0))
+    early = caught(lambda: follow_first(sim.thread_id, env, at_schedule=None, request_timeout_s=5.0))
     assert asked() == 1
     sim.call(fault)
     on_the_loop = caught(lambda: asyncio.run(connect(sim, env=env)))
@@ -123,6 +123,6 @@ def test_a_first_follow_fails_as_the_event_loops_connect_fails_and_nothing_is_tr
 def test_a_router_without_a_listener_fails_the_first_follow_as_connecting_does(tmp_path):
     env = {"REKALL_PIPE": str(tmp_path / "gone.sock")}
     thread = "0199a5c2-2222-7000-8000-0000000000a1"
-    early = caught(lambda: follow_early(thread, env, at_schedule=None, request_timeout_s=1.0))
+    early = caught(lambda: follow_first(thread, env, at_schedule=None, request_timeout_s=1.0))
     on_the_loop = caught(lambda: asyncio.run(connect_thread(thread, env=env)))
     assert said(early) == said(on_the_loop) and early.code == "endpoint_missing"

@@ -22,7 +22,7 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from rekall.adapters.extension.first_follow import EarlyFollow
+    from rekall.adapters.extension.first_follow import FirstFollow
     from rekall.adapters.extension.errors import (
         ConnectionLostError,
         HandshakeFailed,
@@ -51,14 +51,14 @@ def open_platform(env: Mapping[str, str], resume: ResumeToken | None) -> Platfor
 
     if resume is None:
         return ExtensionIpc(env)
-    return ExtensionIpc(env, settled=Settled.from_json(resume.settled), early=resume.head_start)
+    return ExtensionIpc(env, settled=Settled.from_json(resume.settled), first_follow=resume.first_follow)
 
 
-def follow_early(thread_id: str, env: Mapping[str, str], resume: ResumeToken, *,
-                 request_timeout_s: float) -> EarlyFollow | None:
+def follow_first(thread_id: str, env: Mapping[str, str], resume: ResumeToken, *,
+                 request_timeout_s: float) -> FirstFollow | None:
     """The worker's first follow, on a blocking socket before the event loop
     (:mod:`rekall.adapters.extension.first_follow`)."""
-    from rekall.adapters.extension.first_follow import follow_early as follow
+    from rekall.adapters.extension.first_follow import follow_first as follow
 
     return follow(thread_id, env, at_schedule=resume.settled, request_timeout_s=request_timeout_s)
 
@@ -99,6 +99,6 @@ __all__ = [
     "VersionMismatch",
     "adapter_named",
     "connect_thread",
-    "follow_early",
+    "follow_first",
     "open_platform",
 ]

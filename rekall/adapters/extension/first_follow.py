@@ -7,8 +7,8 @@ checks of the endpoint, then the peer's uid), runs the same handshake
 (:mod:`rekall.adapters.extension.handshake`) under the same generation decision
 (:func:`~rekall.adapters.extension.choice.decide`), and sends the follow. The owner then sends the
 thread's snapshot while the rest of the worker loads; the session goes on from this
-connection (:meth:`EarlyFollow.adopt`), handling first what arrived meanwhile that was not an
-answer to the handshake (:attr:`EarlyFollow.backlog`).
+connection (:meth:`FirstFollow.adopt`), handling first what arrived meanwhile that was not an
+answer to the handshake (:attr:`FirstFollow.backlog`).
 
 Nothing here acts on the thread, and nothing is tried twice: if the first follow fails, the
 job fails with its error once the worker has claimed it, as a failed follow always did.
@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from rekall.transports.socketstream import SocketStream
 
 
-class EarlyFollow(NamedTuple):
+class FirstFollow(NamedTuple):
     """A connection that has run the handshake and sent the follow; the session goes on from it."""
 
     thread_id: str
@@ -65,8 +65,8 @@ class EarlyFollow(NamedTuple):
         self.sock.close()
 
 
-def follow_early(thread_id: str, env: Mapping[str, str], *, at_schedule: Any, request_timeout_s: float,
-                 client_type: str = "codex-rekall") -> EarlyFollow | None:
+def follow_first(thread_id: str, env: Mapping[str, str], *, at_schedule: Any, request_timeout_s: float,
+                 client_type: str = "codex-rekall") -> FirstFollow | None:
     """Follow ``thread_id`` now, through a Unix socket; ``None`` where the router is a named
     pipe (the event loop's connect follows). ``at_schedule``: the generation record schedule
     journaled (``generationAtSchedule``). Raises what connecting would raise."""
@@ -95,7 +95,7 @@ def follow_early(thread_id: str, env: Mapping[str, str], *, at_schedule: Any, re
     except BaseException:
         sock.close()
         raise
-    return EarlyFollow(thread_id, endpoint._replace(peer_check=peer_check), decision, handshaken, sock, link.backlog)
+    return FirstFollow(thread_id, endpoint._replace(peer_check=peer_check), decision, handshaken, sock, link.backlog)
 
 
 class _BlockingLink:

@@ -22,7 +22,7 @@ from rekall.kernel import events as ev
 from rekall.adapters.extension import NAME, ipc
 from rekall.adapters.extension import choice
 from rekall.adapters.extension.discovery import CodexBinary, discover_codex_binary
-from rekall.adapters.extension.first_follow import EarlyFollow
+from rekall.adapters.extension.first_follow import FirstFollow
 from rekall.adapters.extension.generations import COMPARED_METHODS
 from rekall.adapters.extension.session import ThreadSession, connect_thread
 from rekall.kernel.errors import RekallError
@@ -129,7 +129,7 @@ class ExtensionIpc:
     injection_limit: str | None = INJECTION_LIMIT
 
     def __init__(self, env: Mapping[str, str] | None = None, *, settled: choice.Settled | None = None,
-                 early: EarlyFollow | BaseException | None = None) -> None:
+                 first_follow: FirstFollow | BaseException | None = None) -> None:
         self.env = os.environ if env is None else env
         #: The grounds of the last connect's choice (probe shows them).
         self.last_choice: choice.Choice = choice.Choice(None, (), "not connected yet")
@@ -137,18 +137,18 @@ class ExtensionIpc:
         self.settled_at_schedule = settled
         #: The worker's first follow (:mod:`rekall.adapters.extension.first_follow`), or why it failed: the next
         #: connect to its thread goes on from it.
-        self.early = early
+        self.first_follow = first_follow
 
     async def connect(self, thread_id: str, *, request_timeout_s: float, write_cache: bool,
                       snapshot_timeout_s: float = 12.0, endpoint: Endpoint | None = None,
                       reuse: bool = True, owner_answer_s: float | None = None) -> ThreadSession:
         """Connect speaking the generation the grounds support (:mod:`rekall.adapters.extension.choice`);
         on the connection the worker's first follow made, if it was made for this thread."""
-        early, self.early = self.early, None  # used once: a reconnect connects anew
-        if isinstance(early, BaseException):
-            raise early  # the first follow failed: the job fails with its error, nothing is tried again
-        if early is not None:
-            decision = early.decision
+        first, self.first_follow = self.first_follow, None  # used once: a reconnect connects anew
+        if isinstance(first, BaseException):
+            raise first  # the first follow failed: the job fails with its error, nothing is tried again
+        if first is not None:
+            decision = first.decision
         else:
             where = endpoint.path if endpoint is not None else _endpoint_path(self.env)
             decision = choice.decide(self.env, thread_id, router=where, write_cache=write_cache,
@@ -158,7 +158,7 @@ class ExtensionIpc:
         session = await connect_thread(thread_id, env=self.env, endpoint=endpoint, request_timeout_s=request_timeout_s,
                                        snapshot_timeout_s=snapshot_timeout_s, owner_answer_s=owner_answer_s,
                                        adapter=adapter,
-                                       candidates=decision.candidates or None, early=early)
+                                       candidates=decision.candidates or None, first_follow=first)
         if earlier is not None and session.owner_id != earlier.owner:
             # Another owner answered than the one whose answer was remembered (a reload, perhaps
             # an update): the memory proves nothing about it, so ask the owner again.

@@ -40,7 +40,7 @@ from rekall.adapters.extension.errors import (
     not_answered,
 )
 from rekall.adapters.extension.choice import GENERATION_VAR, pinned
-from rekall.adapters.extension.first_follow import EarlyFollow
+from rekall.adapters.extension.first_follow import FirstFollow
 from rekall.adapters.extension.follower import (
     MAX_RESYNCS_PER_CONNECTION,
     Action,
@@ -256,25 +256,25 @@ class ThreadSession:
 
     # -- connecting --------------------------------------------------------------------
 
-    async def _open(self, *, emit: bool, early: EarlyFollow | None = None) -> None:
-        """Connect, handshake, follow, and wait for the first snapshot; with ``early``, go on
+    async def _open(self, *, emit: bool, first_follow: FirstFollow | None = None) -> None:
+        """Connect, handshake, follow, and wait for the first snapshot; with ``first_follow``, go on
         from the connection, handshake and follow the worker made before its event loop."""
-        if early is None:
+        if first_follow is None:
             transport = self._transport or transport_for(self.endpoint, peer_uid_lookup=self._peer_uid_lookup)
             stream = await transport.connect()
             backlog: Sequence[tuple[Any, float]] = ()
         else:
-            stream, backlog = await early.adopt(), early.backlog
-            self.follower.handshaken(early.handshaken, time.monotonic())
+            stream, backlog = await first_follow.adopt(), first_follow.backlog
+            self.follower.handshaken(first_follow.handshaken, time.monotonic())
         self.endpoint = self.endpoint._replace(peer_check=stream.peer_check)
         link = _Link(MessageChannel(stream))
         self._link = link
         self.follower.connection_opened()
         link.reader = asyncio.create_task(self._read_loop(link, backlog), name=f"rekall-ipc-reader-{self.thread_id}")
         try:
-            if early is None:
+            if first_follow is None:
                 await self._handshake(link)
-            await self._follow_and_wait(link, emit=emit, followed=early is not None)
+            await self._follow_and_wait(link, emit=emit, followed=first_follow is not None)
         except BaseException:
             await self._close_link(link)
             raise
@@ -518,7 +518,7 @@ async def connect_thread(
     tap: Tap | None = None,
     adapter: str | IpcAdapter | None = None,
     candidates: Sequence[IpcAdapter] | None = None,
-    early: EarlyFollow | None = None,
+    first_follow: FirstFollow | None = None,
 ) -> ThreadSession:
     """Connect to the owner of ``thread_id``, follow it and wait for its first snapshot.
 
@@ -529,7 +529,7 @@ async def connect_thread(
     ``adapter`` is the generation to speak (an adapter or its name); without it and without
     ``candidates``, ``REKALL_GENERATION`` in ``env`` when set; otherwise the owner's answer to
     discovery chooses among ``candidates`` (default: every known generation).
-    ``early``: the worker's first follow of this thread (:mod:`rekall.adapters.extension.first_follow`), made with
+    ``first_follow``: the worker's first follow of this thread (:mod:`rekall.adapters.extension.first_follow`), made with
     the same ``adapter`` and ``candidates``: the session goes on from its connection.
     """
     thread_id = validate_thread_id(thread_id)
@@ -540,12 +540,12 @@ async def connect_thread(
             raise InvalidInput(f"no protocol generation named {adapter!r}", field="adapter",
                                hint=f"known: {gen.listed(a.NAME for a in ipc.ADAPTERS)}")
         adapter = named
-    elif adapter is None and candidates is None and early is None:
+    elif adapter is None and candidates is None and first_follow is None:
         adapter = pinned(os.environ if env is None else env)  # REKALL_GENERATION, as at every door
         pin_reason = f"pinned by {GENERATION_VAR}" if adapter is not None else None
     explicit = endpoint is not None or transport is not None
-    if early is not None:
-        endpoint = early.endpoint
+    if first_follow is not None:
+        endpoint = first_follow.endpoint
     elif endpoint is None:
         endpoint = resolve_endpoint(env) if transport is None else Endpoint("test", "custom transport")
     session = ThreadSession(
@@ -555,7 +555,7 @@ async def connect_thread(
         max_resyncs=max_resyncs, tap=tap)
     if pin_reason is not None:
         session.generation_reason = pin_reason
-    await session._open(emit=False, early=early)
+    await session._open(emit=False, first_follow=first_follow)
     return session
 
 
