@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from rekall.surfaces.cli import build_parser, cmd_mcp
-from rekall.surfaces.cli_entry import quick_answer
+from rekall.surfaces.cli_entry import answer_from_views
 from tests.pluginkit import (
     MARKETPLACE_FILE,
     PLUGIN_NAME,
@@ -87,7 +87,7 @@ def test_the_mcp_config_starts_the_installed_rekall_command_with_the_mcp_verb():
     server = servers[PLUGIN_NAME]
     scripts = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["scripts"]
     assert scripts[server["command"]] == "rekall.surfaces.cli_entry:main"  # which hands every verb but two to the CLI
-    assert quick_answer(server["args"], {}) is None
+    assert answer_from_views(server["args"], {}) is None
     assert build_parser().parse_args(server["args"]).handler is cmd_mcp
 
 

@@ -109,7 +109,7 @@ def test_the_probe_sees_a_heavy_module_when_one_is_loaded(busy_thread: str, jobs
 def test_the_mcp_light_path_loads_no_heavy_module(busy_thread: str, jobs_dir: Path):
     # The opening real Codex sends (initialize, its lists) and one compaction_status, without the SDK or pydantic.
     from tests.support import codex_opening
-    from tests.test_mcp_light import run_light
+    from tests.surfaces.test_mcp_light import run_light
 
     env = {**os.environ, "REKALL_JOBS_DIR": str(jobs_dir)}
     replies, modules = run_light([*codex_opening.OPENING,
@@ -120,7 +120,7 @@ def test_the_mcp_light_path_loads_no_heavy_module(busy_thread: str, jobs_dir: Pa
 
 
 def test_the_mcp_probe_sees_the_sdk_once_the_session_is_handed_over(jobs_dir: Path):
-    from tests.test_mcp_light import initialize, request, run_light
+    from tests.surfaces.test_mcp_light import initialize, request, run_light
 
     env = {**os.environ, "REKALL_JOBS_DIR": str(jobs_dir)}
     _, modules = run_light([*initialize("2025-06-18"), request(2, "ping")], env)

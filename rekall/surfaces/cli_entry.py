@@ -5,7 +5,7 @@
 the view on disk can be served as is (:mod:`rekall.store.views`: sealed, its journals
 unchanged, its jobs ended; or nothing on disk for the thread) they are answered here, before
 argparse, logging, attrs or the store are imported, with exactly the bytes the full command
-prints (tests/test_cli_entry.py holds both to that). Everything else, every error included, goes
+prints (tests/surfaces/test_cli_entry.py holds both to that). Everything else, every error included, goes
 to :func:`rekall.surfaces.cli.main`.
 
 Why a door beside the CLI: those imports cost more than ``bench/lifecycle.py`` allows a poll

@@ -4,7 +4,7 @@ Codex starts one MCP server per chat, and most chats only open the session and a
 ``compaction_status``. Importing the ``mcp`` SDK (and pydantic under it) is most of a second
 and most of the memory, so the opening is answered here from ``mcp_light.json``, which
 ``python -m rekall.surfaces.mcp_light --generate`` writes from the SDK server's own replies
-(``tests/test_mcp_light.py`` checks it is current and that every reply here is byte-equal to
+(``tests/surfaces/test_mcp_light.py`` checks it is current and that every reply here is byte-equal to
 the SDK's). Served here, and only in exactly these shapes: ``initialize`` (the SDK's version
 negotiation: the requested version if the handshake supports it, else the latest) with capabilities
 the SDK certainly accepts (Codex's own: ``experimental`` and ``elicitation`` ``{form, url}``),

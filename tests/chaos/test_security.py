@@ -106,7 +106,7 @@ def test_a_bad_id_on_the_command_line_exits_2_with_a_json_error(tmp_path: Path, 
                                                                 monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv("REKALL_JOBS_DIR", str(tmp_path / "jobs"))
     JobStore.open()  # the store directory itself may be created by any verb; nothing else may
-    for bad in (b for b in BAD_IDS if b):  # an empty id means "not given" (tests/test_cli.py)
+    for bad in (b for b in BAD_IDS if b):  # an empty id means "not given" (tests/surfaces/test_cli.py)
         with nothing_created(tmp_path):
             assert main([part.replace("{}", bad) for part in form] + ["--json"]) == 2
         error = json.loads(capsys.readouterr().out)["error"]

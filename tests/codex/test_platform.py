@@ -274,7 +274,7 @@ async def test_a_server_whose_codex_fails_the_schema_checks_is_refused_by_schedu
     from rekall.usecases import service
     from rekall.usecases.doctor import diagnose
     from tests.codex.drift import remove_context_compaction
-    from tests.test_doctor import SCHEMA_EXCERPT, serving_schema
+    from tests.usecases.test_doctor import SCHEMA_EXCERPT, serving_schema
 
     drifted = tmp_path / "schema"
     shutil.copytree(SCHEMA_EXCERPT, drifted)

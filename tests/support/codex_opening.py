@@ -1,7 +1,7 @@
 """What the real Codex (0.171.0) sends when it starts ``rekall mcp``, captured verbatim with a tee.
 
 Codex starts one MCP server per session and opens it with these lines before the model may call a
-tool; ``tests/test_mcp_light.py`` replays them against both servers and ``bench/lifecycle.py``
+tool; ``tests/surfaces/test_mcp_light.py`` replays them against both servers and ``bench/lifecycle.py``
 times them, so the light path's speed-up is checked on the opening Codex really sends.
 """
 

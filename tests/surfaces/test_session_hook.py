@@ -107,9 +107,9 @@ def test_the_hooks_delivery_is_folded_into_status_explain_and_history(tmp_path: 
     assert reader.read_status(thread).handoffDelivery == "hook"
     assert "SessionStart(compact) hook" in build_explanation(reader, job)["outcome"]
     assert [row["handoffDelivery"] for row in collect_history(reader)] == ["hook"]
-    from rekall.surfaces.cli_entry import quick_answer
+    from rekall.surfaces.cli_entry import answer_from_views
 
-    served = quick_answer(["status", thread, "--json"], env_for(jobs))
+    served = answer_from_views(["status", thread, "--json"], env_for(jobs))
     assert served is None or json.loads(served[0])["handoffDelivery"] == "hook"
 
 

@@ -1,7 +1,7 @@
 """The worker's policy as a table: job, thread facts, event and memo in; steps and memo out.
 
 No sockets, no sleeps, no clock: times are arguments. Each row names the behaviour it pins;
-tests/test_worker.py and tests/test_scenarios.py drive the same rules end to end.
+tests/worker/test_reactor.py and tests/test_scenarios.py drive the same rules end to end.
 """
 
 from __future__ import annotations

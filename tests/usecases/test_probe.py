@@ -19,7 +19,7 @@ import pytest
 from rekall.sim import protocol as p
 from rekall.sim import start_sim_in_thread
 from tests.codexkit import real_codex
-from tests.test_doctor import EXTENSION_VERSION, fake_extension, wrapping
+from tests.usecases.test_doctor import EXTENSION_VERSION, fake_extension, wrapping
 
 SCHEMA_CHECKS = ["item_started.params", "item_started.context_compaction", "item_completed.params",
                  "item_completed.context_compaction", "thread_compact_start.params", "thread_token_usage.fields",

@@ -72,7 +72,7 @@ def test_history_lists_jobs_and_rejects_a_bad_date(jobs: Path, capsys: pytest.Ca
 
 
 def test_python_dash_m_rekall_states_runs(tmp_path: Path):
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     out = subprocess.run([sys.executable, "-m", "rekall", "states", "--format", "mermaid"], cwd=root,
                          capture_output=True, text=True, timeout=60, check=True).stdout
     assert out == render("mermaid")

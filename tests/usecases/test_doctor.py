@@ -28,12 +28,12 @@ from tests.codexkit import real_codex
 from tests.support.account_home import account_env
 from tests.mcpkit import wait_for_worker_exit
 from tests.support.bundles import build_table, install_extension, minified
-from tests.test_hook_doctor import install_hook
+from tests.usecases.test_hook_doctor import install_hook
 
 pytestmark = pytest.mark.anyio
 
 EXTENSION_VERSION = "26.901.22334"
-SCHEMA_EXCERPT = Path(__file__).resolve().parents[1] / "fixtures" / "schema" / "codex-0.171.0"
+SCHEMA_EXCERPT = Path(__file__).resolve().parents[2] / "fixtures" / "schema" / "codex-0.171.0"
 ALL_ROWS = ["settings", "handoff_delivery", "codex_home", "ipc_endpoint", "extension_protocol", "router", "owner",
             "codex_binary", "public_schema", "app_server_socket", "app_server", "app_server_thread",
             "app_server_schema", "session_hook_installed", "session_hook_enabled", "session_hook_trusted", "jobs_dir",

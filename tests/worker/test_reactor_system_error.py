@@ -15,7 +15,7 @@ from rekall.kernel.settings import WorkerSettings
 from rekall.surfaces.explain import build_explanation
 from rekall.sim import SimulatedOwner
 from rekall.states import JobState
-from tests.test_worker import HANDOFF, run, schedule
+from tests.worker.test_reactor import HANDOFF, run, schedule
 
 pytestmark = pytest.mark.anyio
 
