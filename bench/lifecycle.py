@@ -70,7 +70,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from rekall.worker import timers as punctual  # noqa: E402
+from rekall.worker import timers  # noqa: E402
 from rekall.usecases import service
 from rekall.store import FileOps, JobStore, process_start_time  # noqa: E402
 from rekall.store.journal import JournalWriter, scan_journal  # noqa: E402
@@ -236,7 +236,7 @@ def journal_append_fsync_ms(runs: int = 50, *, after_s: float = 0.0) -> float:
     """p50 of one journal append-and-fsync by the real writer, on the disk the jobs use.
 
     ``after_s``: each append is made as the worker makes the one before a request, from a
-    timer on the worker's event loop (``punctual``) that has waited that long; ``0``: the
+    timer on the worker's event loop (``rekall.worker.timers``) that has waited that long; ``0``: the
     appends follow each other, warm."""
     with tempfile.TemporaryDirectory(prefix="rekall-bench-") as tmp:
         env = {**os.environ, "REKALL_JOBS_DIR": str(Path(tmp) / "jobs"), "HOME": tmp}
@@ -256,12 +256,12 @@ def journal_append_fsync_ms(runs: int = 50, *, after_s: float = 0.0) -> float:
         async def after_waits() -> None:
             for seq in range(2, runs + 2):
                 done = asyncio.Event()
-                punctual.call_later(after_s, lambda seq=seq: (append(seq), done.set()))
+                timers.call_later(after_s, lambda seq=seq: (append(seq), done.set()))
                 await done.wait()
 
         try:
             if after_s:
-                with asyncio.Runner(loop_factory=punctual.event_loop) as runner:
+                with asyncio.Runner(loop_factory=timers.event_loop) as runner:
                     runner.run(after_waits())
             else:
                 for seq in range(2, runs + 2):

@@ -1,4 +1,4 @@
-"""End-to-end jobs against the shapes the real extension produces (issue 14; reference
+"""End-to-end jobs against the shapes the real extension produces (reference
 ``extension-generations.md`` §3): ``rekall mcp`` over stdio, the detached worker, and the
 simulated owner with one shape option on. Each job ends with its designed outcome, after at
 most one compact and at most one start-turn request.

@@ -139,7 +139,7 @@ class JobStore(StoreParts):
 
     def node_status(self, thread_id: str) -> JobStatus | None:
         """The thread's job in the Node version's jobs directories, if any (marked ``writtenBy``)."""
-        from rekall.store.node import node_status  # only for a thread without a rekall job
+        from rekall.store.node_version import node_status  # only for a thread without a rekall job
 
         found = node_status(self.node_dirs, valid_thread(thread_id))
         return None if found is None else read(found)
@@ -210,11 +210,11 @@ class JobStore(StoreParts):
 
 def _remember(root: Path) -> None:
     """Record the jobs directory for the plugin's hook, which may run with another environment
-    (:mod:`rekall.store.whereabouts`); a failure costs only that hook's way to it."""
+    (:mod:`rekall.store.jobs_dirs`); a failure costs only that hook's way to it."""
     import logging
 
     from rekall.kernel.errors import RekallError
-    from rekall.store.whereabouts import remember_jobs_dir
+    from rekall.store.jobs_dirs import remember_jobs_dir
 
     try:
         remember_jobs_dir(root)

@@ -93,7 +93,7 @@ class StoreParts:
         self.status_file = StatusFile(self.paths, self.fs)
         #: Set when opening had to tighten the directory's permissions (see ``ensure_private_dir``).
         self.permission_report = permission_report
-        #: The Node version's jobs directories, read only (``rekall.store.node``).
+        #: The Node version's jobs directories, read only (``rekall.store.node_version``).
         self.node_dirs = node_dirs
         #: Jobs whose dead worker could not be recorded (the journal refused the write): why.
         self.unrecorded: dict[str, str] = {}

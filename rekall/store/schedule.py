@@ -29,7 +29,7 @@ from rekall.states.status import ANCHORS, RESERVED, JobStatus, read, wire
 from rekall.store.errors import LockBusy
 from rekall.store.handoff import record_bytes, sha256_hex, validate_handoff
 from rekall.store.locks import job_liveness
-from rekall.store.node import refuse_if_node_job_runs
+from rekall.store.node_version import refuse_if_node_job_runs
 from rekall.store.processes import Liveness, LockHolder, process_start_time
 from rekall.store.reaper import mark_worker_lost, reap_lock_if_dead
 from rekall.store.replay import Replay

@@ -19,7 +19,7 @@ from rekall.surfaces.explain import describe_outcome
 from rekall.kernel.ids import thread_id as valid_thread
 from rekall.states.status import METRICS, JobStatus, ended_at, known, read, wire
 from rekall.store import JobStore, Replay
-from rekall.store.node import node_jobs
+from rekall.store.node_version import node_jobs
 from rekall.store.views import HistoryRows, Row, row_text, stamp
 
 log = logging.getLogger("rekall.store")

@@ -34,7 +34,7 @@ compaction. A job in ``resuming`` or ``resumed`` gets nothing: the continuation 
 failure, any doubt: the empty output (nothing on standard output, exit 0), which Codex accepts as
 "no context". Standard output holds nothing but the framed handoff. The jobs directory is found
 from the environment, from the Codex home the transcript lies in, and from the directories the
-store recorded (:mod:`rekall.store.whereabouts`), because Codex may run the hook with a short
+store recorded (:mod:`rekall.store.jobs_dirs`), because Codex may run the hook with a short
 environment. A framed handoff over Codex's hook context limit (about 2,500 tokens, beyond which
 Codex keeps only a preview) is cut here instead, with the path and seal of the whole, and the
 claim, and so the job, says it was cut.
@@ -143,7 +143,7 @@ def _jobs_dirs(env: Mapping[str, str], transcript: Path | None) -> list[Path]:
     """Where the thread's jobs may be: the environment's jobs directory, the default one of the Codex
     home the transcript lies in (``<home>/sessions/…``), and those the store recorded."""
     from rekall.store.paths import inspect_jobs_dir, resolve_jobs_dir
-    from rekall.store.whereabouts import known_jobs_dirs
+    from rekall.store.jobs_dirs import known_jobs_dirs
 
     candidates: list[Path] = []
     try:

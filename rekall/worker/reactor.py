@@ -30,7 +30,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from rekall.worker import timers as punctual
+from rekall.worker import timers
 from rekall.kernel.settings import WorkerSettings
 from rekall.kernel.errors import IpcError, RekallError
 from rekall.adapters.contract import FollowedThread, Platform
@@ -127,13 +127,13 @@ class Worker:
         self.queue: asyncio.Queue[Any] = asyncio.Queue()
         self.memo: policy.Memo | None = None  # set from the first snapshot
         self._item_at = self._decided_at = time.monotonic()
-        self._timers: dict[str, punctual.Timer] = {}
+        self._timers: dict[str, timers.Timer] = {}
         self._handoff: Verified | None = None  # verified just before the resume is sent
         #: The handoff validated while the compaction ran, and the continuation text made of it.
         self._validated: tuple[Verified, str] | None = None
         self._validated_tried = False
         self._tasks: set[asyncio.Task[Any]] = set()
-        self._handles: list[punctual.Timer | asyncio.TimerHandle] = []
+        self._handles: list[timers.Timer | asyncio.TimerHandle] = []
         self._requested = False  # a request was sent by the steps being executed (see ``_apply``)
         #: Log lines of the transitions made by the steps being executed (``None`` outside ``_apply``).
         self._held_log: list[tuple[str, JobState, JobState]] | None = None
@@ -192,11 +192,11 @@ class Worker:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    def _later(self, delay: float, item: Any) -> punctual.Timer:
+    def _later(self, delay: float, item: Any) -> timers.Timer:
         return self._at(time.monotonic() + delay, item)
 
-    def _at(self, when: float, item: Any) -> punctual.Timer:
-        handle = punctual.call_at(when, self.queue.put_nowait, item)  # a debounce ends when due
+    def _at(self, when: float, item: Any) -> timers.Timer:
+        handle = timers.call_at(when, self.queue.put_nowait, item)  # a debounce ends when due
         self._handles.append(handle)
         return handle
 

@@ -61,11 +61,11 @@ def run_worker(thread_id: str, job_id: str, env: Mapping[str, str] | None = None
             scheduled = with_first_follow(scheduled, thread_id, env, settings.request_timeout_s)
         import asyncio
 
-        from rekall.worker import timers as punctual
+        from rekall.worker import timers
         from rekall.worker.reactor import Worker
 
         worker = Worker(None, thread_id, job_id, settings=settings, env=env, scheduled=scheduled)
-        with asyncio.Runner(loop_factory=punctual.event_loop) as runner:
+        with asyncio.Runner(loop_factory=timers.event_loop) as runner:
             final = runner.run(worker.run())
     except RekallError as exc:
         log.error("worker stopped: %s", exc)

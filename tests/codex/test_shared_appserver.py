@@ -166,7 +166,7 @@ async def test_rekall_compacts_a_thread_of_another_client_and_both_see_the_compa
 
 async def test_token_usage_during_a_compaction_repeats_the_old_count_then_the_request_then_the_estimate(
         app_server_daemon: Daemon) -> None:
-    """The awkward order of issue 17: the post-compaction figure is the LAST update before
+    """The awkward order real Codex shows: the post-compaction figure is the LAST update before
     ``item/completed``, not the first one after ``item/started``."""
     with anyio.fail_after(90):
         async with peer_client(app_server_daemon.socket_path) as user:

@@ -96,7 +96,7 @@ REFUSED: tuple[tuple[str, str], ...] = (
     ("shopify", "shpat_0123456789abcdef0123456789abcdef"),
     ("basic auth", "curl -H 'Authorization: Basic YWRtaW46aHVudGVyMg=='"),
     ("bearer", "curl -H 'Authorization: Bearer 8f14e45fceea167a5a36dedd4bea2543'"),
-    # --- issue 31: forms people write that the first rules let through ---------------------------
+    # --- forms people write that the first rules let through -----------------------------------
     # passphrases under secret-named keys, whatever their alphabet
     ("passphrase", "DB_PASSWORD=correcthorsebatterystaple"),
     ("passphrase", 'config = {"passphrase": "correct horse battery staple"}'),
@@ -239,7 +239,7 @@ LEGITIMATE: tuple[str, ...] = (
     "Run `rekall schedule --handoff handoff.json` after `pytest -q -x`.",
     "eyJ is how base64 JSON starts; the JWT parser is in jwt_utils.py.",
     "The token count went from 180000 to 42000 after compaction.",
-    # prose that only names a password, a flag or a command (issue 31)
+    # prose that only names a password, a flag or a command
     "The password is required.",
     "the password is required for every login",
     "Add a --password-file option that reads the password from a file.",

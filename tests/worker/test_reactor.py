@@ -15,7 +15,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from rekall.worker import policy, timers as punctual
+from rekall.worker import policy, timers
 from rekall.usecases import service
 from rekall.kernel.settings import WorkerSettings
 from rekall.adapters.extension.platform import ExtensionIpc
@@ -724,14 +724,14 @@ async def test_the_resume_debounce_counts_from_when_the_platform_saw_the_thread_
 
 async def test_the_idle_debounce_is_due_its_interval_after_the_fact_however_long_the_steps_took(tmp_path, monkeypatch):
     armed = []
-    call_at = punctual.call_at
+    call_at = timers.call_at
 
     def recording_call_at(when, callback, *args):
         if args and isinstance(args[0], policy.TimerFired) and args[0].timer == "idle":
             armed.append((when, worker._item_at))
         return call_at(when, callback, *args)
 
-    monkeypatch.setattr(punctual, "call_at", recording_call_at)
+    monkeypatch.setattr(timers, "call_at", recording_call_at)
     async with SimulatedOwner() as sim:
         store, job = await schedule(sim, tmp_path / "jobs")
         worker = Worker(store, sim.thread_id, job, settings=FAST, env=sim.env)

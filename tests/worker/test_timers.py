@@ -67,7 +67,7 @@ def test_the_loop_waits_in_select_whose_timeout_has_microseconds():
 
 
 @pytest.mark.skipif(os.name != "posix", reason="select is the POSIX loop's choice")
-def test_the_worker_process_runs_its_job_on_the_punctual_loop(tmp_path, monkeypatch):
+def test_the_worker_process_runs_its_job_on_the_timers_event_loop(tmp_path, monkeypatch):
     selectors_seen = []
 
     async def run(self):

@@ -20,7 +20,7 @@ _LIMIT = 256 * 1024
 _KEPT = 64
 
 
-def whereabouts_file() -> Path:
+def jobs_dirs_file() -> Path:
     # Looked up through paths, as the lock directory is: one seam for the tests.
     return paths.account_home() / ".rekall" / "jobs-dirs.json"  # type: ignore[attr-defined]
 
@@ -30,7 +30,7 @@ def known_jobs_dirs() -> list[Path]:
     from rekall.store.fsread import read_private
 
     try:
-        found = json.loads(read_private(whereabouts_file(), limit=_LIMIT))
+        found = json.loads(read_private(jobs_dirs_file(), limit=_LIMIT))
     except (OSError, ValueError):
         return []
     if not isinstance(found, list):
@@ -44,7 +44,7 @@ def remember_jobs_dir(root: Path) -> None:
     if known[:1] == [root]:
         return
     entries = [str(root), *(str(p) for p in known if p != root)][:_KEPT]
-    target = whereabouts_file()
+    target = jobs_dirs_file()
     paths.ensure_private_dir(target.parent, "rekall folder")
     temporary = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), 0o600)
