@@ -22,7 +22,6 @@ wait for a core.
 from __future__ import annotations
 
 import argparse
-import compileall
 import json
 import os
 import resource
@@ -35,6 +34,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.installed import compile_rekall  # noqa: E402
 from rekall.testing import FakeClock  # noqa: E402
 from tests.jobkit import FINGERPRINT, handoff, new_thread, open_store, run_lifecycle, script  # noqa: E402
 
@@ -78,9 +78,7 @@ def main() -> int:
         cpu[kind].append(measured[1])
         return measured[2]
 
-    # An installed rekall has its bytecode (pip compiles a wheel's modules at install); a checkout run
-    # under PYTHONDONTWRITEBYTECODE would otherwise compile the hook's modules in every run.
-    compileall.compile_dir(Path(__file__).resolve().parents[1] / "rekall", quiet=1)
+    compile_rekall()
     with tempfile.TemporaryDirectory() as tmp:
         jobs = Path(tmp) / "jobs"
         env = {**os.environ, "REKALL_JOBS_DIR": str(jobs), "HOME": tmp}
