@@ -276,8 +276,7 @@ def startup_costs(runs: int) -> dict[str, Any]:
     """Each figure's cold processes interleaved with bare interpreters; medians."""
     with tempfile.TemporaryDirectory(prefix="rekall-bench-") as tmp:
         env = {**os.environ, "REKALL_JOBS_DIR": str(Path(tmp) / "jobs"), "HOME": tmp}
-        # An installed package runs from compiled bytecode: never measure recompiling rekall's sources.
-        for name in ("REKALL_PIPE", "CONTEXT_COMPACT_PIPE", "CODEX_THREAD_ID", "PYTHONDONTWRITEBYTECODE"):
+        for name in ("REKALL_PIPE", "CONTEXT_COMPACT_PIPE", "CODEX_THREAD_ID"):
             env.pop(name, None)
         busy = make_history(env, 1, 25)[0]
         make_history(env, 119, 25)  # 3,000 jobs in all

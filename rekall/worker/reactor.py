@@ -160,12 +160,6 @@ class Worker:
         return self.lifecycle.state
 
     @property
-    def status(self) -> JobStatus:
-        from rekall.states.status import read
-
-        return read(self.lifecycle.derived_status)
-
-    @property
     def connected(self) -> bool:
         return self.memo is not None and self.memo.connected
 
