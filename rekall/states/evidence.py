@@ -18,7 +18,12 @@ from rekall.kernel.errors import InvalidInput
 #: The user's (or the thread's own) moves after which no continuation is started (a cancel reason too,
 #: before a compaction completed). ``new_turn``: a new turn where goals cannot be told.
 USER_MOVED_ON = ("new_user_input", "new_turn", "goal_active", "user_turn_stopped")
-CANCEL_REASONS = ("explicit_cancellation", *USER_MOVED_ON)
+#: The cancel reason of ``rekall cancel`` and ``cancel_compaction``: no route delivers the handoff after it.
+EXPLICIT_CANCELLATION = "explicit_cancellation"
+CANCEL_REASONS = (EXPLICIT_CANCELLATION, *USER_MOVED_ON)
+#: What a job's record says of a handoff that an explicit cancel withheld.
+WITHHELD = ("the job was cancelled explicitly (rekall cancel or cancel_compaction) before any route delivered the "
+            "handoff: no continuation, injection or hook will deliver it")
 #: Once resuming, the continuation lost the job's delivery claim to the plugin's SessionStart(compact) hook: the
 #: hook runs only at a turn's start and the continuation was not sent, so the user's turn carries the handoff.
 HOOK_DELIVERED = "handoff_delivered_by_hook"
@@ -161,13 +166,16 @@ TRIGGERS: Mapping[str, TriggerSpec] = {
         TriggerSpec("handoff_injected", "The platform acknowledged the handoff's injection into the thread's "
                     "context.", (Key("textBytes", "int"),)),
         TriggerSpec("handoff_not_delivered", "The handoff's injection failed (refused, not sent, or its answer "
-                    "was lost: delivery unknown); it is never sent again.", (
-            Key("errorCode", "str"), Key("error", "text"), Key("delivery", "str", choices=DELIVERY),
+                    "was lost: delivery unknown), or the plugin's hook had delivered it at the start of the user's "
+                    "turn (hook); it is never sent again.", (
+            Key("errorCode", "str"), Key("error", "text"), Key("delivery", "str", choices=(*DELIVERY, "hook")),
         )),
         TriggerSpec("deadline", "The worker's deadline passed.", (
             Key("deadlineS", "number"),
             # What the job waited for and the last fact the thread showed (older workers did not say).
             Key("waitingOn", "text", required=False), Key("lastFact", "text", required=False),
+            # While the handoff waited to be injected: whether it was sent.
+            Key("delivery", "str", required=False, choices=DELIVERY),
         )),
         TriggerSpec("fail", "An error stopped the job; errorCode is stable, error is for people.", (
             Key("errorCode", "str"), Key("error", "text"),

@@ -21,7 +21,7 @@ from typing import Any
 
 import attrs
 
-from rekall.states.evidence import HOOK_DELIVERED, USER_MOVED_ON
+from rekall.states.evidence import EXPLICIT_CANCELLATION, HOOK_DELIVERED, USER_MOVED_ON, WITHHELD
 from rekall.states.model import NON_TERMINAL_STATES, Instant, JobState, JobView, iso_time
 from rekall.states.rules import SYSTEM_ERROR_WAY_OUT, Headroom, check_headroom, outcome_may_be_unknown
 from rekall.states.status import JobStatus, known, wire
@@ -199,16 +199,27 @@ def _not_injected(ev: Evidence) -> dict[str, Any]:
     return {} if limit is None else wire(JobStatus(handoffDelivery="not_delivered", handoffDeliveryNote=limit))
 
 
+#: Before these, the continuation or the injection may have been sent: an explicit cancel cannot withhold it.
+_UNRETRACTABLE = (S.RESUMING,)
+
+
 def _cut_short(job: JobView, ev: Evidence) -> dict[str, Any]:
-    """A job ending while it injects the handoff: whether the injection reached the thread is unknown,
-    unless the evidence proves it was never sent."""
-    if job.state is not S.INJECTING:
-        return _not_injected(ev) if job.state is S.WAITING_FOR_RESUME_IDLE else {}
-    sent = ev.get("delivery") != "not_delivered"
-    return wire(JobStatus(handoffDelivery="unknown" if sent else "not_delivered",
-                          handoffDeliveryNote="the job ended while the handoff was being injected; "
-                                              + ("it may or may not have reached the thread, and is never sent "
-                                                 "again" if sent else "it was not sent")))
+    """What a job ending before its handoff was delivered says of the delivery: an injection that was
+    sent is unknown; one that was not, or an explicit cancel, is not delivered, and says why."""
+    sent = job.state is S.INJECTING and ev.get("delivery") != "not_delivered"
+    if sent:
+        return wire(JobStatus(handoffDelivery="unknown",
+                              handoffDeliveryNote="the job ended while the handoff was being injected; it may or "
+                                                  "may not have reached the thread, and is never sent again"))
+    if ev.get("reason") == EXPLICIT_CANCELLATION and known(job.status.handoffSha256) \
+            and job.state not in _UNRETRACTABLE:
+        return wire(JobStatus(handoffDelivery="not_delivered", handoffDeliveryNote=WITHHELD))
+    if job.state is S.INJECTING:
+        waited = f", while it waited for {ev['waitingOn']}" if ev.get("waitingOn") else ""
+        return wire(JobStatus(handoffDelivery="not_delivered",
+                              handoffDeliveryNote=f"the job ended before the handoff was injected{waited}; it was "
+                                                  "not sent, and is never sent after this"))
+    return _not_injected(ev) if job.state is S.WAITING_FOR_RESUME_IDLE else {}
 
 
 def _since_completion(job: JobView, now: Instant) -> int | None:
@@ -288,11 +299,16 @@ def _injected(job: JobView, ev: Evidence, now: Instant) -> dict[str, Any]:
 
 
 def _not_delivered(job: JobView, ev: Evidence, now: Instant) -> dict[str, Any]:
-    unknown = ev["delivery"] == "unknown"
-    said = (f"the injection's answer was lost ({ev['errorCode']}: {ev['error']}); it may or may not have reached "
-            "the thread, and is never sent again" if unknown else f"{ev['errorCode']}: {ev['error']}")
-    return {**_known_outcome(now), **wire(JobStatus(handoffDelivery=ev["delivery"], handoffDeliveryNote=said,
-                                                    outcomeMayBeUnknown=unknown))}
+    delivery = ev["delivery"]
+    if delivery == "unknown":
+        said = (f"the injection may or may not have reached the thread ({ev['errorCode']}: {ev['error']}); it is "
+                "never sent again")
+    elif delivery == "hook":  # the claim's note and time are folded in by the job's readers
+        said = f"{ev['error']}; rekall sent nothing"
+    else:
+        said = f"{ev['errorCode']}: {ev['error']}"
+    return {**_known_outcome(now), **wire(JobStatus(handoffDelivery=delivery, handoffDeliveryNote=said,
+                                                    outcomeMayBeUnknown=delivery == "unknown"))}
 
 
 def _resumed(job: JobView, ev: Evidence, now: Instant) -> dict[str, Any]:

@@ -1,7 +1,10 @@
 """The cancel marker: ``<thread>.<job>.cancel``, written by ``cancel`` and read by the job's worker.
 
 The marker is created exclusively and never rewritten; asking twice is answered the same.
-Only the thread's current job, while it is not over, gets one.
+Only the thread's current job, while it is not over, gets one. A job with a handoff also has its
+delivery claim taken for the cancel (:mod:`rekall.store.delivery`): from then on no route delivers
+the handoff, not even the plugin's hook after the job's worker is gone. Where a route won the
+claim first, the answer says which one delivered it.
 """
 
 from __future__ import annotations
@@ -35,4 +38,32 @@ def request_cancel(store: StoreParts, thread_id: str, job_id: str) -> JobStatus:
         store.fs.create_exclusive(store.paths.cancel(thread, job), b"cancel\n")
     except FileExistsError:
         pass  # asked before: the marker is already there
-    return attrs.evolve(answer, cancellationRequested=True)
+    return attrs.evolve(answer, cancellationRequested=True, **_withheld(store, thread, job, current.view.status))
+
+
+def _withheld(store: StoreParts, thread: str, job: str, status: JobStatus) -> dict[str, str]:
+    """Take the job's delivery claim for the cancel: what the answer says of the handoff's delivery
+    (nothing for a job without a handoff)."""
+    from rekall.states.evidence import WITHHELD
+    from rekall.states.status import known
+    from rekall.store.delivery import CANCEL, DELIVERED_AS, claim, read_claim
+
+    if not known(status.handoffSha256):
+        return {}
+    path = store.paths.delivery(thread, job)
+    try:
+        if claim(path, CANCEL, jobId=job):
+            return {"handoffDelivery": "not_delivered", "handoffDeliveryNote": WITHHELD}
+    except OSError as exc:
+        raise StoreError(f"the cancel marker is written, but the handoff's delivery claim {path.name} could not be "
+                         f"taken ({exc.strerror or exc}): the plugin's hook may still deliver the handoff",
+                         code="cancel_claim_failed", hint="free some space or fix the jobs directory, then cancel "
+                                                          "again") from exc
+    route = (read_claim(path) or {}).get("route", "unknown")
+    if route == CANCEL:  # asked before
+        return {"handoffDelivery": "not_delivered", "handoffDeliveryNote": WITHHELD}
+    delivered = DELIVERED_AS.get(route, "unknown")
+    said = (f"already delivered by the {route} route before the cancel; a delivery cannot be retracted"
+            if delivered != "unknown" else "its delivery claim is held but cannot be read: whether the handoff "
+                                           "was delivered is unknown")
+    return {"handoffDelivery": delivered, "handoffDeliveryNote": said}

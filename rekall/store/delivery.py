@@ -10,6 +10,9 @@ created with ``O_CREAT | O_EXCL`` (0600) in the jobs directory. Creation is atom
 creator wins, and every other route finds the file and delivers nothing. A claim is never
 removed while its job exists, so no route ever delivers a second copy.
 
+An explicit cancel takes the claim too (route ``cancel``), for none of the routes: a hook that
+runs after it finds the claim taken and prints nothing.
+
 The job's readers fold a hook's claim into the job's record (:func:`folded`): ``status``,
 ``explain``, ``history`` and the MCP tools then say ``handoffDelivery: hook``. The worker's own
 claims agree with what it journals and add nothing. After winning, the hook bumps the journal's
@@ -32,7 +35,12 @@ if TYPE_CHECKING:
     from typing import Any
 
 CONTINUATION, INJECTION, HOOK = "continuation", "injection", "hook"
-ROUTES = (CONTINUATION, INJECTION, HOOK)
+#: Not a route: an explicit cancel (``rekall cancel``, ``cancel_compaction``) takes the claim so that no route
+#: delivers the handoff after it.
+CANCEL = "cancel"
+ROUTES = (CONTINUATION, INJECTION, HOOK, CANCEL)
+#: What a job's record says of a delivery claimed by each route (``handoffDelivery``).
+DELIVERED_AS = {CONTINUATION: "continuation", INJECTION: "injected", HOOK: "hook", CANCEL: "not_delivered"}
 #: A claim file is read up to this size; it holds a few hundred bytes.
 CLAIM_LIMIT = 64 * 1024
 _O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
@@ -90,8 +98,13 @@ def read_claim(path: Path) -> dict[str, Any] | None:
 
 def folded(journal: Path) -> dict[str, Any]:
     """The fields a reader adds to the job journaled at ``journal``: a hook's claim, said as the
-    job's delivery; nothing for a claim of the worker's own (its journal says it) or none."""
+    job's delivery, and an explicit cancel's, said as not delivered; nothing for a claim of the
+    worker's own (its journal says it) or none."""
     found = read_claim(claim_path(journal))
+    if found is not None and found.get("route") == CANCEL:
+        from rekall.states.evidence import WITHHELD
+
+        return {"handoffDelivery": "not_delivered", "handoffDeliveryNote": WITHHELD}
     if found is None or found.get("route") != HOOK:
         return {}
     cut = found.get("cut") is True

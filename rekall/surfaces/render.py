@@ -173,7 +173,10 @@ def print_cancelled(result: Mapping[str, Any], console: Console) -> None:
     console.print(Text(f"Cancellation requested for job {result['jobId']} (it was {result['state']}).",
                        style="bold"))
     console.print(Text("Pending steps will not run; a request the thread's owner already received cannot be "
-                       "retracted. See how it ended:"))
+                       "retracted."))
+    if result.get("handoffDeliveryNote"):
+        console.print(Text(f"The handoff: {result['handoffDeliveryNote']}."))
+    console.print(Text("See how it ended:"))
     console.print(Text(f"  rekall status {result['threadId']}"), soft_wrap=True)
 
 

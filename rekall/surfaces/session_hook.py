@@ -229,6 +229,8 @@ def _eligible(fields: Mapping[str, Any], state: str, transcript: Path | None) ->
         return False
     if fields.get("handoffDelivery") in ("continuation", "injected"):
         return False  # an older job's record (before claims): delivered already
+    if fields.get("reason") == "explicit_cancellation":
+        return False  # no route delivers after an explicit cancel (a newer cancel also holds the claim)
     since = _compactions_since(transcript, requested)
     if fields.get("compactionCompletedAt") is None:
         return state == "accepted" and since == 1  # not journaled yet: the transcript must show it
@@ -274,6 +276,8 @@ def _framed(journal: Path, thread: str, fields: Mapping[str, Any], state: str) -
     resume, skipped = bool(fields.get("resume")), fields.get("resumeSkipped")
     if resume and not skipped and state in ("accepted", "waiting_for_resume_idle"):
         skipped = "new_user_input"  # the turn starting now is not the continuation
+    elif resume and not skipped:  # the job ended before its continuation: its cancel reason, or how it ended
+        skipped = fields.get("reason") if state == "cancelled" else state
     return injection_text(record, str(path), resume=resume, skipped=skipped,
                           skip_reason=fields.get("resumeSkipReason")), str(path)
 

@@ -40,12 +40,19 @@ def continuation_text(record: Mapping[str, Any], handoff_path: str) -> str:
     return "\n".join(lines)
 
 
-#: Why no continuation carries the handoff, in the words the injected message uses.
+#: Why no continuation carries the handoff, in the words the injected message uses: by the job's
+#: ``resumeSkipped``, its cancel reason, or how it ended.
 _NO_CONTINUATION = {
     "insufficient_headroom": "one was asked for, but rekall skipped it for headroom",
     "new_user_input": "one was asked for, but the user sent new input first",
+    "new_turn": "one was asked for, but a new turn started first",
+    "goal_active": "one was asked for, but the thread's goal became active first",
     "user_turn_stopped": "one was asked for, but the user stopped their turn first",
+    "failed": "one was asked for, but the job failed before it ran",
+    "timed_out": "one was asked for, but the job's deadline passed before it ran",
 }
+#: Said when the reason is not one of those (never the raw value: it reaches the model).
+_NONE_RAN = "one was asked for, but none ran"
 
 
 def injection_text(record: Mapping[str, Any], handoff_path: str, *, resume: bool, skipped: str | None,
@@ -59,7 +66,7 @@ def injection_text(record: Mapping[str, Any], handoff_path: str, *, resume: bool
         why, authorised = ("the handoff did not ask for one (resume false)",
                            "Its nextStep is not authorised: do not act on it until the user asks you to.")
     else:
-        why = _NO_CONTINUATION.get(str(skipped), f"one was asked for, but none ran ({skipped})")
+        why = _NO_CONTINUATION.get(skipped or "", _NONE_RAN)
         if skipped == "insufficient_headroom" and skip_reason:
             why += f" ({skip_reason})"
         authorised = ("Its nextStep was authorised only as that continuation: take it up only if the user's "

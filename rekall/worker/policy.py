@@ -24,9 +24,9 @@ from rekall.kernel import events as ev
 from rekall.kernel.settings import WorkerSettings
 from rekall.adapters.contract import Acted, Failure, ThreadSnapshot
 from rekall.states import REQUEST_SENT_UNOBSERVED, TERMINAL_STATES, JobState
-from rekall.states.evidence import HOOK_DELIVERED
+from rekall.states.evidence import EXPLICIT_CANCELLATION, HOOK_DELIVERED
 from rekall.states.status import JobStatus, known
-from rekall.store.delivery import HOOK
+from rekall.store.delivery import CANCEL, HOOK
 
 Timer = Literal["idle", "system_error", "telemetry"]
 Then = Literal["send_compact", "send_start_turn", "completion", "consider"]
@@ -40,6 +40,7 @@ WAITING_ON = {
     JobState.ACCEPTED: "the compaction to complete (a new completed compaction item)",
     JobState.WAITING_FOR_RESUME_IDLE: "the thread to stay idle for the stable interval before the continuation",
     JobState.RESUMING: "the owner's answer to the continuation request",
+    JobState.INJECTING: "the thread to stay idle (no turn running) before the handoff is injected",
 }
 _REQUESTED = (JobState.REQUESTING, JobState.ACCEPTED)
 
@@ -93,6 +94,8 @@ class Memo:
     injection_limit: str | None = None
     #: The injection was sent (or is about to be, once the handoff is verified): never twice.
     inject_sent: bool = False
+    #: The user boundary when the injection was sent: a turn that starts before its answer may hold it.
+    inject_boundary: Any = None
 
 
 # --- events (besides the platform's domain events, which arrive wrapped in Observed) -------
@@ -285,11 +288,11 @@ class _Rules:
         match event:
             case CancelSignalled(marker_exists=marker):
                 if marker:
-                    self.emit(Fire("cancel", {"reason": "explicit_cancellation"}))
+                    self.emit(Fire("cancel", {"reason": EXPLICIT_CANCELLATION, **self.injection_sent()}))
                 return
             case DeadlinePassed():
                 self.emit(Fire("deadline", {"deadlineS": self.settings.deadline_s, "waitingOn": WAITING_ON[self.state],
-                                            "lastFact": self.last_fact()}))
+                                            "lastFact": self.last_fact(), **self.injection_sent()}))
                 return
             case RequestDone():
                 self.on_request_done(event)
@@ -369,7 +372,12 @@ class _Rules:
             else:
                 self.fail(failure.code, failure.message, failure.delivery)
         elif done.kind == "inject" and self.state is JobState.INJECTING:
-            if failure is None:
+            if failure is None and (started := self.turn_started_since_injection()) is not None:
+                self.emit(Fire("handoff_not_delivered", {
+                    "errorCode": "turn_started_during_injection", "delivery": "unknown",
+                    "error": f"the owner acknowledged the injection, but {started} while it was on its way: it may "
+                             "have landed inside that turn (whose model then answers again) or before it"}))
+            elif failure is None:
                 self.emit(Fire("handoff_injected", {"textBytes": done.sent_bytes or 0}))
             else:
                 self.emit(Fire("handoff_not_delivered", {"errorCode": failure.code, "error": failure.message,
@@ -385,8 +393,17 @@ class _Rules:
         """Another route delivers the handoff. The hook runs only at a turn's start, and the continuation
         was not sent: a hook holding the claim while resuming means the user's turn started and carries
         the handoff, so the job ends completed. Otherwise the request ends as one that was not sent."""
+        if taken.holder == CANCEL:  # `rekall cancel` withheld the handoff; its signal may still be on its way
+            self.emit(Fire("cancel", {"reason": EXPLICIT_CANCELLATION, **self.injection_sent()}))
+            return
         if taken.kind == "start_turn" and self.state is JobState.RESUMING and taken.holder == HOOK:
             self.emit(Fire("resume_overtaken", {"reason": HOOK_DELIVERED}))
+            return
+        if taken.kind == "inject" and self.state is JobState.INJECTING and taken.holder == HOOK:
+            self.emit(Fire("handoff_not_delivered", {
+                "errorCode": "handoff_delivered_by_hook", "delivery": "hook",
+                "error": "the plugin's SessionStart(compact) hook delivered the handoff at the start of the turn that "
+                         "ran after the compaction, before the thread was idle again"}))
             return
         message = (f"not sent: the handoff's delivery was already claimed by the {taken.holder} route "
                    f"({taken.claim}); it is never delivered twice")
@@ -417,7 +434,10 @@ class _Rules:
             self.consider_requested()
             return
         if self.state is JobState.INJECTING:
-            self.inject_once()
+            # Never into a running turn (the user's, a queued follow-up's, a goal's): Codex would keep the items
+            # as that turn's pending input and sample the model again. At the next stable idle instead.
+            if not self.memo.inject_sent:
+                self.track_idle(facts.idle)
             return
         if self.state is not JobState.RESUMING and (moved := self.user_moved_on()) is not None:
             self.overtaken(moved)
@@ -481,11 +501,26 @@ class _Rules:
         return {"inject": True} if self.memo.inject else {"injectionLimit": self.memo.injection_limit or "unknown"}
 
     def inject_once(self) -> None:
-        """No continuation will carry the handoff: verify it and inject it, once."""
+        """No continuation will carry the handoff and the thread stayed idle: verify it and inject it, once."""
         if self.memo.inject_sent or not self.memo.connected:
             return
-        self.remember(inject_sent=True)
+        self.remember(inject_sent=True, inject_boundary=self.seen.facts.boundary_fingerprint)
         self.emit(VerifyHandoff(Send("inject")))
+
+    def injection_sent(self) -> dict[str, Any]:
+        """For a job ending while it injects: whether the injection was sent (``unknown``) or not."""
+        if self.state is not JobState.INJECTING:
+            return {}
+        return {"delivery": "unknown" if self.memo.inject_sent else "not_delivered"}
+
+    def turn_started_since_injection(self) -> str | None:
+        """A turn the owner shows started, or running, since the injection was sent: in words, else ``None``."""
+        facts = self.seen.facts
+        if facts.boundary_fingerprint != self.memo.inject_boundary:
+            return "a new turn started"
+        if facts.user_turn_running:
+            return "a turn was running"
+        return None
 
     def refuse_second_compaction(self) -> None:
         """A compaction this job did not ask for is running (say, a lost worker's): asking for
@@ -557,6 +592,8 @@ class _Rules:
         elif self.state is JobState.WAITING_FOR_RESUME_IDLE:
             self.emit(VerifyHandoff(Fire("idle_stable", {"handoffVerified": True, **common, **self.delivery_evidence()},
                                          then="send_start_turn")))
+        elif self.state is JobState.INJECTING:
+            self.inject_once()
 
     # --- a runtime stuck in systemError ----------------------------------------------------
 

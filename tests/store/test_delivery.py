@@ -95,8 +95,16 @@ def test_a_claim_is_never_followed_through_a_symlink(tmp_path: Path):
 
 
 def test_an_unknown_route_is_refused(tmp_path: Path):
-    with pytest.raises(ValueError, match="route must be one of continuation, injection, hook"):
+    with pytest.raises(ValueError, match="route must be one of continuation, injection, hook, cancel"):
         claim(tmp_path / "t.j.delivery", "email")
+
+
+def test_an_explicit_cancels_claim_is_folded_in_as_never_delivered(tmp_path: Path):
+    journal = tmp_path / "t.j.journal.jsonl"
+    assert claim(claim_path(journal), "cancel", jobId="j")
+    assert not claim(claim_path(journal), "hook")  # no route delivers after it
+    fields = folded(journal)
+    assert fields["handoffDelivery"] == "not_delivered" and "cancelled explicitly" in fields["handoffDeliveryNote"]
 
 
 def test_only_the_hooks_claim_is_folded_into_the_jobs_record(tmp_path: Path):

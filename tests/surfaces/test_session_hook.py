@@ -262,3 +262,73 @@ def test_the_rekall_command_runs_the_hook_and_prints_only_the_framed_handoff(tmp
 def test_answer_returns_none_when_no_jobs_directory_exists(tmp_path: Path):
     assert answer(hook_input(new_thread()), env_for(tmp_path / "absent")) is None
 
+
+
+def test_an_explicit_cancel_in_waiting_for_resume_idle_keeps_the_hook_silent_and_says_why(tmp_path: Path):
+    jobs = tmp_path / "jobs"
+    store, clock, thread = open_store(jobs), FakeClock(), new_thread()
+    job, journal = job_until(store, clock, thread, "resumed", resume=True, steps=4)
+    assert store.read_status(thread).state == "waiting_for_resume_idle"
+    asked = store.request_cancel(thread, job)
+    assert asked.cancellationRequested is True and asked.handoffDelivery == "not_delivered"
+    assert "no continuation, injection or hook will deliver it" in asked.handoffDeliveryNote
+    assert run_hook(hook_input(thread), env_for(jobs)) == ("", 0)  # the user's next turn gets nothing
+    assert read_claim(store.paths.delivery(thread, job))["route"] == "cancel"
+    # The worker then journals the cancel; the record says the handoff was withheld, and why.
+    with store.open_lifecycle(thread, job) as lifecycle:
+        lifecycle.fire("cancel", reason="explicit_cancellation")
+    status = JobStore.open_reader(env_for(jobs)).read_status(thread)
+    assert (status.state, status.handoffDelivery) == ("cancelled", "not_delivered")
+    assert "cancelled explicitly" in status.handoffDeliveryNote
+    assert store.request_cancel(thread, job).cancellationRequested is False  # over: asked again, nothing to do
+
+
+def test_a_job_an_older_rekall_cancelled_explicitly_after_its_compaction_gets_nothing_from_the_hook(tmp_path: Path):
+    jobs = tmp_path / "jobs"
+    store, clock, thread = open_store(jobs), FakeClock(), new_thread()
+    created = store.create_job(thread, handoff=handoff(True), user_fingerprint=FINGERPRINT)
+    with store.open_lifecycle(thread, created.job_id) as lifecycle:  # no cancel claim: journaled before claims
+        run_lifecycle(lifecycle, clock, script(created.job_id, "resumed")[:4]
+                      + [("cancel", {"reason": "explicit_cancellation"})])
+    assert run_hook(hook_input(thread), env_for(jobs)) == ("", 0)
+
+
+def test_a_cancel_after_the_hook_delivered_says_the_hook_delivered_it(tmp_path: Path):
+    jobs = tmp_path / "jobs"
+    store, clock, thread = open_store(jobs), FakeClock(), new_thread()
+    job, _ = job_until(store, clock, thread, "resumed", resume=True, steps=4)
+    context_of(run_hook(hook_input(thread), env_for(jobs))[0])
+    asked = store.request_cancel(thread, job)
+    assert asked.handoffDelivery == "hook" and "already delivered by the hook route" in asked.handoffDeliveryNote
+
+
+def test_cancels_for_the_users_input_keep_the_hooks_delivery_and_no_framing_says_none(tmp_path: Path):
+    jobs = tmp_path / "jobs"
+    store, clock = open_store(jobs), FakeClock()
+    said = {}
+    for reason in ("new_user_input", "new_turn", "goal_active", "user_turn_stopped"):
+        thread = new_thread()
+        created = store.create_job(thread, handoff=handoff(True), user_fingerprint=FINGERPRINT)
+        with store.open_lifecycle(thread, created.job_id) as lifecycle:
+            run_lifecycle(lifecycle, clock, script(created.job_id, "resumed")[:4] + [("cancel", {"reason": reason})])
+        said[reason] = context_of(run_hook(hook_input(thread), env_for(jobs))[0])
+    for reason, context in said.items():
+        framing = context.split("\n\n")[0]  # what rekall wrote, before the handoff's own JSON
+        assert "None" not in framing and "null" not in framing and "()" not in framing, (reason, framing)
+    assert "the user sent new input first" in said["new_user_input"]
+    assert "the thread's goal became active first" in said["goal_active"]
+
+
+def test_after_a_failed_or_timed_out_job_the_hooks_framing_says_how_it_ended_never_none(tmp_path: Path):
+    jobs = tmp_path / "jobs"
+    store, clock = open_store(jobs), FakeClock()
+    for outcome, words in (("failed", "the job failed before it ran"),
+                           ("timed_out", "the job's deadline passed before it ran")):
+        thread = new_thread()
+        created = store.create_job(thread, handoff=handoff(True), user_fingerprint=FINGERPRINT)
+        ending = ("fail", {"errorCode": "worker_lost", "error": "the worker died"}) if outcome == "failed" \
+            else ("deadline", {"deadlineS": 900})
+        with store.open_lifecycle(thread, created.job_id) as lifecycle:
+            run_lifecycle(lifecycle, clock, script(created.job_id, "resumed")[:4] + [ending])
+        context = context_of(run_hook(hook_input(thread), env_for(jobs))[0])
+        assert words in context and "None" not in context.split("\n\n")[0], context

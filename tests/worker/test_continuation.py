@@ -1,5 +1,8 @@
 import json
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from rekall.worker.continuation import continuation_text
 
 RECORD = {
@@ -56,3 +59,25 @@ def test_the_injected_handoff_names_the_job_and_thread_and_says_whether_its_next
     assert "authorised only as that continuation" in skipped
     overtaken = injection_text(record, "/jobs/h.json", resume=True, skipped="new_user_input", skip_reason=None)
     assert "the user sent new input first" in overtaken
+
+
+@given(resume=st.booleans(),
+       skipped=st.one_of(st.none(), st.just(""), st.sampled_from(["insufficient_headroom", "new_user_input", "new_turn",
+                                                                   "goal_active", "user_turn_stopped", "failed",
+                                                                   "timed_out", "cancelled", "None"]), st.text()),
+       skip_reason=st.one_of(st.none(), st.just(""), st.sampled_from(["more_than_60_percent_used"])))
+def test_no_framing_that_reaches_the_model_prints_none_null_or_an_empty_reason(resume, skipped, skip_reason):
+    from rekall.worker.continuation import injection_text
+
+    record = {"jobId": "job-1", "threadId": "thread-1", "handoff": {"summary": "s", "preserve": [], "discard": [],
+                                                                   "nextStep": "n", "resume": resume}}
+    framing = injection_text(record, "/jobs/h.json", resume=resume, skipped=skipped,
+                             skip_reason=skip_reason).split("\n\n")[0]
+    assert "None" not in framing and "null" not in framing and "()" not in framing
+
+
+def test_a_reason_the_framing_does_not_know_is_said_in_words_never_as_its_raw_value():
+    from rekall.worker.continuation import injection_text
+
+    framing = injection_text(RECORD, "/p", resume=True, skipped="zz_unknown_reason", skip_reason=None)
+    assert "zz_unknown_reason" not in framing and "one was asked for, but none ran." in framing
