@@ -16,6 +16,8 @@ on the VS Code extension, and it works on every Codex host, so it is the route o
 * the transcript, where it can be read, shows exactly one compaction since the job's request
   (its own: a second one, Codex's or the user's ``/compact``, means this is not the first
   ``SessionStart(compact)`` after the job's compaction);
+* the job was not cancelled explicitly (``rekall cancel``, ``cancel_compaction``): such a cancel
+  takes the delivery claim itself, and older journals say ``reason: explicit_cancellation``;
 * nothing else has delivered it or will: the job's delivery claim (:mod:`rekall.store.delivery`)
   is still free and the hook wins it. The worker claims it before it sends the continuation or
   the injection, so a continuation already on its way keeps the hook silent, and a hook that

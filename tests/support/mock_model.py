@@ -134,6 +134,9 @@ class MockModel:
         self._call_ids = itertools.count(1)
         self._server: http.server.ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
+        #: While cleared, a compaction request waits (bounded) before it is answered: a test acts during it.
+        self.compaction_gate = threading.Event()
+        self.compaction_gate.set()
 
     # --- lifecycle ----------------------------------------------------------------------
 
@@ -244,6 +247,8 @@ class MockModel:
                 reply = self._script.popleft()
             self._requests.append(RecordedRequest(seq, method, path, body, kind, text, tokens))
             self._changed.notify_all()
+        if kind == "compaction" and not self.compaction_gate.wait(timeout=60):
+            return 503, b'{"error": {"message": "mock model: the compaction gate stayed closed"}}', "application/json"
         if kind == "other":
             return 404, json.dumps({"error": {"message": f"mock model: no route {method} {path}"}}).encode(), "application/json"
         if reply is None:
