@@ -9,7 +9,7 @@ claim first, the answer says which one delivered it.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
@@ -41,7 +41,7 @@ def request_cancel(store: StoreParts, thread_id: str, job_id: str) -> JobStatus:
     return attrs.evolve(answer, cancellationRequested=True, **_withheld(store, thread, job, current.view.status))
 
 
-def _withheld(store: StoreParts, thread: str, job: str, status: JobStatus) -> dict[str, str]:
+def _withheld(store: StoreParts, thread: str, job: str, status: JobStatus) -> dict[str, Any]:
     """Take the job's delivery claim for the cancel: what the answer says of the handoff's delivery
     (nothing for a job without a handoff)."""
     from rekall.states.evidence import WITHHELD
