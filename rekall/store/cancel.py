@@ -46,22 +46,23 @@ def _withheld(store: StoreParts, thread: str, job: str, status: JobStatus) -> di
     (nothing for a job without a handoff)."""
     from rekall.states.evidence import WITHHELD
     from rekall.states.status import known
-    from rekall.store.delivery import CANCEL, DELIVERED_AS, claim, read_claim
+    from rekall.store.delivery import CANCEL, DELIVERED_AS, FOREIGN, DeliveryKey, take
 
     if not known(status.handoffSha256):
         return {}
-    path = store.paths.delivery(thread, job)
     try:
-        if claim(path, CANCEL, jobId=job):
-            return {"handoffDelivery": "not_delivered", "handoffDeliveryNote": WITHHELD}
+        taken = take(store.paths.root, DeliveryKey(thread, job=job), CANCEL)
     except OSError as exc:
-        raise StoreError(f"the cancel marker is written, but the handoff's delivery claim {path.name} could not be "
-                         f"taken ({exc.strerror or exc}): the plugin's hook may still deliver the handoff",
+        raise StoreError(f"the cancel marker is written, but the handoff's delivery claim could not be taken "
+                         f"({exc.strerror or exc}): the plugin's hook may still deliver the handoff",
                          code="cancel_claim_failed", hint="free some space or fix the jobs directory, then cancel "
                                                           "again") from exc
-    route = (read_claim(path) or {}).get("route", "unknown")
-    if route == CANCEL:  # asked before
+    route = taken.holder
+    if route == CANCEL:  # taken now, or asked before
         return {"handoffDelivery": "not_delivered", "handoffDeliveryNote": WITHHELD}
+    if route == FOREIGN:
+        return {"handoffDelivery": "not_delivered", "handoffDeliveryNote": f"{taken.why}: no route delivers while "
+                                                                          "it is there"}
     delivered = DELIVERED_AS.get(route, "unknown")
     said = (f"already delivered by the {route} route before the cancel; a delivery cannot be retracted"
             if delivered != "unknown" else "its delivery claim is held but cannot be read: whether the handoff "

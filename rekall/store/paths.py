@@ -187,6 +187,10 @@ class JobPaths:
         """Who delivers the job's handoff after its compaction (created once, exclusively)."""
         return self.root / f"{thread}.{job}{DELIVERY_SUFFIX}"
 
+    def compaction_delivery(self, thread: str, compaction: str) -> Path:
+        """Who delivers the thread's checkpoint after one compaction (``compaction``: a hex digest naming it)."""
+        return self.root / f"{thread}.compaction-{compaction}{DELIVERY_SUFFIX}"
+
     def cancel(self, thread: str, job: str) -> Path:
         return self.root / f"{thread}.{job}.cancel"
 

@@ -109,11 +109,15 @@ def answer(raw: bytes, env: Mapping[str, str]) -> str | None:
     if framed is None:
         return None
     context, detail = _fitted(*framed, fields)
-    from rekall.store.delivery import HOOK, claim, claim_path
+    from rekall.store.delivery import HOOK, job_key, take
 
-    if not claim(claim_path(journal), HOOK, jobId=fields.get("jobId"), contextBytes=len(context.encode()),
-                 **detail):
-        return None  # the continuation, the injection or an earlier hook has it
+    try:
+        taken = take(journal.parent, job_key(journal), HOOK, handoffSha256=fields.get("handoffSha256"),
+                     contextBytes=len(context.encode()), **detail)
+    except OSError:
+        return None  # the claim could not be written (and was removed): nothing is delivered
+    if not taken.won:
+        return None  # the continuation, the injection, an earlier hook or an explicit cancel has it
     try:
         os.utime(journal)  # the views sealed over the journal's stamp are derived again, with the claim
     except OSError:

@@ -26,7 +26,7 @@ from rekall.adapters.contract import Acted, Failure, ThreadSnapshot
 from rekall.states import REQUEST_SENT_UNOBSERVED, TERMINAL_STATES, JobState
 from rekall.states.evidence import EXPLICIT_CANCELLATION, HOOK_DELIVERED
 from rekall.states.status import JobStatus, known
-from rekall.store.delivery import CANCEL, HOOK
+from rekall.store.delivery import CANCEL, FOREIGN, HOOK
 
 Timer = Literal["idle", "system_error", "telemetry"]
 Then = Literal["send_compact", "send_start_turn", "completion", "consider"]
@@ -151,6 +151,8 @@ class DeliveryTaken:
     kind: Delivering
     holder: str
     claim: str
+    #: For a ``foreign`` holder: what is wrong with the claim file.
+    why: str | None = None
 
 
 @attrs.frozen
@@ -405,8 +407,11 @@ class _Rules:
                 "error": "the plugin's SessionStart(compact) hook delivered the handoff at the start of the turn that "
                          "ran after the compaction, before the thread was idle again"}))
             return
-        message = (f"not sent: the handoff's delivery was already claimed by the {taken.holder} route "
-                   f"({taken.claim}); it is never delivered twice")
+        if taken.holder == FOREIGN:
+            message = f"not sent: {taken.why}; rekall does not deliver past a claim it did not write"
+        else:
+            message = (f"not sent: the handoff's delivery was already claimed by the {taken.holder} route "
+                       f"({taken.claim}); it is never delivered twice")
         self.on_request_done(RequestDone(taken.kind, Acted(Failure("handoff_claimed", message, "not_delivered"))))
 
     def on_connection_lost(self, detail: str) -> None:

@@ -534,19 +534,19 @@ class Worker:
 
     def _lost_delivery(self, route: str) -> policy.Event | None:
         """Win the job's delivery claim for ``route`` before sending the handoff (:mod:`rekall.store.delivery`),
-        or say that another route (the plugin's hook) holds it, or that the claim failed (a request not sent)."""
-        from rekall.store.delivery import claim, read_claim
+        or say that another route (the plugin's hook, an explicit cancel) holds it, or that the claim failed
+        (a request not sent)."""
+        from rekall.store.delivery import DeliveryKey, take
 
         kind: policy.Delivering = "start_turn" if route == "continuation" else "inject"
-        path = self.store.paths.delivery(self.thread_id, self.job_id)
         try:
-            if claim(path, route, jobId=self.job_id):
-                return None
+            taken = take(self.store.paths.root, DeliveryKey(self.thread_id, job=self.job_id), route,
+                         handoffSha256=self._sealed_sha256())
         except OSError as exc:  # without the claim, exactly once cannot be promised: nothing is sent
             return policy.RequestDone(kind, Acted(Failure(
-                "handoff_claim_failed", f"not sent: the delivery claim {path.name} could not be created "
+                "handoff_claim_failed", f"not sent: the job's delivery claim could not be created "
                                         f"({exc.strerror or exc})", "not_delivered")))
-        return policy.DeliveryTaken(kind, (read_claim(path) or {}).get("route", "unknown"), path.name)
+        return None if taken.won else policy.DeliveryTaken(kind, taken.holder, taken.claim, taken.why)
 
     def _disarm(self, timer: str) -> None:
         if (handle := self._timers.pop(timer, None)) is not None:

@@ -20,7 +20,7 @@ import pytest
 
 from rekall.usecases import service
 from rekall.store import JobStore
-from rekall.store.delivery import read_claim
+from rekall.store.delivery import DeliveryKey, holder
 from tests.codex.daemonkit import Daemon, PeerClient, peer_client
 from tests.codex.test_app_server_delivery import (
     compaction_turn_ended,
@@ -86,7 +86,7 @@ async def test_an_explicit_cancel_in_waiting_for_resume_idle_keeps_the_trusted_h
     assert not hooked.model.requests_containing(injection_marker(job))
     assert done["state"] == "cancelled" and done["reason"] == "explicit_cancellation", done
     assert done["handoffDelivery"] == "not_delivered" and "cancelled explicitly" in done["handoffDeliveryNote"]
-    assert read_claim(hooked.jobs / f"{thread_id}.{job}.delivery")["route"] == "cancel"
+    assert holder(hooked.jobs, DeliveryKey(thread_id, job=job))["route"] == "cancel"
 
 
 async def test_the_users_input_in_waiting_for_resume_idle_cancels_and_the_trusted_hook_delivers_once(
@@ -155,7 +155,7 @@ async def test_typing_right_after_the_compaction_with_the_trusted_hook_the_hooks
     assert first[0].text.count(marker) == 1 and handoff_copies(first[0]) == 1  # the hook's copy
     assert hooked.model.requests_containing(marker)[0] is first[0]
     assert second[0].text.count(marker) <= 1  # what Codex keeps of it in the history: rekall injected nothing
-    assert read_claim(hooked.jobs / f"{thread_id}.{job}.delivery")["route"] == "hook"
+    assert holder(hooked.jobs, DeliveryKey(thread_id, job=job))["route"] == "hook"
     status = JobStore.open_reader({"CODEX_HOME": str(hooked.daemon.codex_home)}).read_status(thread_id)
     assert (status.state, status.handoffDelivery) == ("completed", "hook"), done
     assert done["handoffDelivery"] == "hook"

@@ -25,7 +25,7 @@ import pytest
 from rekall.usecases import service
 from rekall.usecases.hook_doctor import handler_hash, hook_rows
 from rekall.store import JobStore
-from rekall.store.delivery import read_claim
+from rekall.store.delivery import DeliveryKey, holder
 from tests.codex.daemonkit import Daemon, PeerClient, peer_client, start_daemon, stop_daemon
 from tests.codex.test_app_server_delivery import (
     compaction_turn_ended,
@@ -147,7 +147,7 @@ async def test_after_a_resume_false_job_the_hook_puts_the_handoff_in_the_next_mo
     assert later.text.count(marker) <= 1  # what Codex keeps of it in the history; the hook added nothing
     status = JobStore.open_reader({"CODEX_HOME": str(hooked.daemon.codex_home)}).read_status(thread_id)
     assert status.handoffDelivery == "hook" and status.handoffCut is False, status
-    claim = read_claim(hooked.jobs / f"{thread_id}.{done['jobId']}.delivery")
+    claim = holder(hooked.jobs, DeliveryKey(thread_id, job=done["jobId"]))
     assert claim["route"] == "hook"
     # rekall doctor asks the daemon's hooks/list: installed, enabled, trusted.
     rows = await hook_rows({"CODEX_HOME": str(hooked.daemon.codex_home)})
@@ -174,7 +174,7 @@ async def test_after_a_resume_true_job_only_the_continuation_carries_the_handoff
     (continuation, *_) = hooked.model.requests_containing(continuation_marker(done["jobId"]))
     assert handoff_copies(continuation) == 1
     assert handoff_copies(next_turn_request(hooked.model, before_next)) == 1  # the continuation's copy only
-    assert read_claim(hooked.jobs / f"{thread_id}.{done['jobId']}.delivery")["route"] == "continuation"
+    assert holder(hooked.jobs, DeliveryKey(thread_id, job=done["jobId"]))["route"] == "continuation"
 
 
 async def test_a_later_compact_and_codexs_own_compaction_get_nothing_from_the_hook(hook_daemon: HookDaemon) -> None:

@@ -23,7 +23,7 @@ from rekall.surfaces.history import collect_history
 from rekall.surfaces.session_hook import CONTEXT_BYTE_BUDGET, answer, main
 from rekall.states.status import known
 from rekall.store import JobStore
-from rekall.store.delivery import claim, read_claim
+from rekall.store.delivery import DeliveryKey, holder, take
 from rekall.testing import FakeClock
 from tests.jobkit import FINGERPRINT, handoff, new_thread, open_store, run_lifecycle, script
 
@@ -142,8 +142,8 @@ def test_waiting_for_resume_idle_the_turn_starting_is_the_users_and_the_hook_del
     context = context_of(run_hook(hook_input(thread), env_for(jobs))[0])
     assert "the user sent new input first" in context
     # The worker's continuation must win the same claim before it is sent: it loses.
-    assert claim(store.paths.delivery(thread, job), "continuation") is False
-    assert read_claim(store.paths.delivery(thread, job))["route"] == "hook"
+    assert take(store.paths.root, DeliveryKey(thread, job=job), "continuation").won is False
+    assert holder(store.paths.root, DeliveryKey(thread, job=job))["route"] == "hook"
 
 
 def test_in_accepted_the_hook_delivers_only_when_the_transcript_shows_the_compaction(tmp_path: Path):
@@ -200,7 +200,7 @@ def test_a_handoff_that_changed_after_it_was_saved_is_never_printed(tmp_path: Pa
     os.chmod(path, 0o600)
     path.write_bytes(path.read_bytes().replace(b"parser", b"lexer "))
     assert run_hook(hook_input(thread), env_for(jobs)) == ("", 0)
-    assert read_claim(store.paths.delivery(thread, job)) is None  # nothing claimed for it
+    assert holder(store.paths.root, DeliveryKey(thread, job=job)) is None  # nothing claimed for it
 
 
 def test_the_job_is_found_under_a_non_default_codex_home_from_the_transcripts_place(tmp_path: Path):
@@ -273,7 +273,7 @@ def test_an_explicit_cancel_in_waiting_for_resume_idle_keeps_the_hook_silent_and
     assert asked.cancellationRequested is True and asked.handoffDelivery == "not_delivered"
     assert "no continuation, injection or hook will deliver it" in asked.handoffDeliveryNote
     assert run_hook(hook_input(thread), env_for(jobs)) == ("", 0)  # the user's next turn gets nothing
-    assert read_claim(store.paths.delivery(thread, job))["route"] == "cancel"
+    assert holder(store.paths.root, DeliveryKey(thread, job=job))["route"] == "cancel"
     # The worker then journals the cancel; the record says the handoff was withheld, and why.
     with store.open_lifecycle(thread, job) as lifecycle:
         lifecycle.fire("cancel", reason="explicit_cancellation")

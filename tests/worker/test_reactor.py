@@ -891,11 +891,11 @@ async def test_with_injection_turned_off_the_status_names_the_setting(tmp_path):
 
 async def test_a_continuation_whose_delivery_the_plugins_hook_already_claimed_is_never_sent_and_the_job_completes(
         tmp_path):
-    from rekall.store.delivery import claim
+    from rekall.store.delivery import DeliveryKey, take
 
     async with SimulatedOwner() as sim:
         store, job = await schedule(sim, tmp_path / "jobs")
-        assert claim(store.paths.delivery(sim.thread_id, job), "hook")  # the user's turn started first
+        assert take(store.paths.root, DeliveryKey(sim.thread_id, job=job), "hook").won  # the user's turn started first
         assert await run(store, sim, job) is JobState.COMPLETED
         assert sim.start_turn_requests == []
     status = store.read_status(sim.thread_id)
@@ -913,13 +913,13 @@ async def test_a_continuation_whose_delivery_the_plugins_hook_already_claimed_is
 
 async def test_the_continuation_claims_the_delivery_before_it_is_sent_so_the_hook_stays_silent(tmp_path):
     from rekall.surfaces.session_hook import answer
-    from rekall.store.delivery import read_claim
+    from rekall.store.delivery import DeliveryKey, holder
 
     async with SimulatedOwner() as sim:
         store, job = await schedule(sim, tmp_path / "jobs")
         assert await run(store, sim, job) is JobState.RESUMED
         assert len(sim.start_turn_requests) == 1
-    assert read_claim(store.paths.delivery(sim.thread_id, job))["route"] == "continuation"
+    assert holder(store.paths.root, DeliveryKey(sim.thread_id, job=job))["route"] == "continuation"
     hook_input = {"session_id": sim.thread_id, "hook_event_name": "SessionStart", "source": "compact"}
     assert answer(json.dumps(hook_input).encode(), {"REKALL_JOBS_DIR": str(tmp_path / "jobs")}) is None
     assert store.read_status(sim.thread_id).handoffDelivery == "continuation"
