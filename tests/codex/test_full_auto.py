@@ -110,15 +110,22 @@ async def test_on_the_plugin_route_with_its_full_auto_config_an_agent_under_neve
         sim.mock.queue_mcp_call(SERVER, "schedule_compaction", {"threadId": sim.thread_id,
                                                                 "handoff": {**HANDOFF, "resume": False}})
         run_user_turn(sim, "Compact this conversation now.")
-        refused = sim.mock.requests_containing(REFUSED_UNDER_NEVER)
-        pending = sim.pending_request_ids()
         async with rekall_mcp(job_env(sim.env, jobs), sim.thread_id) as rekall:
             done = await rekall.wait_terminal(JOB_S)
             await wait_for_worker_exit(done["pid"])
+        # The other acting tool runs without asking too (the job has ended: nothing left to cancel).
+        sim.mock.queue_mcp_call(SERVER, "cancel_compaction", {"threadId": sim.thread_id, "jobId": done["jobId"]})
+        run_user_turn(sim, "Cancel that compaction.")
+        refused = sim.mock.requests_containing(REFUSED_UNDER_NEVER)
+        pending = sim.pending_request_ids()
+        calls = [(item["tool"], item["status"]) for turn in sim.state()["turns"] for item in turn["items"]
+                 if item["type"] == "mcpToolCall"]
         compacts = len(sim.compact_requests)
 
     assert (refused, pending) == ([], [])  # never refused, never asked
     assert done["state"] == "completed" and compacts == 1, done
+    assert calls == [("schedule_compaction", "completed"), ("cancel_compaction", "completed")]
+    assert sim.mock.requests_containing("nothing to cancel")  # the agent got rekall's answer
 
 
 async def test_on_the_plugin_route_without_that_config_codex_asks_under_on_request_and_refuses_under_never(
