@@ -91,6 +91,11 @@ def test_the_mcp_config_starts_the_installed_rekall_command_with_the_mcp_verb():
     assert build_parser().parse_args(server["args"]).handler is cmd_mcp
 
 
+def test_the_plugin_ships_no_tool_approval_so_that_codex_keeps_asking_until_the_user_chooses_full_auto():
+    (server,) = read_json(manifest_path("mcpServers"))["mcpServers"].values()
+    assert not [key for key in server if "approval" in key or key in ("tools", "enabled_tools")], server
+
+
 def test_every_skill_folder_has_a_skill_file_named_after_it():
     folders = [p for p in manifest_path("skills").iterdir() if p.is_dir()]
     assert [p.name for p in folders] == [PLUGIN_NAME]

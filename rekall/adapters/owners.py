@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from rekall.kernel.errors import RekallError
+from rekall.kernel.sandbox import CODE as SANDBOXED
 
 if TYPE_CHECKING:
     from rekall.adapters.contract import Platform, ThreadSnapshot
@@ -72,6 +73,9 @@ async def find_owner(thread_id: str, env: Mapping[str, str] | None = None, *,
                else f"{', '.join(titles[:-1])} and {titles[-1]} all")
         raise OwnerUnknown(f"{who} claim thread {thread_id}; rekall will not guess which one to act through",
                            hint="close the thread in one of them, then try again")
+    refused = [a for a in answers if isinstance(a, RekallError) and a.code == SANDBOXED]
+    if refused:  # nothing in Codex's sandbox reaches any owner: that, not where each one is, is the news
+        raise refused[0]
     said = [(p, a, p.absent(a)) for p, a in zip(platforms, answers, strict=True) if isinstance(a, RekallError)]
     absent = [note for _, _, note in said if note is not None]
     present = [(p, error) for p, error, note in said if note is None]

@@ -18,7 +18,7 @@ import logging
 import os
 import re
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from rekall.kernel.errors import RekallError, UsageError, as_rekall_error
@@ -26,7 +26,8 @@ from rekall.kernel.errors import RekallError, UsageError, as_rekall_error
 if TYPE_CHECKING:
     from rich.console import Console
 
-Handler = Callable[[argparse.Namespace], int]
+#: A verb that waits on I/O is a coroutine function: :func:`main` runs it on rekall's loop.
+Handler = Callable[[argparse.Namespace], int | Coroutine[Any, Any, int]]
 
 
 def _print_json(value: Any) -> None:
@@ -140,12 +141,10 @@ def cmd_prune(args: argparse.Namespace) -> int:
     return _show(print_prune, result)
 
 
-def cmd_probe(args: argparse.Namespace) -> int:
-    import asyncio
-
+async def cmd_probe(args: argparse.Namespace) -> int:
     from rekall.usecases import service
 
-    result = _worded(asyncio.run(service.probe(_thread_arg(args))))
+    result = _worded(await service.probe(_thread_arg(args)))
     if _emitted_json(args, result):
         return 0
     from rekall.surfaces.render import print_probe
@@ -153,14 +152,12 @@ def cmd_probe(args: argparse.Namespace) -> int:
     return _show(print_probe, result)
 
 
-def cmd_schedule(args: argparse.Namespace) -> int:
-    import asyncio
-
+async def cmd_schedule(args: argparse.Namespace) -> int:
     from rekall.usecases import service
     from rekall.store import read_handoff_file
 
     handoff = read_handoff_file(args.handoff) if args.handoff else None
-    result = _worded(asyncio.run(service.schedule(_thread_arg(args), handoff)))
+    result = _worded(await service.schedule(_thread_arg(args), handoff))
     if _emitted_json(args, result):
         return 0
     from rekall.surfaces.render import print_scheduled
@@ -221,13 +218,11 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(as_json=args.json, keep=args.keep)
 
 
-def cmd_doctor(args: argparse.Namespace) -> int:
+async def cmd_doctor(args: argparse.Namespace) -> int:
     """Exits 1 when any row is RED."""
-    import asyncio
-
     from rekall.usecases.doctor import diagnose
 
-    report = asyncio.run(diagnose())
+    report = await diagnose()
     if not _emitted_json(args, report.to_json()):
         from rekall.surfaces.render import print_report
 
@@ -386,8 +381,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help(sys.stderr)
         return 2
     try:
-        return args.handler(args)
+        return _run(args.handler(args))
     except KeyboardInterrupt:
         return 130
     except Exception as exc:  # noqa: BLE001 - the boundary: a clear error with a code, never a traceback
-        return _fail(as_rekall_error(exc), getattr(args, "json", False))
+        return _fail(_explained(exc, args.verb), getattr(args, "json", False))
+
+
+def _run(outcome: int | Coroutine[Any, Any, int]) -> int:
+    """A verb's exit status, its coroutine run on the loop that wakes up inside Codex's sandbox too."""
+    if isinstance(outcome, int):
+        return outcome
+    from rekall.kernel.loop import run
+
+    return run(outcome)
+
+
+def _explained(exc: Exception, verb: str) -> RekallError:
+    """``exc`` as rekall's error; a refusal of Codex's sandbox is named as such, whatever the verb."""
+    from rekall.kernel.sandbox import caused_by_sandbox, sandbox_error
+
+    error = as_rekall_error(exc)
+    return sandbox_error(verb, error) if caused_by_sandbox(exc) else error

@@ -9,6 +9,7 @@ so that nobody above this package catches ``OSError``.
 from __future__ import annotations
 
 from rekall.kernel.errors import IpcError
+from rekall.kernel.sandbox import CODE as SANDBOXED
 
 
 class TransportError(IpcError):
@@ -37,6 +38,12 @@ class PeerMismatch(TransportError):
 
 class ConnectTimeout(TransportError):
     code = "connect_timeout"
+
+
+class SandboxRefused(TransportError):
+    """Codex's sandbox refused the connection (:mod:`rekall.kernel.sandbox`)."""
+
+    code = SANDBOXED
 
 
 class ByteStream:

@@ -20,12 +20,14 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from rekall.kernel.sandbox import caused_by_sandbox, way_out
 from rekall.transports.base import (
     ConnectTimeout,
     EndpointInsecure,
     EndpointMissing,
     EndpointUnsupported,
     PeerMismatch,
+    SandboxRefused,
     Transport,
     TransportError,
 )
@@ -120,6 +122,10 @@ class UnixTransport(Transport):
     def _refused(self, exc: OSError) -> TransportError:
         if isinstance(exc, (FileNotFoundError, ConnectionRefusedError)):
             return EndpointMissing(f"nothing is listening on {self.path} ({exc.strerror})", hint=self.start_hint)
+        if caused_by_sandbox(exc):
+            # Shown as is in doctor's rows; the CLI words it anew for whichever verb met it.
+            return SandboxRefused(f"Codex's sandbox refused the connection to {self.path}",
+                                  hint=way_out("rekall doctor"))
         if isinstance(exc, PermissionError):
             return EndpointInsecure(f"permission denied connecting to {self.path}",
                                     hint="the socket belongs to another user; do not use it")

@@ -3,6 +3,8 @@
 Rows, in the order a problem in one makes the next meaningless:
 
 =================  =========================================================================
+``sandbox``        not inside Codex's sandbox (:mod:`rekall.kernel.sandbox`), where nothing
+                   reaches Codex's sockets and the rows below describe the sandbox
 ``codex_home``     ``CODEX_HOME`` (default ``~/.codex``): absolute, and a directory
 (platforms)        each platform's own rows, in the registry's order (:mod:`rekall.adapters.registry`);
                    the extension's are these five, then the shared app-server's
@@ -100,6 +102,19 @@ def check_delivery_row(env: Mapping[str, str]) -> Row:
                                     else f"not delivered, {platform.injection_limit}")
             for platform in all_platforms(env)]
     return Row.green("handoff_delivery", f"{setting}; where no continuation follows a compaction: " + "; ".join(ways))
+
+
+# --- Codex's sandbox -------------------------------------------------------------------------
+
+
+def check_sandbox_row() -> Row:
+    from rekall.kernel.sandbox import refuses_socket_send, way_out
+
+    if not refuses_socket_send():
+        return Row.green("sandbox", "not inside Codex's sandbox: sockets can be reached")
+    return Row("sandbox", "RED", "running inside Codex's sandbox (it refuses send() on a socket): nothing here reaches "
+               "Codex's sockets or writes outside the workspace, so the rows below describe the sandbox, not "
+               "the installation", way_out("rekall doctor"))
 
 
 # --- CODEX_HOME ---------------------------------------------------------------------------
@@ -291,7 +306,7 @@ def check_workers(root: Path | None, lock_root: Path, legacy: tuple[Path, ...] =
 
 async def diagnose(env: Mapping[str, str] | None = None) -> Report:
     env = os.environ if env is None else env
-    rows = [check_settings_row(env), check_delivery_row(env), check_codex_home(env)]
+    rows = [check_sandbox_row(), check_settings_row(env), check_delivery_row(env), check_codex_home(env)]
     from rekall.adapters.owners import all_platforms
 
     # Each platform's rows, in the registry's order (the extension's: endpoint, protocol, router,

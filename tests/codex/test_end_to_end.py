@@ -26,6 +26,7 @@ import pytest
 from rekall.sim import protocol as p
 from rekall.sim.owner import pin_for
 from rekall.thread.facts import derive_facts
+from rekall.usecases.full_auto import full_auto_toml
 from tests.mcpkit import HANDOFF, job_env, rekall_mcp, wait_for_worker_exit
 from tests.support.codex_backend import CodexSimHandle, start_codex_sim_in_thread
 from tests.support.mock_model import escalated_command
@@ -218,7 +219,7 @@ async def test_the_agent_schedules_its_own_compaction_through_codex_and_rekall_r
 
 
 #: What lets an agent call ``schedule_compaction`` without being asked (the README's way under ``-a never``).
-APPROVE_WITHOUT_ASKING = '[mcp_servers.rekall.tools.schedule_compaction]\napproval_mode = "approve"\n'
+APPROVE_WITHOUT_ASKING = full_auto_toml("hand")
 
 
 @pytest.mark.parametrize(("tool_config", "scheduled"), [("", False), (APPROVE_WITHOUT_ASKING, True)])

@@ -34,7 +34,7 @@ pytestmark = pytest.mark.anyio
 
 EXTENSION_VERSION = "26.901.22334"
 SCHEMA_EXCERPT = Path(__file__).resolve().parents[2] / "fixtures" / "schema" / "codex-0.171.0"
-ALL_ROWS = ["settings", "handoff_delivery", "codex_home", "ipc_endpoint", "extension_protocol", "router", "owner",
+ALL_ROWS = ["sandbox", "settings", "handoff_delivery", "codex_home", "ipc_endpoint", "extension_protocol", "router", "owner",
             "codex_binary", "public_schema", "app_server_socket", "app_server", "app_server_thread",
             "app_server_schema", "session_hook_installed", "session_hook_enabled", "session_hook_trusted", "jobs_dir",
             "locks", "workers"]
@@ -201,9 +201,9 @@ async def test_a_missing_socket_is_red_and_names_both_places_looked(tmp_path: Pa
 
 
 @pytest.mark.parametrize("raw", ["abc", "-5", "nan", "1e309"])
-async def test_an_invalid_setting_is_the_first_row_red_naming_the_variable_and_its_range(tmp_path: Path, raw: str):
+async def test_an_invalid_setting_is_the_first_red_row_naming_the_variable_and_its_range(tmp_path: Path, raw: str):
     report = await diagnose(base_env(tmp_path, REKALL_IDLE_STABLE_MS=raw))
-    row = report.rows[0]
+    row = next(row for row in report.rows if row.level == "RED")
     assert row.name == "settings" and row.level == "RED" and report.verdict == "RED"
     assert "REKALL_IDLE_STABLE_MS must be a number greater than 0 and at most 600000" in row.detail
     assert raw not in row.detail and "unset it" in row.hint
