@@ -20,9 +20,9 @@ fails (a full disk) is removed again: the claimer delivered nothing and says so.
 
 The job's readers fold a hook's claim into the job's record (:func:`folded`): ``status``,
 ``explain``, ``history`` and the MCP tools then say ``handoffDelivery: hook``. The worker's own
-claims agree with what it journals and add nothing. After winning, the hook bumps the journal's
-modification time (no byte is written) so that the views sealed over the journal's stamp
-(:mod:`rekall.store.views`) no longer match and are derived again, with the claim folded in.
+claims agree with what it journals and add nothing. The views sealed over a job's stamp
+(:mod:`rekall.store.views`) stamp its claim file too, so a claim taken (or planted) after they
+were derived makes them stale, and they are derived again with the claim folded in.
 
 This module loads nothing heavy: the hook imports it.
 """

@@ -9,7 +9,8 @@ journal read and checked. Two views spare a reader that work while nothing has c
 * the history rows (``.history-rows``) keep each ended job's ``rekall history`` row with the
   stamp of its journal.
 
-A stamp is a journal's inode, size and modification time (ns). Journals are only appended
+A stamp is a journal's inode, size and modification time (ns), followed by its job's delivery
+claim's, if there is one (readers fold the claim in). Journals are only appended
 to, so a new record changes the size, and a file replaced or rewritten changes the inode or
 the time. A view is served only when its stamps match the journals on disk now (the same
 journals, not one more or fewer), this version of rekall derived it, its checksum holds and
@@ -58,12 +59,24 @@ def _stamp(st: os.stat_result) -> list[int]:
     return [st.st_ino, st.st_size, st.st_mtime_ns]
 
 
+def job_stamp(paths: JobPaths, thread: str, job: str, journal: os.stat_result | None = None) -> list[int]:
+    """A job's stamp: its journal's, then its delivery claim's, if any. Readers fold the claim into the
+    job (:mod:`rekall.store.delivery`), so a claim taken or planted after a view was derived makes
+    the view stale, whichever process took it."""
+    journal = os.lstat(paths.journal(thread, job)) if journal is None else journal
+    try:
+        claim = _stamp(os.lstat(paths.delivery(thread, job)))
+    except FileNotFoundError:
+        claim = []
+    return _stamp(journal) + claim
+
+
 def thread_stamps(paths: JobPaths, thread: str) -> dict[str, list[int]]:
-    """The stamp of each journal of ``thread``, by job id (one removed meanwhile is left out)."""
+    """The stamp of each job of ``thread`` (:func:`job_stamp`), by job id (one removed meanwhile is left out)."""
     stamps = {}
     for _, job, entry in paths.journal_entries(thread=thread):
         try:
-            stamps[job] = _stamp(entry.stat(follow_symlinks=False))
+            stamps[job] = job_stamp(paths, thread, job, entry.stat(follow_symlinks=False))
         except FileNotFoundError:
             continue
     return stamps
@@ -205,7 +218,7 @@ def served_history(paths: JobPaths, thread: str | None = None) -> list[Row] | No
     picked = []
     for thread_id, job, entry in paths.journal_entries(thread=thread):  # the full path's order, for equal keys
         try:
-            row = saved.get(f"{thread_id}.{job}", _stamp(entry.stat(follow_symlinks=False)))
+            row = saved.get(f"{thread_id}.{job}", job_stamp(paths, thread_id, job, entry.stat(follow_symlinks=False)))
         except FileNotFoundError:
             return None
         if row is None:

@@ -20,7 +20,7 @@ from rekall.kernel.ids import thread_id as valid_thread
 from rekall.states.status import METRICS, JobStatus, ended_at, known, read, wire
 from rekall.store import JobStore, Replay
 from rekall.store.node_version import node_jobs
-from rekall.store.views import HistoryRows, Row, row_text, stamp
+from rekall.store.views import HistoryRows, Row, job_stamp, row_text
 
 log = logging.getLogger("rekall.store")
 
@@ -121,7 +121,7 @@ def _job_row(store: JobStore, saved: HistoryRows, thread_id: str,
              job_id: str) -> tuple[dict[str, Any], str, Row | None]:
     """The job's row, when its journal says it was scheduled, and the row to save if it has ended."""
     try:
-        current = stamp(store.paths.journal(thread_id, job_id))  # taken before the journal is read
+        current = job_stamp(store.paths, thread_id, job_id)  # taken before the journal is read
     except FileNotFoundError:
         current = None  # gone meanwhile: loading it reports that
     row = saved.get(f"{thread_id}.{job_id}", current) if current is not None else None

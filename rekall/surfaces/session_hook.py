@@ -118,10 +118,6 @@ def answer(raw: bytes, env: Mapping[str, str]) -> str | None:
         return None  # the claim could not be written (and was removed): nothing is delivered
     if not taken.won:
         return None  # the continuation, the injection, an earlier hook or an explicit cancel has it
-    try:
-        os.utime(journal)  # the views sealed over the journal's stamp are derived again, with the claim
-    except OSError:
-        pass  # a reader replaying the journal still folds the claim in
     return json.dumps({"hookSpecificOutput": {"hookEventName": "SessionStart", "additionalContext": context}},
                       ensure_ascii=False)
 
@@ -237,10 +233,14 @@ def _eligible(fields: Mapping[str, Any], state: str, transcript: Path | None) ->
         return False  # an older job's record (before claims): delivered already
     if fields.get("reason") == "explicit_cancellation":
         return False  # no route delivers after an explicit cancel (a newer cancel also holds the claim)
-    since = _compactions_since(transcript, requested)
+    if _compactions_since(transcript, requested) != 1:
+        return False  # only a readable transcript tells this compaction from the next one
     if fields.get("compactionCompletedAt") is None:
-        return state == "accepted" and since == 1  # not journaled yet: the transcript must show it
-    return since is None or since == 1
+        # Not journaled: the job is still accepted, or its worker died there (the reaper may have said
+        # failed, worker_lost): the transcript shows the compaction all the same.
+        return state == "accepted" or (state == "failed" and fields.get("errorCode") == "worker_lost"
+                                       and fields.get("acceptedAt") is not None)
+    return True
 
 
 def _compactions_since(transcript: Path | None, since: str) -> int | None:

@@ -77,6 +77,12 @@ def transcript_with(path: Path, *stamps: str) -> Path:
     return path
 
 
+def shown(tmp_path: Path) -> Path:
+    """A transcript that shows one compaction after every test job's request: the hook delivers only where
+    a readable transcript shows the compaction."""
+    return transcript_with(tmp_path / "shown.jsonl", "2026-11-30T12:59:00.000Z")
+
+
 def env_for(jobs: Path) -> dict[str, str]:
     return {"REKALL_JOBS_DIR": str(jobs)}
 
@@ -84,12 +90,12 @@ def env_for(jobs: Path) -> dict[str, str]:
 def test_a_resume_false_job_whose_compaction_completed_gets_its_framed_handoff_once(tmp_path: Path):
     store, clock, thread = open_store(tmp_path / "jobs"), FakeClock(), new_thread()
     job, _ = job_until(store, clock, thread, "completed", resume=False)
-    out, code = run_hook(hook_input(thread), env_for(tmp_path / "jobs"))
+    out, code = run_hook(hook_input(thread, shown(tmp_path)), env_for(tmp_path / "jobs"))
     assert code == 0
     context = context_of(out)
     assert context.startswith(f"[Handoff saved through rekall before a context compaction; job {job}, thread {thread}]")
     assert json.dumps(handoff(False)["summary"]) in context and "resume false" in context
-    assert run_hook(hook_input(thread), env_for(tmp_path / "jobs")) == ("", 0)  # never a second copy
+    assert run_hook(hook_input(thread, shown(tmp_path)), env_for(tmp_path / "jobs")) == ("", 0)  # never a second copy
     status = JobStore.open_reader(env_for(tmp_path / "jobs")).read_status(thread)
     assert status.handoffDelivery == "hook" and status.handoffCut is False
     assert "SessionStart(compact) hook" in status.handoffDeliveryNote and status.handoffHookAt
@@ -102,7 +108,7 @@ def test_the_hooks_delivery_is_folded_into_status_explain_and_history(tmp_path: 
     reader = JobStore.open_reader(env_for(jobs))
     assert known(reader.read_status(thread).handoffDelivery) != "hook"  # the views are sealed now
     assert [row.get("handoffDelivery") for row in collect_history(reader)] != ["hook"]
-    context_of(run_hook(hook_input(thread), env_for(jobs))[0])
+    context_of(run_hook(hook_input(thread, shown(tmp_path)), env_for(jobs))[0])
     reader = JobStore.open_reader(env_for(jobs))
     assert reader.read_status(thread).handoffDelivery == "hook"
     assert "SessionStart(compact) hook" in build_explanation(reader, job)["outcome"]
@@ -117,11 +123,11 @@ def test_a_job_that_resumed_or_is_resuming_gets_nothing_from_the_hook(tmp_path: 
     jobs = tmp_path / "jobs"
     store, clock, thread = open_store(jobs), FakeClock(), new_thread()
     job_until(store, clock, thread, "resumed", resume=True)
-    assert run_hook(hook_input(thread), env_for(jobs)) == ("", 0)
+    assert run_hook(hook_input(thread, shown(tmp_path)), env_for(jobs)) == ("", 0)
     other = new_thread()
     job_until(store, clock, other, "resumed", resume=True, steps=5)  # in resuming: the turn is on its way
     assert store.read_status(other).state == "resuming"
-    assert run_hook(hook_input(other), env_for(jobs)) == ("", 0)
+    assert run_hook(hook_input(other, shown(tmp_path)), env_for(jobs)) == ("", 0)
 
 
 def test_a_job_before_its_compaction_or_cancelled_before_it_gets_nothing(tmp_path: Path):
@@ -130,7 +136,7 @@ def test_a_job_before_its_compaction_or_cancelled_before_it_gets_nothing(tmp_pat
     for outcome, steps in (("completed", 2), ("completed", 1), ("cancelled", None), ("failed", None)):
         thread = new_thread()
         job_until(store, clock, thread, outcome, resume=False, steps=steps)
-        assert run_hook(hook_input(thread), env_for(jobs)) == ("", 0), outcome
+        assert run_hook(hook_input(thread, shown(tmp_path)), env_for(jobs)) == ("", 0), outcome
 
 
 def test_waiting_for_resume_idle_the_turn_starting_is_the_users_and_the_hook_delivers_before_the_continuation(
@@ -139,7 +145,7 @@ def test_waiting_for_resume_idle_the_turn_starting_is_the_users_and_the_hook_del
     store, clock, thread = open_store(jobs), FakeClock(), new_thread()
     job, journal = job_until(store, clock, thread, "resumed", resume=True, steps=4)
     assert store.read_status(thread).state == "waiting_for_resume_idle"
-    context = context_of(run_hook(hook_input(thread), env_for(jobs))[0])
+    context = context_of(run_hook(hook_input(thread, shown(tmp_path)), env_for(jobs))[0])
     assert "the user sent new input first" in context
     # The worker's continuation must win the same claim before it is sent: it loses.
     assert take(store.paths.root, DeliveryKey(thread, job=job), "continuation").won is False
@@ -187,9 +193,9 @@ def test_inputs_that_are_not_a_compact_session_start_for_a_thread_give_the_empty
     for changes in ({"source": "startup"}, {"source": "resume"}, {"hook_event_name": "PostCompact"},
                     {"session_id": "not-a-thread"}, {"session_id": thread[:8]}, {"session_id": None}):
         assert run_hook(hook_input(thread, **changes), env_for(jobs)) == ("", 0), changes
-    assert run_hook(hook_input(thread)[:-5], env_for(jobs)) == ("", 0)
+    assert run_hook(hook_input(thread, shown(tmp_path))[:-5], env_for(jobs)) == ("", 0)
     assert run_hook(b"x" * (1024 * 1024 + 2), env_for(jobs)) == ("", 0)
-    context_of(run_hook(hook_input(thread), env_for(jobs))[0])  # the untouched claim is still free
+    context_of(run_hook(hook_input(thread, shown(tmp_path)), env_for(jobs))[0])  # the untouched claim is still free
 
 
 def test_a_handoff_that_changed_after_it_was_saved_is_never_printed(tmp_path: Path):
@@ -199,7 +205,7 @@ def test_a_handoff_that_changed_after_it_was_saved_is_never_printed(tmp_path: Pa
     path = store.paths.handoff(thread, job)
     os.chmod(path, 0o600)
     path.write_bytes(path.read_bytes().replace(b"parser", b"lexer "))
-    assert run_hook(hook_input(thread), env_for(jobs)) == ("", 0)
+    assert run_hook(hook_input(thread, shown(tmp_path)), env_for(jobs)) == ("", 0)
     assert holder(store.paths.root, DeliveryKey(thread, job=job)) is None  # nothing claimed for it
 
 
@@ -222,7 +228,7 @@ def test_the_job_is_found_in_a_jobs_directory_the_store_recorded_when_the_hooks_
     store, clock, thread = open_store(jobs), FakeClock(), new_thread()
     job_until(store, clock, thread, "completed", resume=False)
     assert json.loads((tmp_path / "user-home" / ".rekall" / "jobs-dirs.json").read_text())[0] == str(jobs)
-    context_of(run_hook(hook_input(thread), {})[0])
+    context_of(run_hook(hook_input(thread, shown(tmp_path)), {})[0])
 
 
 def test_a_handoff_over_codexs_hook_limit_is_cut_with_the_whole_ones_place_and_the_job_says_so(tmp_path: Path):
@@ -230,7 +236,7 @@ def test_a_handoff_over_codexs_hook_limit_is_cut_with_the_whole_ones_place_and_t
     store, clock, thread = open_store(jobs), FakeClock(), new_thread()
     big = handoff(False, preserve=[f"fact {n}: " + "the tokenizer keeps offsets " * 12 for n in range(35)])
     job, _ = job_until(store, clock, thread, "completed", resume=False, value=big)
-    context = context_of(run_hook(hook_input(thread), env_for(jobs))[0])
+    context = context_of(run_hook(hook_input(thread, shown(tmp_path)), env_for(jobs))[0])
     assert len(context.encode()) <= CONTEXT_BYTE_BUDGET
     handoff_path = str(store.paths.handoff(thread, job))
     assert f"Read the whole handoff at {handoff_path}" in context
@@ -242,7 +248,7 @@ def test_a_handoff_under_the_limit_reaches_codex_whole(tmp_path: Path):
     jobs = tmp_path / "jobs"
     store, clock, thread = open_store(jobs), FakeClock(), new_thread()
     job_until(store, clock, thread, "completed", resume=False)
-    context = context_of(run_hook(hook_input(thread), env_for(jobs))[0])
+    context = context_of(run_hook(hook_input(thread, shown(tmp_path)), env_for(jobs))[0])
     assert json.dumps(handoff(False), indent=2, ensure_ascii=False) in context
 
 
@@ -252,7 +258,7 @@ def test_the_rekall_command_runs_the_hook_and_prints_only_the_framed_handoff(tmp
     job_until(store, clock, thread, "completed", resume=False)
     env = {**os.environ, **env_for(jobs)}
     command = [sys.executable, "-m", "rekall", "hook", "session-start"]
-    done = subprocess.run(command, input=hook_input(thread), capture_output=True, env=env, timeout=60, check=False)
+    done = subprocess.run(command, input=hook_input(thread, shown(tmp_path)), capture_output=True, env=env, timeout=60, check=False)
     assert done.returncode == 0 and done.stderr == b""
     context_of(done.stdout.decode())
     again = subprocess.run(command, input=b"{", capture_output=True, env=env, timeout=60, check=False)
@@ -272,7 +278,7 @@ def test_an_explicit_cancel_in_waiting_for_resume_idle_keeps_the_hook_silent_and
     asked = store.request_cancel(thread, job)
     assert asked.cancellationRequested is True and asked.handoffDelivery == "not_delivered"
     assert "no continuation, injection or hook will deliver it" in asked.handoffDeliveryNote
-    assert run_hook(hook_input(thread), env_for(jobs)) == ("", 0)  # the user's next turn gets nothing
+    assert run_hook(hook_input(thread, shown(tmp_path)), env_for(jobs)) == ("", 0)  # the user's next turn gets nothing
     assert holder(store.paths.root, DeliveryKey(thread, job=job))["route"] == "cancel"
     # The worker then journals the cancel; the record says the handoff was withheld, and why.
     with store.open_lifecycle(thread, job) as lifecycle:
@@ -290,14 +296,14 @@ def test_a_job_an_older_rekall_cancelled_explicitly_after_its_compaction_gets_no
     with store.open_lifecycle(thread, created.job_id) as lifecycle:  # no cancel claim: journaled before claims
         run_lifecycle(lifecycle, clock, script(created.job_id, "resumed")[:4]
                       + [("cancel", {"reason": "explicit_cancellation"})])
-    assert run_hook(hook_input(thread), env_for(jobs)) == ("", 0)
+    assert run_hook(hook_input(thread, shown(tmp_path)), env_for(jobs)) == ("", 0)
 
 
 def test_a_cancel_after_the_hook_delivered_says_the_hook_delivered_it(tmp_path: Path):
     jobs = tmp_path / "jobs"
     store, clock, thread = open_store(jobs), FakeClock(), new_thread()
     job, _ = job_until(store, clock, thread, "resumed", resume=True, steps=4)
-    context_of(run_hook(hook_input(thread), env_for(jobs))[0])
+    context_of(run_hook(hook_input(thread, shown(tmp_path)), env_for(jobs))[0])
     asked = store.request_cancel(thread, job)
     assert asked.handoffDelivery == "hook" and "already delivered by the hook route" in asked.handoffDeliveryNote
 
@@ -311,7 +317,7 @@ def test_cancels_for_the_users_input_keep_the_hooks_delivery_and_no_framing_says
         created = store.create_job(thread, handoff=handoff(True), user_fingerprint=FINGERPRINT)
         with store.open_lifecycle(thread, created.job_id) as lifecycle:
             run_lifecycle(lifecycle, clock, script(created.job_id, "resumed")[:4] + [("cancel", {"reason": reason})])
-        said[reason] = context_of(run_hook(hook_input(thread), env_for(jobs))[0])
+        said[reason] = context_of(run_hook(hook_input(thread, shown(tmp_path)), env_for(jobs))[0])
     for reason, context in said.items():
         framing = context.split("\n\n")[0]  # what rekall wrote, before the handoff's own JSON
         assert "None" not in framing and "null" not in framing and "()" not in framing, (reason, framing)
@@ -330,5 +336,65 @@ def test_after_a_failed_or_timed_out_job_the_hooks_framing_says_how_it_ended_nev
             else ("deadline", {"deadlineS": 900})
         with store.open_lifecycle(thread, created.job_id) as lifecycle:
             run_lifecycle(lifecycle, clock, script(created.job_id, "resumed")[:4] + [ending])
-        context = context_of(run_hook(hook_input(thread), env_for(jobs))[0])
+        context = context_of(run_hook(hook_input(thread, shown(tmp_path)), env_for(jobs))[0])
         assert words in context and "None" not in context.split("\n\n")[0], context
+
+
+def test_after_a_worker_dies_in_accepted_the_hook_delivers_once_whether_or_not_status_reaped_it_first(
+        tmp_path: Path):
+    from tests.jobkit import job_with_dead_worker
+
+    for read_status_first in (False, True):
+        jobs = tmp_path / f"jobs-{read_status_first}"
+        store, clock, thread = open_store(jobs), FakeClock(), new_thread()
+        job = job_with_dead_worker(store, clock, thread, "accepted")
+        if read_status_first:
+            assert store.reap_if_dead(thread) is not None
+            assert (store.read_status(thread).state, store.read_status(thread).errorCode) == ("failed", "worker_lost")
+        context = context_of(run_hook(hook_input(thread, shown(tmp_path)), env_for(jobs))[0])
+        assert f"job {job}" in context and "None" not in context.split("\n\n")[0]
+        assert run_hook(hook_input(thread, shown(tmp_path)), env_for(jobs)) == ("", 0)  # once
+        assert run_hook(hook_input(new_thread(), shown(tmp_path)), env_for(jobs)) == ("", 0)
+
+
+def test_without_a_readable_transcript_the_hook_claims_nothing_even_for_a_completed_job(tmp_path: Path):
+    jobs = tmp_path / "jobs"
+    store, clock, thread = open_store(jobs), FakeClock(), new_thread()
+    job, _ = job_until(store, clock, thread, "completed", resume=False)
+    assert run_hook(hook_input(thread), env_for(jobs)) == ("", 0)
+    assert run_hook(hook_input(thread, tmp_path / "missing.jsonl"), env_for(jobs)) == ("", 0)
+    assert holder(store.paths.root, DeliveryKey(thread, job=job)) is None
+    context_of(run_hook(hook_input(thread, shown(tmp_path)), env_for(jobs))[0])
+
+
+def test_a_full_disk_while_the_hook_writes_its_claim_delivers_nothing_and_leaves_the_claim_free(
+        tmp_path: Path, monkeypatch):
+    import rekall.store.delivery as delivery
+
+    jobs = tmp_path / "jobs"
+    store, clock, thread = open_store(jobs), FakeClock(), new_thread()
+    job, _ = job_until(store, clock, thread, "completed", resume=False)
+
+    def full_disk(fd: int, data: bytes) -> int:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(delivery.os, "write", full_disk)
+    assert run_hook(hook_input(thread, shown(tmp_path)), env_for(jobs)) == ("", 0)
+    monkeypatch.undo()
+    assert holder(store.paths.root, DeliveryKey(thread, job=job)) is None  # never said to be a claim taken
+    status = JobStore.open_reader(env_for(jobs)).read_status(thread)
+    assert status.handoffDelivery != "hook"
+    context_of(run_hook(hook_input(thread, shown(tmp_path)), env_for(jobs))[0])  # the next turn's hook can
+
+
+def test_a_fifo_planted_at_the_jobs_claim_is_foreign_the_hook_prints_nothing_and_status_answers_at_once(
+        tmp_path: Path):
+    jobs = tmp_path / "jobs"
+    store, clock, thread = open_store(jobs), FakeClock(), new_thread()
+    job, _ = job_until(store, clock, thread, "completed", resume=False)
+    os.mkfifo(store.paths.delivery(thread, job), 0o600)
+    assert run_hook(hook_input(thread, shown(tmp_path)), env_for(jobs)) == ("", 0)
+    done = subprocess.run([sys.executable, "-m", "rekall", "status", thread, "--json"], capture_output=True,
+                          text=True, env={**os.environ, **env_for(jobs)}, timeout=20)  # a FIFO read would block
+    status = json.loads(done.stdout)
+    assert status["handoffDelivery"] == "not_delivered" and "not a regular file" in status["handoffDeliveryNote"]
