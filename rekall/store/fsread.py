@@ -40,7 +40,9 @@ class WrongKind(OSError):
     socket, a device or a symbolic link. Refused before any read, naming the path and what is there."""
 
     def __init__(self, path: Path | str, kind: str) -> None:
-        super().__init__(errno.EINVAL, f"{kind}, not a regular file", str(path))
+        # The errno a surface reads (rekall.kernel.errors): a symlink keeps ELOOP's "symlink_refused".
+        code = {"a symbolic link": errno.ELOOP, "a directory": errno.EISDIR}.get(kind, errno.EINVAL)
+        super().__init__(code, f"{kind}, not a regular file", str(path))
         self.path, self.kind = path, kind
 
 

@@ -188,3 +188,4 @@ def test_a_hostile_name_in_a_store_note_is_printed_escaped(jobs: Path, capsys: p
     logging.getLogger("rekall.store").warning("the jobs directory %s could not be recorded", HOSTILE)
     err = capsys.readouterr().err
     assert err.startswith("rekall: note: the jobs directory jobs\\x1b[2J") and not any(raw in err for raw in _RAW)
+
