@@ -39,7 +39,8 @@ so a secret split across them is found. The rules:
 
 The corpora in ``tests/store/secret_corpus.py`` decide these rules: every refused form (and every
 form in each tool's public documentation) is caught and no legitimate text (SHAs, UUIDs, paths,
-prose about password fields or token budgets, code identifiers, prose about authentication work) is. ``bench/secret_detectors.py`` compares them with ``detect-secrets``.
+prose about password fields or token budgets, code identifiers, prose about authentication work)
+is. ``bench/secret_detectors.py`` compares them with ``detect-secrets``.
 """
 
 from __future__ import annotations
@@ -91,7 +92,8 @@ _VENDOR_TOKENS: tuple[tuple[str, str], ...] = (
                      r"(?:[A-Za-z0-9._-]{1,100}/){0,5}[0-9]+"),
     ("an Azure shared access signature", r"(?i)(?<![A-Za-z0-9_])sig=[A-Za-z0-9%+/]{20,}={0,2}"),
     ("a kubeconfig client key", r"(?i)client-key-data\s*:\s*[A-Za-z0-9+/]{16,}"),
-    ("a PuTTY private key", r"PuTTY-User-Key-File-[0-9]+:[ \t]*[a-z0-9-]+|Private-Lines:[ \t]*[0-9]+\s+[A-Za-z0-9+/]{16,}"),
+    ("a PuTTY private key", r"PuTTY-User-Key-File-[0-9]+:[ \t]*[a-z0-9-]+"
+                            r"|Private-Lines:[ \t]*[0-9]+\s+[A-Za-z0-9+/]{16,}"),
     ("an npm registry credential", r"(?<![A-Za-z0-9])_auth[ \t]*=[ \t]*[A-Za-z0-9+/]{8,}={0,2}"),
     ("a password hash", r"(?<![A-Za-z0-9$])\$(?:1|apr1|2[abxy]|5|6|y|gy|7|argon2(?:id|i|d))\$[A-Za-z0-9./$=,+-]{20,}"),
     ("a password hash", r"\{S?SHA\}[A-Za-z0-9+/]{20,}={0,2}"),
@@ -130,7 +132,8 @@ _COMMAND_LINE = tuple(re.compile(pattern) for pattern in (
     r"(?:[ \t]-String[ \t]{1,8}|[ \t](?=[\"']))" + _VALUE,
 ))
 #: ``.pgpass``: ``hostname:port:database:username:password``, one a line.
-_PGPASS = re.compile(r"(?m)^[ \t]{0,8}[^\s:]{1,253}:(?:[0-9]{1,5}|\*):[^\s:]{1,63}:[^\s:]{1,63}:(?P<value>(?:[^\s:\\]|\\.){1,256})[ \t]*$")
+_PGPASS = re.compile(r"(?m)^[ \t]{0,8}[^\s:]{1,253}:(?:[0-9]{1,5}|\*):[^\s:]{1,63}:[^\s:]{1,63}:"
+                     r"(?P<value>(?:[^\s:\\]|\\.){1,256})[ \t]*$")
 #: Redis ``AUTH [username] password``: uppercase as the docs write it, and the password must look like one.
 _REDIS_AUTH = re.compile(r"(?<![A-Za-z0-9_-])AUTH(?:[ \t]{1,8}[^\s]{1,64})?[ \t]{1,8}" + _VALUE)
 #: ``net use [device] [\\host\share] [password] /user:...``: the password is the plain word among them.
@@ -357,6 +360,12 @@ def _random_near_a_keyword(match: re.Match[str]) -> bool:
         and not _a_hash(match.string, match.start("value"), value)
 
 
+def _a_hash(text: str, start: int, value: str) -> bool:
+    """Hex that a word just before it calls a hash (``sha1 of the token file: …``, ``commit …``)."""
+    return re.fullmatch(r"[0-9a-f]+|[0-9A-F]+", value) is not None \
+        and _HASH_WORDS.search(text, max(0, start - 80), start) is not None
+
+
 def _aws_secret(match: re.Match[str]) -> bool:
     value = match["value"]
     return _random_looking(value) and not all(_identifier_like(part) for part in re.split(r"[/+]", value) if part)
@@ -379,12 +388,6 @@ _CHECKS: tuple[tuple[str, re.Pattern[str], Callable[[re.Match[str]], bool]], ...
     ("a random-looking value next to a word that names a secret", _NEAR_A_KEYWORD, _random_near_a_keyword),
     ("an AWS secret access key", _AWS_SECRET, _aws_secret),
 )
-
-
-def _a_hash(text: str, start: int, value: str) -> bool:
-    """Hex that a word just before it calls a hash (``sha1 of the token file: …``, ``commit …``)."""
-    return re.fullmatch(r"[0-9a-f]+|[0-9A-F]+", value) is not None \
-        and _HASH_WORDS.search(text, max(0, start - 80), start) is not None
 
 
 _IDENTIFIER = re.compile(r"\A[A-Za-z_][A-Za-z0-9_]{0,39}\Z")

@@ -4,8 +4,9 @@ Every value here is a made-up example in the real format of its family. ``REFUSE
 a family with a text; ``LEGITIMATE`` is what real handoffs carry and must never be taken
 for a credential. ``DOCUMENTED`` and ``ABOUT_AUTH`` are the second corpus: the forms each tool's
 public documentation shows (docker, kubectl, Azure Storage, Rails, ...) and the prose people
-write while working on authentication code, which holds no value. ``tests/store/test_secrets.py`` runs both through the handoff validator;
-``bench/secret_detectors.py`` runs them through ``detect-secrets`` for comparison.
+write while working on authentication code, which holds no value. ``tests/store/test_secrets.py``
+runs both through the handoff validator; ``bench/secret_detectors.py`` runs them through
+``detect-secrets`` for comparison.
 """
 
 from __future__ import annotations
@@ -287,7 +288,8 @@ DOCUMENTED: tuple[tuple[str, str], ...] = (
     # Azure Storage shared access signatures (learn.microsoft.com/azure/storage/common/storage-sas-overview)
     ("azure sas", "https://myaccount.blob.core.windows.net/photos/pic.jpg?sv=2022-11-02&ss=b&srt=o&sp=r"
                   "&se=2026-12-31T00:00:00Z&spr=https&sig=Wl0kU1o2Nnp4T0pNSmlmQ2t3dHFlVnFGbFhDd1ZxdmI%3D"),
-    ("azure sas", "SharedAccessSignature=sv=2022-11-02&sr=c&sp=rl&sig=a39%2BYozJhGp6miujGymjRpN8tsrQfLo9Z3i8IRyIpnQ%3D"),
+    ("azure sas", "SharedAccessSignature=sv=2022-11-02&sr=c&sp=rl"
+                  "&sig=a39%2BYozJhGp6miujGymjRpN8tsrQfLo9Z3i8IRyIpnQ%3D"),
     ("azure sas", "?sig=k9Pq2mZx7Lw4Rt8Vb3Nc6Hd1Jf5Gs0Ae&se=2026-01-01"),
     # Rails credentials (guides.rubyonrails.org/security.html)
     ("rails", "SECRET_KEY_BASE=3b7cd727ee24e8444053437c36cc66c4b7a2f3e8d9c0a1b2c3d4e5f60718293a"),
