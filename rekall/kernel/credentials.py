@@ -119,7 +119,7 @@ _COMMAND_LINE = tuple(re.compile(pattern) for pattern in (
     r"(?<![A-Za-z0-9_-])redis-cli\b[^\n]{0,200}?[ \t]-a[ \t]{1,8}" + _VALUE,
     r"(?<![A-Za-z0-9_-])curl\b[^\n]{0,200}?[ \t](?:-u|--user)[ \t]{1,8}[\"']?[^\s:\"']{1,100}:" + _VALUE,
     r"(?i)(?<![A-Za-z0-9_-])login\s{1,8}[^\s]{1,256}\s{1,8}password\s{1,8}" + _VALUE,
-    r"(?<![A-Za-z0-9_-])docker\b[^\n]{0,100}?\blogin\b[^\n]{0,200}?[ \t]-p(?:=|[ \t]{1,8})" + _VALUE,
+    r"(?<![A-Za-z0-9_-])docker[ \t]{1,8}login\b[^\n]{0,200}?[ \t]-p(?:=|[ \t]{1,8})" + _VALUE,
     r"(?<![A-Za-z0-9_-])ldap(?:search|modify|add|delete|passwd|whoami|compare|modrdn|exop)\b[^\n]{0,300}?"
     r"[ \t]-[ws][ \t]{0,8}" + _VALUE,
     r"(?<![A-Za-z0-9_-])(?:zip|unzip|zipcloak|funzip)\b[^\n]{0,200}?[ \t]-P[ \t]{0,8}" + _VALUE,
