@@ -38,7 +38,7 @@ from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, overrid
 
 from rekall.codex.schema_checks import APP_SERVER_CHECKS, CHECKS, SchemaCheck, Verdict, overall_verdict, run_checks
 from rekall.kernel.environment import codex_home
-from rekall.store.fsread import read_limited
+from rekall.store.fsread import read_limited, read_private
 
 #: Size limits on what the schema check reads (every file rekall reads has one).
 SCHEMA_FILE_LIMIT = 64 * 1024 * 1024
@@ -248,7 +248,7 @@ def _private_dir(directory: Path) -> Path:
 
 def _read_cache(path: Path, identity: BinaryIdentity) -> SchemaReport | None:
     try:
-        record = _converter.structure(json.loads(read_limited(path, limit=CACHE_RECORD_LIMIT, follow=False)
+        record = _converter.structure(json.loads(read_private(path, limit=CACHE_RECORD_LIMIT)
                                                  .decode("utf-8")), _CacheRecord)
     except FileNotFoundError:
         return None

@@ -35,3 +35,29 @@ def unsafe_character(text: str) -> str | None:
         return None
     index = int(found.lastgroup[1:])  # type: ignore[index]
     return f"{_CLASSES[index][0]}, U+{ord(found.group()):04X} at character {found.start() + 1}"
+
+
+# --- printing what rekall did not write -----------------------------------------------------
+
+#: What a terminal acts on or hides, tab and newline aside: every class above.
+_UNPRINTABLE = re.compile(f"[\x00-\x08\x0b-\x1f\x7f-\x9f{BIDI}{ZERO_WIDTH}]")
+#: What ``json.dumps(..., ensure_ascii=False)`` leaves as it is of those (it escapes C0 itself).
+_UNPRINTABLE_IN_JSON = re.compile(f"[\x7f-\x9f{BIDI}{ZERO_WIDTH}]")
+
+
+def printable(text: str) -> str:
+    """``text`` as rekall prints it for people: each control, bidirectional or zero-width character
+    written as an escape (``\\x1b``, ``\\u202e``), so that a path or a name from the disk or the
+    environment (a hostile file name) cannot move the cursor, recolour or reorder the output."""
+    return _UNPRINTABLE.sub(lambda found: _escape(found.group()), text)
+
+
+def printable_json(text: str) -> str:
+    """JSON text with DEL, C1, bidirectional and zero-width characters as ``\\uXXXX`` escapes: the
+    same value for a parser, nothing a terminal acts on for a person."""
+    return _UNPRINTABLE_IN_JSON.sub(lambda found: f"\\u{ord(found.group()):04x}", text)
+
+
+def _escape(character: str) -> str:
+    code = ord(character)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"

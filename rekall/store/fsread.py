@@ -1,4 +1,5 @@
-"""Every read the store makes of its own files: never through a symlink, never past a size limit.
+"""Every read the store makes of its own files: never through a symlink, never of anything but a
+regular file (a FIFO planted there would stall the command), never past a size limit.
 
 Apart from :mod:`rekall.store.fsio` (the writes, with their fault-injection seam) so that
 the fast read paths load no more than they use.
@@ -34,6 +35,28 @@ class ReadTimedOut(OSError):
         self.path, self.wait_s = path, wait_s
 
 
+class WrongKind(OSError):
+    """A path where rekall keeps a file of its own holds something else: a FIFO, a directory, a
+    socket, a device or a symbolic link. Refused before any read, naming the path and what is there."""
+
+    def __init__(self, path: Path | str, kind: str) -> None:
+        # The errno a surface reads (rekall.kernel.errors): a symlink keeps ELOOP's "symlink_refused".
+        code = {"a symbolic link": errno.ELOOP, "a directory": errno.EISDIR}.get(kind, errno.EINVAL)
+        super().__init__(code, f"{kind}, not a regular file", str(path))
+        self.path, self.kind = path, kind
+
+
+def kind_of(mode: int) -> str:
+    """What a file of ``mode`` is, in words."""
+    for test, kind in ((stat.S_ISREG, "a regular file"), (stat.S_ISDIR, "a directory"),
+                       (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"),
+                       (stat.S_ISLNK, "a symbolic link"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device")):
+        if test(mode):
+            return kind
+    return "not a file rekall knows"
+
+
 #: How long a read of something that is not a regular file (a FIFO, a pipe, a terminal) waits for
 #: the writer to finish: a FIFO nobody writes to would otherwise hold the command forever.
 STREAM_WAIT_S = 30.0
@@ -46,20 +69,41 @@ JOURNAL_LIMIT = 64 * 1024 * 1024
 
 
 def read_private(path: Path, *, limit: int) -> bytes:
-    """The bytes of ``path`` without following a symlink; ``TooLarge`` past ``limit`` bytes.
+    """The bytes of the regular file ``path``; :class:`WrongKind` for anything else (a symlink,
+    which is never followed, a FIFO, a directory, a device), :class:`TooLarge` past ``limit`` bytes.
 
+    Opened without blocking and checked on the open descriptor, so a FIFO planted at one of
+    rekall's fixed paths is refused at once and a file swapped meanwhile is checked as it is read.
     The size is checked before reading and the read is capped, so a file that grows meanwhile
-    (or a device such as ``/dev/zero``) cannot cost more than ``limit + 1`` bytes either.
+    cannot cost more than ``limit + 1`` bytes either.
     """
-    return read_limited(path, limit=limit, follow=False)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC | O_BINARY)
+    except FileNotFoundError:
+        raise
+    except OSError:
+        # What could not be opened may be what does not belong here: a symlink (O_NOFOLLOW: ELOOP,
+        # or EMLINK on FreeBSD), a socket (ENXIO).
+        mode = os.lstat(path).st_mode
+        if not stat.S_ISREG(mode):
+            raise WrongKind(path, kind_of(mode)) from None
+        raise
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise WrongKind(path, kind_of(mode))
+        return read_fd_limited(fd, path, limit=limit)
+    finally:
+        os.close(fd)
 
 
-def read_limited(path: Path | str, *, limit: int, follow: bool = True, wait_s: float = STREAM_WAIT_S) -> bytes:
-    """:func:`read_private` for a file the user names (``--handoff FILE``), which may be a symlink.
+def read_limited(path: Path | str, *, limit: int, wait_s: float = STREAM_WAIT_S) -> bytes:
+    """:func:`read_private` for a file the user names (``--handoff FILE``), which may be a symlink
+    or a stream (``<(cmd)``, a FIFO).
 
     Opened without blocking, so that a FIFO with no writer opens at once; its read is then bounded
     by ``wait_s`` (:class:`ReadTimedOut`)."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | (0 if follow else O_NOFOLLOW) | O_CLOEXEC | O_BINARY)
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | O_CLOEXEC | O_BINARY)
     try:
         return read_fd_limited(fd, path, limit=limit, wait_s=wait_s)
     finally:

@@ -5,7 +5,7 @@ bytes of compact JSON; lists of at most 40 non-empty strings; ``resume`` a real 
 ``nextStep`` non-blank when resuming) and adds two rules: text holding terminal controls,
 bidirectional or zero-width characters (:mod:`rekall.kernel.characters`) is refused naming the field
 and the character's class, and values that look like credentials (:mod:`rekall.kernel.credentials`) are
-refused, naming the field and the kind of secret but never echoing it.
+refused, naming the field (and entry), the kind of secret and where it starts, but never echoing it.
 
 The saved record ``{version: 1, threadId, jobId, handoff}`` is pretty JSON (2-space indent,
 no trailing newline, as the Node version writes, and readable by the agent that is pointed
@@ -57,7 +57,7 @@ def validate_handoff(value: Any) -> dict[str, Any]:
     """A normalised copy of a valid handoff, or ``InvalidInput`` naming the field at fault."""
     # Here, not at the top: reading jobs (status, history) never loads the secret detector.
     from rekall.kernel.characters import unsafe_character
-    from rekall.kernel.credentials import credential_kind, shown_key
+    from rekall.kernel.credentials import find_credential, shown_key
 
     if not isinstance(value, Mapping):
         raise _invalid("handoff must be an object with summary, preserve, discard, nextStep and resume",
@@ -105,9 +105,10 @@ def validate_handoff(value: Any) -> dict[str, Any]:
         texts.extend((f"handoff.{key}[{i}]", f"handoff.{key}[{i}] and [{i + 1}] joined",
                       (items[i] + items[i + 1], f"{items[i]} {items[i + 1]}")) for i in range(len(items) - 1))
     for field, where, forms in texts:
-        kind = next((kind for form in forms if (kind := credential_kind(form)) is not None), None)
-        if kind is not None:
-            raise _invalid(f"{where} looks like it contains {kind}; secrets must not go into a handoff",
+        found = next((found for form in forms if (found := find_credential(form)) is not None), None)
+        if found is not None:
+            at = f"character {found.character}" + (" once normalised" if found.normalised else "")
+            raise _invalid(f"{where} looks like it contains {found.kind} at {at}; secrets must not go into a handoff",
                            field, hint="remove the secret (refer to where it is stored instead) and schedule again")
     return normalised
 

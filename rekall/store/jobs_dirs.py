@@ -26,12 +26,23 @@ def jobs_dirs_file() -> Path:
 
 
 def known_jobs_dirs() -> list[Path]:
-    """The recorded jobs directories, newest first (none when the file is missing or unreadable)."""
+    """The recorded jobs directories, newest first (none when the file is missing or unreadable;
+    one that is not a regular file, such as a FIFO planted there, is refused at once and named in
+    a warning)."""
     from rekall.store.fsread import read_private
 
+    path = jobs_dirs_file()
     try:
-        found = json.loads(read_private(jobs_dirs_file(), limit=_LIMIT))
-    except (OSError, ValueError):
+        found = json.loads(read_private(path, limit=_LIMIT))
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        import logging  # here, not at the top: the SessionStart hook's fast path reads this file
+
+        logging.getLogger("rekall.store").warning("the list of jobs directories %s is ignored: %s", path,
+                                                  exc.strerror or exc)
+        return []
+    except ValueError:
         return []
     if not isinstance(found, list):
         return []

@@ -45,13 +45,7 @@ class Scan:
 
 def scan_journal(path: Path) -> Scan:
     """Read and check every line of ``path`` without changing it."""
-    try:
-        data = read_private(path, limit=JOURNAL_LIMIT)
-    except FileNotFoundError:
-        raise
-    except OSError as exc:
-        raise JournalCorrupt(f"cannot read the journal {path}: {exc.strerror or exc}",
-                             hint="check the file's permissions; nothing was changed") from exc
+    data = _read_journal(path)
     records: list[Record] = []
     offset = 0
     lines = _lines(data)
@@ -73,7 +67,7 @@ def scan_journal(path: Path) -> Scan:
 
 def first_record(path: Path) -> Record:
     """Only the first record (it creates the job), for ordering jobs without replaying them."""
-    data = read_private(path, limit=JOURNAL_LIMIT)
+    data = _read_journal(path)
     end = data.find(b"\n")
     try:
         return decode_line(data if end < 0 else data[: end + 1])
@@ -81,6 +75,18 @@ def first_record(path: Path) -> Record:
         raise _corrupt(path, 1, str(exc)) from exc
     except NewerVersion as exc:
         raise _unknown_version(path, 1, exc) from exc
+
+
+def _read_journal(path: Path) -> bytes:
+    """The journal's bytes; ``FileNotFoundError`` when it is gone, else :class:`JournalCorrupt`
+    naming the path when it cannot be read (a directory, a FIFO or a symlink planted there)."""
+    try:
+        return read_private(path, limit=JOURNAL_LIMIT)
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        raise JournalCorrupt(f"cannot read the journal {path}: {exc.strerror or exc}",
+                             hint="move it aside if rekall did not write it; nothing was changed") from exc
 
 
 def _lines(data: bytes) -> list[bytes]:

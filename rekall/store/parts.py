@@ -20,7 +20,7 @@ from rekall.store.catalog import Catalog
 from rekall.store.clock import Clock, SystemClock
 from rekall.store.errors import LockBusy, UnknownJob
 from rekall.store.fsio import FileOps
-from rekall.store.fsread import STATUS_LIMIT, TooLarge, read_private
+from rekall.store.fsread import STATUS_LIMIT, TooLarge, WrongKind, read_private
 from rekall.store.journal import JournalWriter, scan_journal
 from rekall.store.lifecycle import Lifecycle
 from rekall.store.locks import Locks, job_liveness
@@ -43,12 +43,15 @@ class StatusFile:
 
     def read(self, thread: str) -> tuple[dict[str, Any] | None, str | None]:
         """The file's JSON object, or ``None`` and why not (``missing``, ``corrupt (…)``, …)."""
+        path = self.paths.status_file(thread)
         try:
-            raw = read_private(self.paths.status_file(thread), limit=STATUS_LIMIT)
+            raw = read_private(path, limit=STATUS_LIMIT)
         except FileNotFoundError:
             return None, "missing"
         except TooLarge as exc:
             return None, f"too large ({exc.strerror}; not read)"
+        except WrongKind as exc:
+            return None, f"not a regular file ({path} is {exc.kind})"
         except OSError as exc:
             return None, f"unreadable ({exc.strerror or exc})"
         try:

@@ -31,7 +31,9 @@ Handler = Callable[[argparse.Namespace], int | Coroutine[Any, Any, int]]
 
 
 def _print_json(value: Any) -> None:
-    sys.stdout.write(json.dumps(value, indent=2, ensure_ascii=False, default=str) + "\n")
+    from rekall.kernel.characters import printable_json
+
+    sys.stdout.write(printable_json(json.dumps(value, indent=2, ensure_ascii=False, default=str)) + "\n")
 
 
 def _console() -> Console:
@@ -78,7 +80,9 @@ def _emitted_json(args: argparse.Namespace, value: Any) -> bool:
 
 
 def _show(printer: Callable[[Any, Console], None], value: Any) -> int:
-    printer(value, _console())
+    from rekall.surfaces.render import printable_value
+
+    printer(printable_value(value), _console())
     return 0
 
 
@@ -124,7 +128,9 @@ def cmd_history(args: argparse.Namespace) -> int:
 
             sys.stderr.write(left_out_note(left_out))
         return 0
-    print_history(shown, _console(), left_out=left_out)
+    from rekall.surfaces.render import printable_value
+
+    print_history(printable_value(shown), _console(), left_out=left_out)
     return 0
 
 
@@ -335,9 +341,10 @@ class _NoteHandler(logging.Handler):
     """
 
     def emit(self, record: logging.LogRecord) -> None:
+        from rekall.kernel.characters import printable
         from rekall.kernel.wrapping import terminal_width, wrap
 
-        lines = wrap(record.getMessage(), terminal_width(sys.stderr), first="rekall: note: ", rest="  ")
+        lines = wrap(printable(record.getMessage()), terminal_width(sys.stderr), first="rekall: note: ", rest="  ")
         sys.stderr.write("".join(line + "\n" for line in lines))
 
 
@@ -350,12 +357,13 @@ def _fail(error: RekallError, as_json: bool) -> int:
     if as_json:
         _print_json({"error": {**error.to_dict(), "message": message, **({"hint": hint} if hint else {})}})
     else:
+        from rekall.kernel.characters import printable
         from rekall.kernel.wrapping import terminal_width, wrap
 
         width = terminal_width(sys.stderr)
-        lines = wrap(message, width, first="rekall: ", rest="  ")
+        lines = wrap(printable(message), width, first="rekall: ", rest="  ")
         if hint:
-            lines += wrap(hint, width, first="  next: ", rest="        ")
+            lines += wrap(printable(hint), width, first="  next: ", rest="        ")
         sys.stderr.write("".join(line + "\n" for line in lines))
     return error.exit_status
 

@@ -36,8 +36,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from rekall.surfaces.cli import main as full
 
         return full(argv)
+    from rekall.kernel.characters import printable_json
+
     out, err = answer
-    sys.stdout.write(out)
+    sys.stdout.write(printable_json(out))
     sys.stderr.write(err)
     return 0
 

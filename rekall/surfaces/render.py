@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
+import attrs
 from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
 from rich.live import Live
 from rich.padding import Padding
@@ -289,7 +290,7 @@ def watch_job(read: Callable[[], tuple[Mapping[str, Any], list[str]]], console: 
         return str(job.get("state")) in terminal or time.monotonic() >= deadline
 
     def view() -> Group:
-        return Group(Text(" → ").join(state_text(s) for s in trail), job_table(job))
+        return Group(Text(" → ").join(state_text(s) for s in trail), job_table(printable_value(job)))
 
     if quiet:
         while not finished():
@@ -319,6 +320,24 @@ def watch_exit_status(job: Mapping[str, Any]) -> int:
 _LEVEL_STYLE = {"GREEN": "bold green", "AMBER": "bold yellow", "RED": "bold red"}
 
 
+def printable_value(value: Any) -> Any:
+    """``value`` with every string in it (in dicts, lists and attrs records) made
+    :func:`~rekall.kernel.characters.printable`: what a printer shows people passes through here
+    once, so that no path or name read from the disk reaches the terminal with its controls."""
+    from rekall.kernel.characters import printable
+
+    if isinstance(value, str):
+        return printable(value)
+    if isinstance(value, dict):
+        return {key: printable_value(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)) and type(value) in (list, tuple):
+        return type(value)(printable_value(item) for item in value)
+    if attrs.has(type(value)):
+        return attrs.evolve(value, **{field.alias: printable_value(getattr(value, field.name))
+                                      for field in attrs.fields(type(value)) if field.init})
+    return value
+
+
 def print_report(report: Report, console: Console) -> None:
     """One block per concern: its level and name, then the detail and the next step, wrapped
     between words (a table's narrow columns would cut paths and words at 80 columns)."""
@@ -333,4 +352,4 @@ def print_report(report: Report, console: Console) -> None:
 
 
 __all__ = ["Fields", "Indented", "WholeWords", "job_table", "print_cancelled", "print_job", "print_probe", "print_report",
-           "print_scheduled", "state_text", "watch_exit_status", "watch_job"]
+           "print_scheduled", "printable_value", "state_text", "watch_exit_status", "watch_job"]

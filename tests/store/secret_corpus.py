@@ -2,8 +2,11 @@
 
 Every value here is a made-up example in the real format of its family. ``REFUSED`` pairs
 a family with a text; ``LEGITIMATE`` is what real handoffs carry and must never be taken
-for a credential. ``tests/store/test_secrets.py`` runs both through the handoff validator;
-``bench/secret_detectors.py`` runs them through ``detect-secrets`` for comparison.
+for a credential. ``DOCUMENTED`` and ``ABOUT_AUTH`` are the second corpus: the forms each tool's
+public documentation shows (docker, kubectl, Azure Storage, Rails, ...) and the prose people
+write while working on authentication code, which holds no value. ``tests/store/test_secrets.py``
+runs both through the handoff validator; ``bench/secret_detectors.py`` runs them through
+``detect-secrets`` for comparison.
 """
 
 from __future__ import annotations
@@ -268,10 +271,185 @@ LEGITIMATE: tuple[str, ...] = (
     "café naïve 完成 – the token budget is fine",
 )
 
+#: Forms from each tool's public documentation (issue 45), made-up values in the documented shapes.
+DOCUMENTED: tuple[tuple[str, str], ...] = (
+    # docker login (docs.docker.com/reference/cli/docker/login)
+    ("docker", "docker login -u deploy -p Sup3rS3cretPw registry.example.com"),
+    ("docker", "docker login --username deploy --password 'hunter2hunter2' ghcr.io"),
+    ("docker", "docker login -p dckr_pat_2b3e36beeb386dfdaacb9b46004c -u deploy"),
+    ("docker", "dckr_pat_2b3e36beeb386dfdaacb9b46004ccb7c"),
+    # kubeconfig and kubectl (kubernetes.io/docs/concepts/configuration/organize-cluster-access-kubeconfig)
+    ("kubectl", "client-key-data: LS0tLS1CRUdJTiBSU0EgUFJJVkFURSBLRVktLS0tLQpNSUlFb3dJQkFBS0NBUUVB"),
+    ("kubectl", "users:\n- name: admin\n  user:\n    token: 07401b.f395accd246ae52d"),
+    ("kubectl", "    token: kubeconfig-user-abc12:x7k9m2p4q8r5t1v3w6y0z2b4"),
+    ("kubectl", "kubectl config set-credentials admin --token=bearer-t0ken-4a7f9c2e"),
+    ("kubectl", "kubectl --token 8f4e2a9c1b7d3e6f0a5c --server https://k8s:6443 get pods"),
+    ("kubectl", "kubectl create secret generic db --from-literal=password=S3cr3tDbPw"),
+    # Azure Storage shared access signatures (learn.microsoft.com/azure/storage/common/storage-sas-overview)
+    ("azure sas", "https://myaccount.blob.core.windows.net/photos/pic.jpg?sv=2022-11-02&ss=b&srt=o&sp=r"
+                  "&se=2026-12-31T00:00:00Z&spr=https&sig=Wl0kU1o2Nnp4T0pNSmlmQ2t3dHFlVnFGbFhDd1ZxdmI%3D"),
+    ("azure sas", "SharedAccessSignature=sv=2022-11-02&sr=c&sp=rl"
+                  "&sig=a39%2BYozJhGp6miujGymjRpN8tsrQfLo9Z3i8IRyIpnQ%3D"),
+    ("azure sas", "?sig=k9Pq2mZx7Lw4Rt8Vb3Nc6Hd1Jf5Gs0Ae&se=2026-01-01"),
+    # Rails credentials (guides.rubyonrails.org/security.html)
+    ("rails", "SECRET_KEY_BASE=3b7cd727ee24e8444053437c36cc66c4b7a2f3e8d9c0a1b2c3d4e5f60718293a"),
+    ("rails", "config.secret_key_base = 'a7f3c9e1b5d2804f6e3a1c7b9d5f2e8a'"),
+    ("rails", "RAILS_MASTER_KEY=9a1f0c4e7b2d8e3f6a5c0b9d4e7f1a2c"),
+    ("rails", "secret_key_base: 5f2e8c1a9d3b7f4e0a6c2d8b1e5f9a3c7d0b4e8f"),
+    # Google OAuth 2.0 (developers.google.com/identity/protocols/oauth2)
+    ("google oauth", "access token ya29.a0AfH6SMBx3kLmNpQrStUvWxYz0123456789AbCdEf"),
+    ("google oauth", "Authorization: Bearer ya29.A0ARrdaM-kd8Fz3Lq9Wm2Xn7Pv4Bt6Yc1"),
+    ("google oauth", "refresh token 1//0gLuPs4dEfGhIjKlMnOpQrStUvWxYz0123456789"),
+    ("google oauth", '{"refresh_token": "1//04dXnQ8kLmPqRsTuVwXyZ0123456789"}'),
+    # PostgreSQL password file (postgresql.org/docs/current/libpq-pgpass.html)
+    ("pgpass", "db.example.com:5432:appdb:appuser:S3cretPassw0rd"),
+    ("pgpass", "localhost:5432:*:postgres:correcthorse"),
+    ("pgpass", "*:*:*:replicator:Repl1cat0r!"),
+    # Redis (redis.io/docs/latest/operate/oss_and_stack/management/security)
+    ("redis", "requirepass foobared42secret"),
+    ("redis", "masterauth 'R3plicaPassw0rd'"),
+    ("redis", "AUTH default hunter2redis"),
+    ("redis", "redis> AUTH mypassw0rd42"),
+    ("redis", "CONFIG SET requirepass \"n3wRedisPass\""),
+    # Apache htpasswd (httpd.apache.org/docs/current/programs/htpasswd.html)
+    ("htpasswd", "admin:$apr1$r31.W3o9$HqJZimcKQFAMYayBlzkrA/"),
+    ("htpasswd", "$apr1$9Lr6Nv2p$Zqz8KQ4Xr1dUe0fAZPyq3."),
+    ("htpasswd", "deploy:{SHA}W6ph5Mm5Pz8GgiULbPgzG37mj9g="),
+    ("htpasswd", "htpasswd -b /etc/apache2/.htpasswd admin S3cretPass"),
+    # OpenLDAP (openldap.org/software/man.cgi?query=ldapsearch)
+    ("ldap", 'ldapsearch -x -D "cn=admin,dc=example,dc=com" -w S3cretLdap -b "dc=example,dc=com"'),
+    ("ldap", "ldapmodify -H ldap://ldap -D cn=admin,dc=ex,dc=org -w 'adm1nPass' -f change.ldif"),
+    ("ldap", "ldappasswd -x -D cn=admin,dc=ex -w oldpass1 -s N3wPassw0rd uid=bob,dc=ex"),
+    # Info-ZIP (linux.die.net/man/1/zip) and 7-Zip
+    ("zip", "zip -P s3cretZipPw archive.zip report.pdf"),
+    ("zip", "unzip -P 'z1pPassword' backup.zip"),
+    ("zip", "7z a -pArch1veSecret backup.7z data/"),
+    # Windows net use (learn.microsoft.com/windows-server/administration/windows-commands/net-use)
+    ("net use", r"net use Z: \\fileserver\share P@ssw0rd123 /user:CORP\admin"),
+    ("net use", r"net use \\10.0.0.5\IPC$ /user:administrator Winter2024!"),
+    ("net use", r"NET USE X: \\srv\data /USER:svc_backup Backup#2024 /PERSISTENT:NO"),
+    # PowerShell (learn.microsoft.com/powershell/module/microsoft.powershell.security/convertto-securestring)
+    ("powershell", '$pw = ConvertTo-SecureString "P@ssw0rd!" -AsPlainText -Force'),
+    ("powershell", "ConvertTo-SecureString -String 'Summer2024!' -AsPlainText -Force"),
+    ("powershell", "$secure = ConvertTo-SecureString -AsPlainText -Force -String \"Hunter2Secret\""),
+    # npm (docs.npmjs.com/cli/configuring-npm/npmrc)
+    ("npmrc", "_auth=ZGVwbG95OnMzY3JldFBhc3N3b3Jk"),
+    ("npmrc", "//registry.npmjs.org/:_authToken=5f2a8c1e-9b3d-4f7a-8e6c-0d1b2a3c4e5f"),
+    ("npmrc", "//npm.example.com/:_password=czNjcmV0UGFzcw=="),
+    # PuTTY private key files (the.earth.li/~sgtatham/putty/latest/htmldoc/AppendixC.html)
+    ("putty", "PuTTY-User-Key-File-3: ssh-ed25519\nEncryption: none\nComment: deploy\nPublic-Lines: 2\n"
+              "AAAAC3NzaC1lZDI1NTE5AAAAIDa\nPrivate-Lines: 1\nAAAAIHq3vL9mWx2Kp8Rt5Nz1Bc4Df7Gh0Jk3Lm6Np9Qr2St5"),
+    ("putty", "PuTTY-User-Key-File-2: ssh-rsa"),
+    ("putty", "Private-Lines: 14\nAAABAQCxL9mWx2Kp8Rt5Nz1Bc4Df7Gh0Jk3Lm6Np9Qr2St5Uv8Wx1Yz4"),
+    # age (age-encryption.org/v1)
+    ("age", "AGE-SECRET-KEY-1QQPQQ2QYHGTFTJWDVCAFLTUZJ0ZXQ9V9NXLVZEDRXH4HXKQ5MLCSGJ9XK8"),
+    ("age", "# created: 2026-01-01\nAGE-SECRET-KEY-1GFPYYSJZGFPYYSJZGFPYYSJZGFPYYSJZGFPYYSJZGFPYYSJZGFPQ4EGAEX"),
+    # Atlassian API tokens (support.atlassian.com/atlassian-account/docs/manage-api-tokens-for-your-atlassian-account)
+    ("atlassian", "ATATT3xFfGF0T4kQ9mZ2pL7wX1cV8bN3rJ6hY5gD0sA4eU9iO2tR7yW1qE6=A1B2C3D4"),
+    ("atlassian", "JIRA_API_TOKEN ATATT3xFfGF0aBcDeFgHiJkLmNoPqRsTuVwXyZ012345"),
+    # Sentry DSNs (docs.sentry.io/concepts/key-terms/dsn-explainer)
+    ("sentry", "https://e3f1a2b4c5d6e7f80912a3b4c5d6e7f8@o123456.ingest.sentry.io/4504567890"),
+    ("sentry", "SENTRY_DSN=https://0123456789abcdef0123456789abcdef@sentry.example.com/42"),
+    ("sentry", "dsn: https://0123456789abcdef0123456789abcdef:fedcba9876543210fedcba9876543210@sentry.io/1"),
+    # HashiCorp Vault service tokens before 1.10 (developer.hashicorp.com/vault/docs/concepts/tokens)
+    ("vault", "the vault token is s.Ixb2Kq8LmZp4Rt7Vw1Yc3Nd9"),
+    ("vault", "login with s.8cHqJqLmrXzEwDhmXGQp2WzS then run the migration"),
+    ("vault", "VAULT_TOKEN=s.aB3dE6gH9jK2mN5pQ8sT1vW4"),
+    # AWS secret access keys on their own (docs.aws.amazon.com/IAM/latest/UserGuide/id_credentials_access-keys.html)
+    ("aws", "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"),
+    ("aws", "aws configure: AKIA key id, then je7MtGbClwBF/2Zp9Utk/h3yCo8nvbEXAMPLEKEY"),
+    ("aws", "secret 9drTJvcXLB89EXAMPLELB8923FB892xMFI2x4o9T"),
+    # passwords in the prose people write
+    ("prose", "use password Hunter22 for the staging box"),
+    ("prose", "use the password Sw0rdfish! on staging"),
+    ("prose", "creds admin/S3cretAdm1n"),
+    ("prose", "creds: deploy / Winter2024!"),
+    ("prose", "credentials are root:toor1234 on the vm"),
+    ("prose", "user admin, pw Summer2024"),
+    ("prose", "user: admin pw Qwerty123"),
+    ("prose", "login with pwd Welcome1!"),
+    ("prose", "log in with password Passw0rd! as admin"),
+    ("prose", "try password letmein99 first"),
+    ("prose", "the wifi is CorpGuest, password Guest2024"),
+)
+
+#: Ordinary engineering prose about authentication: no value in it.
+ABOUT_AUTH: tuple[str, ...] = (
+    "refresh token rotation in AuthServiceV2Impl",
+    "sha1 of the token file: 2fd4e1c67a2d28fced849ee1bb76e7391b93eb12",
+    "token file checksum sha256 9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08",
+    "Renamed TokenRefreshScheduler2 to RefreshTokenScheduler.",
+    "the secret manager client SecretsManagerClientV3 is mocked in the tests",
+    "PasswordHasherArgon2id replaces the bcrypt hasher",
+    "validate the key with KeyValidator.verifySignature256()",
+    "password reset flow: ResetPasswordController#update",
+    "The token endpoint returns access_token and refresh_token fields.",
+    "the api key header is X-Api-Key",
+    "secret rotation job SecretRotationJob2024 runs weekly",
+    "key derivation uses PBKDF2WithHmacSHA256 with 600000 iterations",
+    "password policy: at least 12 characters and one digit",
+    "the token is passed in the Authorization header",
+    "Implemented OAuth2TokenProvider.refreshAccessToken()",
+    "secret name prod/db/password in AWS Secrets Manager",
+    "fixed the bug where the password field accepted 1024 characters",
+    "password hashing with argon2id, 64 MiB of memory",
+    "Added test_refresh_token_expires_after_3600s",
+    "TOKEN_EXPIRY_SECONDS=3600",
+    "the secret key rotation is handled by KeyRotationServiceImpl",
+    "The API key is sent in the x-api-key header and never logged.",
+    "use password authentication for the staging box",
+    "the password prompt appears twice on Windows 11",
+    "JWT signing key rotation: see KeyStoreManagerV2",
+    "git blame on token_store.py points at 4b825dc642cb6eb9a060e54bf8d69288fbee4904",
+    "public key fingerprint SHA256:uNiVztksCsDhcc0u9e8BujQXVUpKZIDTMczCvj3tD2s",
+    "Token bucket limiter: 100 requests per minute",
+    "the md5 of secrets.yaml is 5d41402abc4b2a76b9719d911017c592",
+    "passwordless login via WebAuthn passkeys",
+    "the user enters the password twice; passwords must match",
+    "moved the token cache to TokenCacheRedisV2Adapter",
+    "secretsmanager:GetSecretValue is allowed for the role",
+    "key rotation for ApiKeyRotatorV2 happens on the 1st",
+    "getAccessToken() in AuthClient2 retries once",
+    "The refresh token is stored in an HttpOnly cookie.",
+    "the password was wrong, so the login returned 401",
+    "SecretKeySpec(keyBytes, \"HmacSHA256\") builds the key",
+    "Updated the password-strength meter (zxcvbn4) thresholds",
+    "docker login --password-stdin reads the token from stdin",
+    "net use prompts for the password when none is given",
+    "ConvertTo-SecureString -AsPlainText needs -Force",
+    "kubectl reads client-key-data from the kubeconfig",
+    "Sentry DSN is set through the SENTRY_DSN environment variable",
+    "the commit 3f786850e387550fdab836ed7e6dc881de23001b touched the token parser",
+    "docker login -p is deprecated; use --password-stdin",
+    "zip -P is insecure, so the backup uses age instead",
+    "ldapsearch -W prompts for the bind password",
+    "set the requirepass directive in redis.conf before exposing the port",
+    "AUTH fails with WRONGPASS when the password is rotated",
+    "login: admin/settings is where the toggle lives",
+    "credentials: see the ops/vault2 runbook",
+    "the pgpass file is ~/.pgpass, mode 0600",
+    "ff02::1:2 and 2001:4860:4860:0:0:0:0:8888 are IPv6 addresses",
+    "12:30:45: backup started",
+    "the password field uses autocomplete=current-password",
+    "hash the password with PasswordHasher.hash(password)",
+    "the password SHA256 digest is compared in constant time",
+    "pw reset emails go out through SendGridMailerV2",
+    "kubeconfig users[0].user.token is read by KubeAuthProviderV1",
+    "PuTTY-User-Key-File-3 is the format PuTTY 0.75 writes",
+    "age keys start with AGE-SECRET-KEY-1; never paste one",
+    "Atlassian tokens start with ATATT3x",
+    "Vault tokens before 1.10 start with s. and are 24 characters after it",
+    "sig= in a SAS URL is the signature; keep SAS URLs out of tickets",
+    "net use \\\\fileserver\\share /persistent:yes maps the drive",
+    "ConvertTo-SecureString $plain -AsPlainText -Force reads the variable",
+)
+
 #: Full-size texts built to make a careless pattern backtrack (quadratic time): none is a
 #: credential. ``bench/secret_detectors.py`` reports the slowest scan among them.
 ADVERSARIAL: tuple[str, ...] = tuple(
     (unit * (31_000 // len(unit)))[:31_000]
     for unit in ("a_", "a.", "ab-", "x", "sk-", "eyJ", "a:", "a://b:", "postgres://", "password=", '"password": ',
-                 "token is ", "-----begin ", "AKIA", "SG.", "0", " ", "hooks.slack.com/services/T")
+                 "token is ", "-----begin ", "AKIA", "SG.", "0", " ", "hooks.slack.com/services/T",
+                 "net use \\\\a\\b ", "AUTH ", "pw ", "creds a/", "x:5432:", "Aa0/", "docker login ", "sig=", "s.",
+                 "ConvertTo-SecureString -AsPlainText ", "Aa1b")
 )

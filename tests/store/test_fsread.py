@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from rekall.store import fsread
-from rekall.store.fsread import TooLarge, read_limited, read_private
+from rekall.store.fsread import TooLarge, WrongKind, read_limited, read_private
 
 LIMIT = 200_000
 
@@ -58,3 +58,33 @@ def test_a_symlink_is_never_followed_by_a_read_of_the_stores_own_files(tmp_path:
     with pytest.raises(OSError):
         read_private(tmp_path / "link", limit=LIMIT)
     assert read_limited(tmp_path / "link", limit=LIMIT) == b"secret"
+
+
+def _planted(kind: str, path: Path) -> None:
+    if kind == "fifo":
+        os.mkfifo(path, 0o600)
+    elif kind == "directory":
+        path.mkdir()
+    elif kind == "socket":
+        import socket
+
+        listener = socket.socket(socket.AF_UNIX)
+        listener.bind(str(path))
+        listener.close()
+    else:
+        (path.parent / "elsewhere").write_bytes(b"{}")
+        path.symlink_to(path.parent / "elsewhere")
+
+
+@pytest.mark.parametrize(("planted", "named"), [("fifo", "a FIFO (named pipe)"), ("directory", "a directory"),
+                                                ("socket", "a socket"), ("symlink", "a symbolic link")])
+def test_what_is_not_a_regular_file_at_one_of_the_stores_paths_is_refused_at_once_naming_the_path(
+        tmp_path: Path, planted: str, named: str):
+    # A FIFO nobody writes to used to be waited on (30 s) as if it were a stream the user named.
+    path = tmp_path / "status.json"
+    _planted(planted, path)
+    with pytest.raises(WrongKind) as refused:
+        read_private(path, limit=LIMIT)
+    assert refused.value.kind == named and refused.value.path == path
+    assert str(path) in str(refused.value) and f"{named}, not a regular file" in str(refused.value)
+

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import attrs
 import pytest
@@ -35,6 +36,20 @@ def test_a_damaged_status_file_is_reported_and_rebuilt_from_the_journal(store: J
     assert attrs.evolve(status, statusFileProblem=ABSENT) == good
     assert unsealed(json.loads(store.status_path(thread).read_text())) == wire(good)  # repaired: no live owner
     assert store.read_status(thread) == good and good.jobId == job
+
+
+def test_a_fifo_planted_at_the_status_file_is_named_at_once_and_replaced_by_the_rebuilt_file(
+        store: JobStore, clock: FakeClock, thread: str):
+    # It used to be read as a stream: `rekall status` waited 30 s for a writer that never came.
+    scheduled_run(store, clock, thread, "completed")
+    good = store.read_status(thread)
+    path = store.status_path(thread)
+    path.unlink()
+    os.mkfifo(path, 0o600)
+    status = store.read_status(thread)
+    assert status.statusFileProblem.startswith(f"not a regular file ({path} is a FIFO (named pipe))")
+    assert attrs.evolve(status, statusFileProblem=ABSENT) == good
+    assert unsealed(json.loads(path.read_text())) == wire(good)
 
 
 def test_a_corrupt_status_file_with_no_journal_behind_it_is_an_error(store: JobStore, thread: str):

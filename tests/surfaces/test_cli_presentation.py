@@ -143,3 +143,49 @@ def test_store_warnings_reach_people_as_rekall_notes_not_bare_log_lines(jobs: Pa
     err = capsys.readouterr().err
     assert err.startswith("rekall: note: removed the stale lock of thread")
     assert all(line.startswith("rekall: ") for line in err.splitlines())
+
+
+# --- names from the disk or the environment, printed -------------------------------------------
+
+#: A folder name that clears the screen, sets the terminal's title, reverses the text and starts a C1 sequence.
+HOSTILE = "jobs\x1b[2J\x1b]0;owned\x07\u202e\x9b31m"
+_RAW = ("\x1b", "\x07", "\u202e", "\x9b")
+
+
+def test_a_hostile_path_in_an_error_is_printed_escaped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                       capsys: pytest.CaptureFixture[str]):
+    not_a_folder = tmp_path / HOSTILE
+    not_a_folder.write_text("")
+    monkeypatch.setenv("REKALL_JOBS_DIR", str(not_a_folder))
+    assert main(["history"]) != 0
+    err = capsys.readouterr().err
+    assert not any(raw in err for raw in _RAW)
+    assert "jobs\\x1b[2J\\x1b]0;owned\\x07\\u202e\\x9b31m" in err
+
+
+def test_a_hostile_path_in_history_is_printed_escaped_and_kept_in_json(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]):
+    jobs = tmp_path / HOSTILE
+    monkeypatch.setenv("REKALL_JOBS_DIR", str(jobs))
+    store = open_store(jobs)
+    job = schedule(store, new_thread()).job_id
+    store.journal_path(new_thread(), job).mkdir()  # an unreadable row, whose outcome names its path
+    assert main(["history"]) == 0
+    out = capsys.readouterr().out
+    assert "Unreadable journal: cannot read the journal" in out
+    assert not any(raw in out for raw in _RAW)
+    assert "\\x1b[2J" in out.replace("\n", "").replace(" ", "")
+    assert main(["history", "--json"]) == 0
+    out = capsys.readouterr().out
+    assert not any(raw in out for raw in _RAW)
+    assert any(str(jobs) in row.get("outcome", "") for row in json.loads(out))
+
+
+def test_a_hostile_name_in_a_store_note_is_printed_escaped(jobs: Path, capsys: pytest.CaptureFixture[str]):
+    import logging
+
+    assert main(["history"]) == 0  # installs the notes' handler
+    logging.getLogger("rekall.store").warning("the jobs directory %s could not be recorded", HOSTILE)
+    err = capsys.readouterr().err
+    assert err.startswith("rekall: note: the jobs directory jobs\\x1b[2J") and not any(raw in err for raw in _RAW)
+

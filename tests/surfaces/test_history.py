@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import io
+import os
 from datetime import timedelta
 
 import pytest
@@ -67,3 +68,23 @@ def test_history_prints_for_people(store: JobStore, clock: FakeClock):
     empty = io.StringIO()
     print_history([], Console(file=empty))
     assert "No jobs yet" in empty.getvalue()
+
+
+@pytest.mark.parametrize("planted", ["directory", "symlink", "fifo"])
+@pytest.mark.parametrize("same_thread", [False, True])
+def test_something_planted_at_a_journals_path_is_listed_with_its_path_and_the_other_jobs_still_are(
+        store: JobStore, clock: FakeClock, planted: str, same_thread: bool):
+    # A directory used to fail `history` with "Is a directory" and no path; a symlink made it refuse entirely.
+    thread = new_thread()
+    job = scheduled_run(store, clock, thread, "completed")
+    path = store.journal_path(thread if same_thread else new_thread(), "11111111-1111-4111-8111-111111111111")
+    if planted == "directory":
+        path.mkdir()
+    elif planted == "fifo":
+        os.mkfifo(path, 0o600)
+    else:
+        path.symlink_to(store.journal_path(thread, job))
+    rows = collect_history(store)
+    assert [(r["jobId"], r["state"]) for r in rows] == [(job, "completed"), (path.name.split(".")[1], "unreadable")]
+    assert f"cannot read the journal {path}: " in rows[1]["error"]["message"]
+    assert "not a regular file" in rows[1]["outcome"]

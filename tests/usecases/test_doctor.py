@@ -293,6 +293,21 @@ async def test_a_readable_file_in_a_private_jobs_directory_is_amber(tmp_path: Pa
     assert row.level == "AMBER" and "notes.json" in row.detail
 
 
+def test_a_hostile_file_name_reaches_the_doctors_output_escaped_and_its_json_unchanged(tmp_path: Path) -> None:
+    # It used to reach the terminal as it was: an escape sequence recoloured (or cleared) the report.
+    jobs = tmp_path / "jobs"
+    jobs.mkdir(mode=0o700)
+    hostile = "\x1b[2J\x1b[31mok\u202etxt.\x9b1m"
+    (jobs / hostile).symlink_to(tmp_path)
+    people = run_cli(base_env(tmp_path))
+    assert hostile not in people.stdout and not any(c in people.stdout for c in "\x1b\u202e\x9b")
+    assert "\\x1b[2J\\x1b[31mok\\u202etxt.\\x9b1m" in people.stdout
+    scripts = run_cli(base_env(tmp_path), "--json")
+    assert not any(c in scripts.stdout for c in "\x1b\u202e\x9b")
+    row = next(row for row in json.loads(scripts.stdout)["rows"] if row["name"] == "jobs_dir")
+    assert hostile in row["detail"]  # a script reads the name as it is
+
+
 @pytest.fixture
 def read_only_mount(tmp_path: Path):
     """A read-only tmpfs holding an existing private ``jobs`` folder (mounting needs root)."""
