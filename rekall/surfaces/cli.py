@@ -222,7 +222,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
-    """Exits 1 when any row is RED."""
+    """Exits 1 when any row is RED or rekall can serve no host here."""
     import asyncio
 
     from rekall.usecases.doctor import diagnose
@@ -232,7 +232,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         from rekall.surfaces.render import print_report
 
         _show(print_report, report)
-    return 1 if report.verdict == "RED" else 0
+    return 0 if report.ok else 1
 
 
 def cmd_protocol(args: argparse.Namespace) -> int:

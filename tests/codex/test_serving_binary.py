@@ -67,7 +67,7 @@ async def test_a_socket_open_to_others_is_red_and_the_server_is_not_contacted(fo
         with pytest.raises(BlockingIOError):
             listener.accept()  # nobody connected
     assert [(r.name, r.level) for r in rows] == [("app_server_socket", "RED"), ("app_server", "AMBER"),
-                                                 ("app_server_schema", "AMBER")]
+                                                 ("app_server_version", "AMBER"), ("app_server_schema", "AMBER")]
     assert "chmod" in rows[0].hint and "fix the app_server_socket row first" in rows[1].hint
 
 
@@ -89,7 +89,7 @@ async def test_no_shared_app_server_is_not_an_error_but_a_thread_that_could_be_o
         tmp_path: Path) -> None:
     rows = await diagnose({"CODEX_HOME": str(tmp_path), "PATH": ""})
     assert [(r.name, r.level) for r in rows] == [("app_server_socket", "GREEN"), ("app_server", "GREEN"),
-                                                 ("app_server_schema", "GREEN")]
+                                                 ("app_server_version", "GREEN"), ("app_server_schema", "GREEN")]
     assert "a plain `codex` where daemon auto-start is on" in rows[0].detail and "codex --remote" in rows[0].detail
     rows = await diagnose({"CODEX_HOME": str(tmp_path), "PATH": "", "CODEX_THREAD_ID": "t-1"})
     (thread,) = [r for r in rows if r.name == "app_server_thread"]
