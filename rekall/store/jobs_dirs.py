@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 
 from rekall.store import paths
-from rekall.store.errors import StoreError
+from rekall.kernel.errors import StoreError
 
 #: Set (to anything) in the environment of a process whose jobs directory must not be recorded.
 UNRECORDED = "REKALL_JOBS_DIR_UNRECORDED"
