@@ -19,6 +19,8 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import attrs
+
 from rekall.adapters.app_server.client import SharedAppServer, open_shared_app_server
 from rekall.kernel.errors import CodexError, RekallError
 from rekall.transports.base import EndpointMissing
@@ -29,21 +31,35 @@ START_S = 30.0
 STOP_S = 5.0
 
 
-@asynccontextmanager
-async def config_server(codex: str, env: Mapping[str, str]) -> AsyncIterator[tuple[SharedAppServer, str]]:
-    """The app-server to write through, and its description (``the running daemon``, …)."""
+@attrs.frozen
+class ConfigServer:
+    server: SharedAppServer
+    #: In words: ``the running app-server on …`` or ``a private app-server …``.
+    described: str
+
+
+def daemon_runs(env: Mapping[str, str]) -> bool:
+    """Whether an app-server listens on the shared control socket (the daemon, as a rule)."""
     try:
         resolve_control_socket(env)
     except EndpointMissing:
-        async with _private_server(codex, env) as private:
-            yield private
-        return
-    async with open_shared_app_server(env, timeout_s=START_S) as server:  # the daemon's
-        yield server, f"the running app-server on {server.socket.target}"
+        return False
+    return True
 
 
 @asynccontextmanager
-async def _private_server(codex: str, env: Mapping[str, str]) -> AsyncIterator[tuple[SharedAppServer, str]]:
+async def config_server(codex: str, env: Mapping[str, str]) -> AsyncIterator[ConfigServer]:
+    """The app-server to write through: the one on the shared control socket, else a private one."""
+    if not daemon_runs(env):
+        async with _private_server(codex, env) as private:
+            yield ConfigServer(private, "a private app-server (no daemon runs)")
+        return
+    async with open_shared_app_server(env, timeout_s=START_S) as server:
+        yield ConfigServer(server, f"the running app-server on {server.socket.target}")
+
+
+@asynccontextmanager
+async def _private_server(codex: str, env: Mapping[str, str]) -> AsyncIterator[SharedAppServer]:
     folder = Path(tempfile.mkdtemp(prefix="rekall-setup-"))  # 0700
     socket = folder / "app-server.sock"
     with open(folder / "stderr.log", "wb") as log:
@@ -54,7 +70,7 @@ async def _private_server(codex: str, env: Mapping[str, str]) -> AsyncIterator[t
         _wait_listening(process, socket, folder / "stderr.log")
         async with open_shared_app_server({**env, "REKALL_APP_SERVER_SOCKET": str(socket)},
                                           timeout_s=START_S) as server:
-            yield server, "a private app-server (no daemon runs)"
+            yield server
     finally:
         _stop(process)
         shutil.rmtree(folder, ignore_errors=True)
@@ -101,4 +117,4 @@ def key(*parts: str) -> str:
                     for part in parts)
 
 
-__all__ = ["config_server", "key", "write"]
+__all__ = ["ConfigServer", "config_server", "daemon_runs", "key", "write"]

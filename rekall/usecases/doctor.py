@@ -170,7 +170,8 @@ def check_codex_home(env: Mapping[str, str]) -> Row:
                    "set CODEX_HOME to an absolute path, or unset it to use ~/.codex")
     if not home.exists():
         return Row("codex_home", "AMBER", f"{shown} does not exist: Codex has not run with this home",
-                   "set CODEX_HOME to the directory the Codex extension uses (default ~/.codex)")
+                   "run `codex` once (or open Codex in VS Code), or set CODEX_HOME to the directory Codex uses "
+                   "(default ~/.codex)")
     if not home.is_dir():
         return Row("codex_home", "RED", f"{shown} is not a directory", "point CODEX_HOME at Codex's directory")
     return Row.green("codex_home", f"{shown} (a directory)")

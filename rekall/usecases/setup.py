@@ -43,7 +43,8 @@ from rekall import __version__
 from rekall.adapters.app_server.client import SharedAppServer
 from rekall.kernel.environment import absolute_codex_home
 from rekall.kernel.errors import CodexError, RekallError, UsageError
-from rekall.usecases.config_server import config_server, key, write
+from rekall.adapters.app_server.platform import RESTART_DAEMON
+from rekall.usecases.config_server import config_server, daemon_runs, key, write
 from rekall.usecases.hook_doctor import HOOK_KEY, PLUGIN_ID
 
 SERVER = "rekall"
@@ -153,16 +154,16 @@ class Setup:
             self.add_plugin()
         else:
             self.add_server()
-        async with config_server(self.codex.path, self.env) as (server, through):
-            self.say(f"writing Codex's configuration through {through}")
+        async with config_server(self.codex.path, self.env) as through:
+            self.say(f"writing Codex's configuration through {through.described}")
             if plugins:
-                await self.trust_hook(server)
+                await self.trust_hook(through.server)
             else:
-                await self.forward_variables(server)
+                await self.forward_variables(through.server)
                 self.say("skipped: the SessionStart hook comes with the plugin only; without it a handoff reaches "
                          "the model in a continuation or by injection")
             if self.options.full_auto:
-                await self.approve_tools(server, plugins)
+                await self.approve_tools(through.server, plugins)
         self.say_reload()
 
     def add_marketplace(self) -> None:
@@ -251,8 +252,9 @@ class Setup:
     def say_reload(self) -> None:
         if not self.changed:
             return self.say("nothing to reload")
-        self.say("reload: in VS Code, run `Developer: Reload Window`; if the app-server daemon runs "
-                 "(`codex app-server daemon version`), restart it: `codex app-server daemon stop`, then any `codex`")
+        daemon = (f"the app-server daemon runs: {RESTART_DAEMON}" if daemon_runs(self.env)
+                  else "no app-server daemon runs, so the next `codex` starts with it")
+        self.say(f"reload: in VS Code, run `Developer: Reload Window`; {daemon}")
 
     # --- removing ----------------------------------------------------------------------------
 
@@ -266,10 +268,10 @@ class Setup:
         elif not (self.options.yes or self.ask("Remove rekall's hook trust and approval settings from config.toml?")):
             return self.say("nothing removed")
         else:
-            async with config_server(self.codex.path, self.env) as (server, through):
-                self.say(f"writing Codex's configuration through {through}")
-                await write(server, [{"keyPath": key(*path), "mergeStrategy": "replace", "value": None}
-                                     for path in present])
+            async with config_server(self.codex.path, self.env) as through:
+                self.say(f"writing Codex's configuration through {through.described}")
+                await write(through.server, [{"keyPath": key(*path), "mergeStrategy": "replace", "value": None}
+                                             for path in present])
             self.done("removed " + ", ".join(key(*path) for path in present))
         if plugins:
             self.remove_plugin()

@@ -111,17 +111,20 @@ async def test_setup_in_a_fresh_home_makes_a_whole_job_run_under_never_and_remov
     assert "rekall@rekall  installed, enabled" in listed(fresh, "plugin", "list")
     assert "rekall" in listed(fresh, "mcp", "list")
 
-    before = snapshot(home)
-    second = setup(fresh, "--yes", "--full-auto")
-    assert snapshot(home) == before
-    assert [line for line in second if line.startswith(("done: ", "already done: "))] == [
-        f"already done: {step}" + rest for step, rest in zip(SETUP_STEPS, (
-            f" from {Path(__file__).resolve().parents[2]}", " 0.1.0 installed and enabled", " trusted",
-            " rekall's tools run without asking, also under approval_policy never"))], second
-    assert "nothing to reload" in second
+    assert "no app-server daemon runs, so the next `codex` starts with it" in first[-3]
 
     daemon = start_daemon(codex_binary, home)
     try:
+        before = snapshot(home)
+        second = setup(fresh, "--yes", "--full-auto")  # now through the running daemon
+        assert snapshot(home) == before
+        assert [line for line in second if line.startswith(("done: ", "already done: "))] == [
+            f"already done: {step}" + rest for step, rest in zip(SETUP_STEPS, (
+                f" from {Path(__file__).resolve().parents[2]}", " 0.1.0 installed and enabled", " trusted",
+                " rekall's tools run without asking, also under approval_policy never"))], second
+        assert "nothing to reload" in second
+        assert any(line.startswith("writing Codex's configuration through the running app-server on ")
+                   for line in second), second
         hook = await hooks_listed(daemon.socket_path, home)
         assert (hook["enabled"], hook["trustStatus"]) == (True, "trusted"), hook
         async with peer_client(daemon.socket_path) as user:
@@ -154,6 +157,7 @@ async def test_setup_in_a_fresh_home_makes_a_whole_job_run_under_never_and_remov
         removed = setup(fresh, "--remove", "--yes")  # while the daemon runs: through it
         assert any(line.startswith("writing Codex's configuration through the running app-server on ")
                    for line in removed), removed
+        assert "`codex app-server daemon stop`, then start any `codex`" in removed[-3]
     finally:
         stop_daemon(daemon)
     assert "rekall" not in listed(fresh, "plugin", "list")
