@@ -96,3 +96,36 @@ async def test_no_shared_app_server_is_not_an_error_but_a_thread_that_could_be_o
     assert thread.level == "AMBER" and "thread t-1 is not on a shared app-server: none runs here" in thread.detail
     assert "-c/--config" in thread.detail and "rekall cannot tell which" in thread.detail
     assert "`/status` shows `Server: Local background server`" in thread.hint and "codex --remote unix://" in thread.hint
+
+
+@pytest.mark.codex
+@pytest.mark.slow
+def test_a_daemon_left_on_an_older_codex_than_the_cli_is_named_with_both_versions(
+        codex_binary: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """What an update leaves behind (openai/codex #46468): the daemon still runs the release it
+    started with while `codex` on PATH is newer. Both real releases; CI installs the older one."""
+    import subprocess
+    import sys
+
+    from tests.codex.daemonkit import start_daemon, stop_daemon
+    from tests.support.pinned import cached_codex_launcher
+
+    older = cached_codex_launcher({**os.environ, "REKALL_CODEX_VERSION": "0.163.0"})
+    if not older.is_file():
+        pytest.skip(f"Codex 0.163.0 is not installed at {older} (scripts/install-codex installs the CI releases)")
+    home = tmp_path_factory.mktemp("older") / "c"
+    home.mkdir(mode=0o700)
+    daemon = start_daemon(older, home)
+    try:
+        env = {**os.environ, "CODEX_HOME": str(home), "PATH": f"{codex_binary.parent}:/usr/bin:/bin",
+               "COLUMNS": "300"}
+        done = subprocess.run([sys.executable, "-m", "rekall", "doctor", "--json"], env=env, capture_output=True,
+                              text=True, timeout=120)
+    finally:
+        stop_daemon(daemon)
+    report = json.loads(done.stdout)
+    (row,) = [r for r in report["rows"] if r["name"] == "app_server_version"]
+    assert row["level"] == "AMBER" and "the daemon runs Codex 0.163.0" in row["detail"], row
+    assert f"({codex_binary}) is Codex 0.171.0" in row["detail"]
+    assert row["hint"].startswith("restart the daemon: `codex app-server daemon stop`")
+    assert report["next"] == row["hint"]  # the one next step, the extension being absent here
