@@ -252,9 +252,9 @@ def cmd_setup(args: argparse.Namespace) -> int:
         return input(f"{question} [y/N] ").strip().lower() in ("y", "yes")
 
     asyncio.run(run_setup(options, say, ask))
-    report = asyncio.run(diagnose())
-    print(f"verdict: {report.answer}")
-    print(f"next: {report.next_step}")
+    from rekall.surfaces.render import print_verdict
+
+    print_verdict(asyncio.run(diagnose()), _console())
     return 0
 
 

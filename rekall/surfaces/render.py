@@ -316,11 +316,17 @@ def watch_exit_status(job: Mapping[str, Any]) -> int:
 _LEVEL_STYLE = {"GREEN": "bold green", "AMBER": "bold yellow", "RED": "bold red"}
 
 
-def print_report(report: Report, console: Console) -> None:
-    """The verdict (which hosts rekall can serve) and the one next step first, then one block per
-    concern: its level and name, then the detail and the next step, wrapped between words (a table's narrow columns would cut paths and words at 80 columns)."""
+def print_verdict(report: Report, console: Console) -> None:
+    """doctor's first two lines: which hosts rekall can serve here, and the one next step."""
     console.print(Text.assemble("verdict: ", Text(report.answer, style=_LEVEL_STYLE["GREEN" if report.ok else "RED"])))
     console.print(Text("next: " + report.next_step))
+
+
+def print_report(report: Report, console: Console) -> None:
+    """The verdict first, then one block per concern: its level and name, then the detail and the
+    next step, wrapped between words (a table's narrow columns would cut paths and words at 80
+    columns)."""
+    print_verdict(report, console)
     for row in report.rows:
         console.print(Text.assemble(Text(f"{row.level:<6}", style=_LEVEL_STYLE[row.level]),
                                     Text(row.name, style="bold")))
@@ -330,4 +336,4 @@ def print_report(report: Report, console: Console) -> None:
 
 
 __all__ = ["Fields", "Indented", "WholeWords", "job_table", "print_cancelled", "print_job", "print_probe", "print_report",
-           "print_scheduled", "state_text", "watch_exit_status", "watch_job"]
+           "print_scheduled", "print_verdict", "state_text", "watch_exit_status", "watch_job"]

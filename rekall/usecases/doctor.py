@@ -99,9 +99,9 @@ class Report:
     @property
     def answer(self) -> str:
         """The verdict in words: which hosts rekall can serve here."""
-        served, every = self.served, [host for host, _ in self.hosts]
-        if self.verdict == "RED":
-            return f"rekall cannot work here ({self.first('RED').name} is RED)"
+        served, every, red = self.served, [host for host, _ in self.hosts], self.first("RED")
+        if red is not None:
+            return f"rekall cannot work here ({red.name} is RED)"
         if not served:
             return "rekall can serve neither " + " nor ".join(every) + " here yet"
         if len(served) == len(every) > 1:
