@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 import tomllib
@@ -198,3 +199,24 @@ async def test_without_codex_plugin_setup_registers_the_server_by_hand_forwardin
 
     setup(env, "--remove", "--yes")
     assert "rekall" not in listed(env, "mcp", "list")
+
+
+def test_after_an_upgrade_setup_installs_the_new_plugin_and_trusts_the_changed_hook_again(
+        fresh: dict[str, str]) -> None:
+    home = Path(fresh["CODEX_HOME"])
+    setup(fresh, "--yes")
+    # What an older release left: its copy in Codex's cache, and the trust of its hook.
+    cache = home / "plugins" / "cache" / "rekall" / "rekall"
+    (cache / "0.1.0").rename(cache / "0.0.9")
+    manifest = cache / "0.0.9" / ".codex-plugin" / "plugin.json"
+    manifest.write_text(manifest.read_text().replace('"version": "0.1.0"', '"version": "0.0.9"'))
+    config = home / "config.toml"
+    config.write_text(re.sub(r'trusted_hash = "sha256:[0-9a-f]+"', f'trusted_hash = "sha256:{"0" * 64}"',
+                             config.read_text()))
+
+    upgraded = setup(fresh, "--yes")
+
+    assert "done: plugin rekall@rekall 0.1.0 installed (was 0.0.9)" in upgraded, upgraded
+    assert any(line.startswith("rekall's hook (modified)") for line in upgraded), upgraded
+    assert f"done: hook {HOOK_KEY} trusted (hooks/list: trusted)" in upgraded
+    assert sorted(p.name for p in cache.iterdir()) == ["0.1.0"]
