@@ -32,10 +32,11 @@ def jobs_dirs_file() -> Path:
 
 
 def known_jobs_dirs() -> list[Path]:
-    """The recorded jobs directories, newest first (none when the file is missing, unreadable or corrupt)."""
+    """The recorded jobs directories, newest first, for a reader (the hook): those of a damaged
+    list that are still absolute paths; none when the file is missing or unreadable."""
     try:
-        return read_jobs_dirs()
-    except (OSError, StoreError):
+        return _read()[0]
+    except OSError:
         return []
 
 
@@ -44,18 +45,25 @@ def read_jobs_dirs() -> list[Path]:
 
     Raises :class:`StoreError` when the file is not a list of absolute paths: it is reported,
     never replaced, since replacing it would drop the directories the hook looks in."""
+    found, problem = _read()
+    if problem is not None:
+        raise _corrupt(jobs_dirs_file(), problem)
+    return found
+
+
+def _read() -> tuple[list[Path], str | None]:
+    """The absolute paths the file lists, and what is wrong with it (``None``: nothing)."""
     from rekall.store.fsread import read_private
 
-    target = jobs_dirs_file()
     try:
-        found = json.loads(read_private(target, limit=_LIMIT))
+        found = json.loads(read_private(jobs_dirs_file(), limit=_LIMIT))
     except FileNotFoundError:
-        return []
+        return [], None
     except ValueError as exc:
-        raise _corrupt(target, f"not JSON ({exc})") from None
-    if not isinstance(found, list) or not all(isinstance(p, str) and os.path.isabs(p) for p in found):
-        raise _corrupt(target, "not a list of absolute paths")
-    return [Path(p) for p in found]
+        return [], f"not JSON ({exc})"
+    listed = found if isinstance(found, list) else []
+    absolute = [Path(p) for p in listed if isinstance(p, str) and os.path.isabs(p)]
+    return absolute, None if isinstance(found, list) and len(absolute) == len(found) else "not a list of absolute paths"
 
 
 def _corrupt(target: Path, why: str) -> StoreError:

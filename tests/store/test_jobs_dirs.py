@@ -57,3 +57,14 @@ def test_the_demo_records_nothing_in_the_account_homes_list(user_home: Path) -> 
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["state"] == "resumed"
     assert not (user_home / ".rekall" / "jobs-dirs.json").exists()
+
+
+def test_the_hook_still_reads_the_absolute_paths_of_a_damaged_list(tmp_path: Path) -> None:
+    from rekall.store.jobs_dirs import known_jobs_dirs
+
+    target = jobs_dirs_file()
+    target.parent.mkdir(mode=0o700)
+    target.write_text(json.dumps([str(tmp_path), "relative", 3]))
+    assert known_jobs_dirs() == [tmp_path]
+    with pytest.raises(StoreError, match="not a list of absolute paths"):
+        read_jobs_dirs()
