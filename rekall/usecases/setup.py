@@ -18,8 +18,10 @@ checks before it acts). The steps:
 4. **Say what to reload**, and end with ``doctor``'s verdict.
 
 ``--remove`` undoes each of these that is present (the trust, the approval settings, the plugin
-and its marketplace, or the hand registration), through the same requests and commands, so that
-Codex's configuration still loads.
+and its marketplace, or a hand registration that runs ``rekall mcp``), through the same requests
+and commands, so that Codex's configuration still loads. A hand registration named ``rekall``
+that runs something else is the user's: setup names it (it shadows the plugin's server) and
+leaves it alone.
 
 After an upgrade of rekall the plugin in Codex's cache is the old release's until ``rekall setup``
 runs again: it then installs the new version and, its hook having changed, asks to trust it again.
@@ -152,6 +154,7 @@ class Setup:
         if plugins:
             self.add_marketplace()
             self.add_plugin()
+            self.note_hand_registration()
         else:
             self.add_server()
         async with config_server(self.codex.path, self.env) as through:
@@ -185,6 +188,15 @@ class Setup:
         self.done(f"plugin {PLUGIN_ID} {__version__} installed"
                   + (f" (was {ours.get('version')})" if ours is not None else ""))
 
+    def note_hand_registration(self) -> None:
+        """A hand registration of the same name shadows the plugin's server (``codex mcp list``
+        shows it, not the plugin's): said, never removed, since it is the user's."""
+        hand = self.config().get("mcp_servers", {}).get(SERVER)
+        if isinstance(hand, Mapping) and "command" in hand:
+            self.say(f"note: config.toml also registers an MCP server {SERVER} by hand ({hand['command']}); Codex "
+                     f"runs that one, not the plugin's: remove it with `codex mcp remove {SERVER}` and run rekall "
+                     "setup again")
+
     def add_server(self) -> None:
         if SERVER in self.config().get("mcp_servers", {}):
             return self.already(f"MCP server {SERVER} registered in config.toml")
@@ -204,8 +216,7 @@ class Setup:
         hook = await self.listed_hook(server)
         if hook is None:
             raise CodexError(f"Codex does not list rekall's hook {HOOK_KEY} after the plugin's install",
-                             hint="if a daemon runs, restart it (`codex app-server daemon stop`, then any `codex`) "
-                                  "and run rekall setup again")
+                             hint=f"if a daemon runs, {RESTART_DAEMON}; then run rekall setup again")
         if hook.get("trustStatus") in RUNS:
             return self.already(f"hook {HOOK_KEY} {hook['trustStatus']}")
         self.say(f"rekall's hook ({hook.get('trustStatus')}): on SessionStart, matcher {hook.get('matcher')!r}, "
@@ -275,9 +286,13 @@ class Setup:
             self.done("removed " + ", ".join(key(*path) for path in present))
         if plugins:
             self.remove_plugin()
-        if SERVER in self.config().get("mcp_servers", {}):
-            self.codex.run("mcp", "remove", SERVER)
-            self.done(f"MCP server {SERVER} removed")
+        hand = self.config().get("mcp_servers", {}).get(SERVER)
+        if isinstance(hand, Mapping) and "command" in hand:
+            if Path(str(hand["command"])).name == "rekall" and hand.get("args") == ["mcp"]:
+                self.codex.run("mcp", "remove", SERVER)
+                self.done(f"MCP server {SERVER} removed")
+            else:
+                self.say(f"left alone: the MCP server {SERVER} in config.toml runs {hand['command']}, not `rekall mcp`")
         self.say_reload()
 
     def remove_plugin(self) -> None:

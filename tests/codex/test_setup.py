@@ -220,3 +220,15 @@ def test_after_an_upgrade_setup_installs_the_new_plugin_and_trusts_the_changed_h
     assert any(line.startswith("rekall's hook (modified)") for line in upgraded), upgraded
     assert f"done: hook {HOOK_KEY} trusted (hooks/list: trusted)" in upgraded
     assert sorted(p.name for p in cache.iterdir()) == ["0.1.0"]
+
+
+def test_a_hand_registration_of_the_same_name_is_named_as_shadowing_the_plugin_and_left_alone(
+        fresh: dict[str, str]) -> None:
+    run(fresh, "codex", "mcp", "add", "rekall", "--", "/bin/echo", "mcp")
+    said = setup(fresh, "--yes")
+    assert ("note: config.toml also registers an MCP server rekall by hand (/bin/echo); Codex runs that one, not "
+            "the plugin's: remove it with `codex mcp remove rekall` and run rekall setup again") in said, said
+    assert "/bin/echo" in listed(fresh, "mcp", "list")  # what Codex runs: the user's, untouched
+    removed = setup(fresh, "--remove", "--yes")
+    assert "left alone: the MCP server rekall in config.toml runs /bin/echo, not `rekall mcp`" in removed
+    assert "/bin/echo" in listed(fresh, "mcp", "list") and "rekall@rekall" not in listed(fresh, "plugin", "list")
