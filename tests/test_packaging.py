@@ -1,4 +1,4 @@
-"""The package as users get it: built, checked, installed with pipx and uv, and run.
+"""The package as users get it: built, checked, installed with pipx, uv and pip, and run.
 
 ``python -m build`` runs once per session (isolated, as a user would run it; it fetches the
 build backend like any build). The archives are checked against an allowlist, so a jobs
@@ -42,17 +42,29 @@ PACKAGES = (
     "rekall/usecases",
     "rekall/worker",
 )
+#: The distribution's name on PyPI ("rekall" there is another project); its files' prefix.
+DISTRIBUTION = "rekall-codex"
+PREFIX = "rekall_codex"
+#: The plugin and its marketplace entry, as ``rekall setup`` finds them in the installed package.
+MARKETPLACE = (
+    "rekall/marketplace/.agents/plugins/marketplace.json",
+    "rekall/marketplace/plugins/rekall/.codex-plugin/plugin.json",
+    "rekall/marketplace/plugins/rekall/.mcp.json",
+    "rekall/marketplace/plugins/rekall/hooks/hooks.json",
+    "rekall/marketplace/plugins/rekall/skills/rekall/SKILL.md",
+)
 #: The package's files that are not modules.
 PACKAGE_DATA = (
     "rekall/py.typed",
     "rekall/surfaces/mcp_light.json",  # the MCP light path's replies, generated from the SDK server
+    *MARKETPLACE,
 )
 WHEEL_METADATA = (
-    "rekall-{version}.dist-info/METADATA",
-    "rekall-{version}.dist-info/WHEEL",
-    "rekall-{version}.dist-info/RECORD",
-    "rekall-{version}.dist-info/entry_points.txt",
-    "rekall-{version}.dist-info/licenses/LICENSE*",
+    f"{PREFIX}-{{version}}.dist-info/METADATA",
+    f"{PREFIX}-{{version}}.dist-info/WHEEL",
+    f"{PREFIX}-{{version}}.dist-info/RECORD",
+    f"{PREFIX}-{{version}}.dist-info/entry_points.txt",
+    f"{PREFIX}-{{version}}.dist-info/licenses/LICENSE*",
 )
 
 
@@ -139,7 +151,7 @@ def wheel_files(wheel: Path) -> list[str]:
 
 
 def sdist_files(sdist: Path) -> list[str]:
-    top = f"rekall-{__version__}/"
+    top = f"{PREFIX}-{__version__}/"
     with tarfile.open(sdist) as archive:
         names = [m.name for m in archive.getmembers() if m.isfile()]
     assert all(n.startswith(top) for n in names), "everything lives under one top folder"
@@ -147,8 +159,8 @@ def sdist_files(sdist: Path) -> list[str]:
 
 
 def test_python_m_build_makes_one_sdist_and_one_wheel_named_after_the_version(dists):
-    assert dists["sdist"].name == f"rekall-{__version__}.tar.gz"
-    assert dists["wheel"].name == f"rekall-{__version__}-py3-none-any.whl"
+    assert dists["sdist"].name == f"{PREFIX}-{__version__}.tar.gz"
+    assert dists["wheel"].name == f"{PREFIX}-{__version__}-py3-none-any.whl"
 
 
 @pytest.mark.parametrize("path", PRIVATE)
@@ -193,7 +205,7 @@ def test_the_wheel_carries_no_development_tooling_and_the_sdist_does(dists):
     wheel = wheel_files(dists["wheel"])
     shipped_modules = {Path(f).stem for f in wheel if f.endswith(".py")}
     assert not shipped_modules & set(DEVELOPMENT_MODULES), sorted(shipped_modules & set(DEVELOPMENT_MODULES))
-    assert not [f for f in wheel if not f.startswith(("rekall/", f"rekall-{__version__}.dist-info/"))]
+    assert not [f for f in wheel if not f.startswith(("rekall/", f"{PREFIX}-{__version__}.dist-info/"))]
     assert {f"tests/support/{m}.py" for m in DEVELOPMENT_MODULES} <= set(sdist_files(dists["sdist"]))
 
 
@@ -224,10 +236,11 @@ def test_twine_check_passes_for_both_archives(dists):
 
 def test_the_version_has_one_source(dists):
     with zipfile.ZipFile(dists["wheel"]) as wheel:
-        wheel_meta = email.parser.HeaderParser().parsestr(wheel.read(f"rekall-{__version__}.dist-info/METADATA").decode())
+        wheel_meta = email.parser.HeaderParser().parsestr(wheel.read(f"{PREFIX}-{__version__}.dist-info/METADATA").decode())
     with tarfile.open(dists["sdist"]) as sdist:
         sdist_meta = email.parser.HeaderParser().parsestr(
-            sdist.extractfile(f"rekall-{__version__}/PKG-INFO").read().decode())
+            sdist.extractfile(f"{PREFIX}-{__version__}/PKG-INFO").read().decode())
+    assert wheel_meta["Name"] == sdist_meta["Name"] == DISTRIBUTION
     cli = run(sys.executable, "-m", "rekall", "--version").stdout.split()
     assert {
         "wheel": wheel_meta["Version"],
@@ -241,14 +254,56 @@ def test_the_version_has_one_source(dists):
     assert pyproject["tool"]["hatch"]["version"]["path"] == "rekall/__init__.py"
 
 
+def test_the_wheel_carries_the_plugin_and_its_marketplace_entry_as_in_the_checkout(dists):
+    with zipfile.ZipFile(dists["wheel"]) as wheel:
+        for shipped in MARKETPLACE:
+            source = REPO_ROOT / shipped.removeprefix("rekall/marketplace/")
+            assert wheel.read(shipped) == source.read_bytes(), shipped
+
+
 def check_installed(command: Path, tool_home: Path, cwd: Path) -> None:
-    """``command`` is a working rekall installed under ``tool_home``, not this checkout."""
+    """``command`` is a working rekall installed under ``tool_home``, not this checkout, and it
+    finds the plugin it registers inside its installation."""
     assert run(command, "--version", cwd=cwd).stdout.strip() == f"rekall {__version__}"
     interpreter = shlex.split(command.resolve().read_text(encoding="utf-8").splitlines()[0].removeprefix("#!"))
     where = run(*interpreter, "-c", "import rekall; print(rekall.__file__)", cwd=cwd).stdout.strip()
     assert Path(where).is_relative_to(tool_home) and not Path(where).is_relative_to(REPO_ROOT)
+    marketplace = run(*interpreter, "-c", "from rekall.usecases.setup import marketplace_root; "
+                      "print(marketplace_root())", cwd=cwd).stdout.strip()
+    assert Path(marketplace) == Path(where).parent / "marketplace"
     job = json.loads(run(command, "demo", "--json", cwd=cwd, timeout=120).stdout)
     assert job["state"] == "resumed" and job["resumeTurnId"]
+
+
+@pytest.fixture
+def wheel_folder(dists: dict[str, Path], tmp_path: Path) -> Path:
+    """A local folder holding only the wheel: what the README's install-by-name commands point at."""
+    folder = tmp_path / "wheels"
+    folder.mkdir()
+    (folder / dists["wheel"].name).write_bytes(dists["wheel"].read_bytes())
+    return folder
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("installer", ["pipx", "uv", "pip"])
+def test_the_wheel_installs_by_its_name_from_a_local_folder_and_runs(installer: str, wheel_folder: Path,
+                                                                    tmp_path: Path):
+    home, bin_dir = tmp_path / f"{installer}-home", tmp_path / f"{installer}-bin"
+    if installer == "pipx":
+        env = {**os.environ, "PIPX_HOME": str(home), "PIPX_BIN_DIR": str(bin_dir),
+               "PIPX_MAN_DIR": str(tmp_path / "pipx-man")}
+        run(sys.executable, "-m", "pipx", "install", "--python", sys.executable, "--pip-args",
+            f"--find-links {wheel_folder}", DISTRIBUTION, env=env, cwd=tmp_path)
+    elif installer == "uv":
+        env = {**os.environ, "UV_TOOL_DIR": str(home), "UV_TOOL_BIN_DIR": str(bin_dir), "UV_PYTHON_DOWNLOADS": "never"}
+        run(sys.executable, "-m", "uv", "tool", "install", "--python", sys.executable, "--find-links", wheel_folder,
+            DISTRIBUTION, env=env, cwd=tmp_path)
+    else:
+        run(sys.executable, "-m", "venv", home)
+        run(home / "bin" / "python", "-m", "pip", "install", "-q", "--find-links", wheel_folder, DISTRIBUTION,
+            cwd=tmp_path)
+        bin_dir = home / "bin"
+    check_installed(bin_dir / "rekall", home, cwd=tmp_path)
 
 
 @pytest.mark.slow
@@ -260,9 +315,3 @@ def test_pipx_install_of_the_checkout_gives_a_working_rekall(tmp_path: Path):
     check_installed(bin_dir / "rekall", home, cwd=tmp_path)
 
 
-@pytest.mark.slow
-def test_uv_tool_install_of_the_checkout_gives_a_working_rekall(tmp_path: Path):
-    tools, bin_dir = tmp_path / "uv-tools", tmp_path / "uv-bin"
-    env = {**os.environ, "UV_TOOL_DIR": str(tools), "UV_TOOL_BIN_DIR": str(bin_dir), "UV_PYTHON_DOWNLOADS": "never"}
-    run(sys.executable, "-m", "uv", "tool", "install", "--python", sys.executable, REPO_ROOT, env=env, cwd=tmp_path)
-    check_installed(bin_dir / "rekall", tools, cwd=tmp_path)

@@ -96,3 +96,17 @@ def test_the_privacy_section_names_the_files_the_store_writes():
     for name in ("<thread>.json", "<thread>.lock", ".handoff.json", ".journal.jsonl", ".log", ".cancel"):
         assert name in text
     assert "0700" in text and "0600" in text and "no network requests" in text
+
+
+def test_the_troubleshooting_section_quotes_each_verdict_doctor_can_print():
+    from rekall.usecases.doctor import Report, Row
+
+    extension, terminal = "the VS Code extension", "terminal sessions on the shared app-server"
+    text = section("Troubleshooting")
+    for served in ((True, True), (True, False), (False, True), (False, False)):
+        report = Report((Row.green("settings", "ok"),), ((extension, served[0]), (terminal, served[1])))
+        assert f"    verdict: {report.answer}\n" in text, report.answer
+    red = Report((Row("settings", "RED", "bad", "fix it"),), ((extension, True), (terminal, True)))
+    assert red.answer.replace("settings", "ROW") in text
+    assert "nothing: rekall is ready" in text and Report((), ((extension, False),)).next_step.startswith(
+        "start `codex` in a terminal")

@@ -165,11 +165,17 @@ class FollowedThread(Protocol):
 
 
 class Platform(Protocol):
-    """A place threads live in. ``name`` is what the journal records (``extension-ipc``)."""
+    """A place threads live in. ``name`` is what the journal records (``extension-ipc``).
+
+    ``diagnose`` marks the GREEN row that shows the platform reachable with ``shows={"answers"}``:
+    ``doctor``'s verdict counts a platform as a host rekall can serve by it."""
 
     name: str
     #: How messages name it (``the VS Code extension``).
     title: str
+    #: What ``doctor``'s verdict says rekall can serve when this platform answers
+    #: (``terminal sessions on the shared app-server``).
+    host: str
     #: How a thread comes to be served by it, for a hint when no platform serves one.
     serving_hint: str
     #: Following only reads the thread (nobody else is told), so a worker may follow before it has

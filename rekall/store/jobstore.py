@@ -70,7 +70,10 @@ class JobStore(StoreParts):
         env = os.environ if env is None else env
         root, lock_root = resolve_jobs_dir(env), resolve_lock_dir()
         reports = [r for r in (ensure_private_dir(root), ensure_private_dir(lock_root, "lock directory")) if r]
-        _remember(root)
+        from rekall.store.jobs_dirs import UNRECORDED
+
+        if not env.get(UNRECORDED):
+            _remember(root)
         return cls(root, lock_root=lock_root, clock=clock, fs=fs, permission_report="; ".join(reports) or None,
                    node_dirs=tuple(node_jobs_dirs(env, root)), legacy_lock_roots=legacy_lock_dirs(env, lock_root))
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from pathlib import Path
 from typing import Any
 
@@ -145,6 +146,8 @@ class StoreParts:
         if holder.jobs_dir is None or Path(holder.jobs_dir) == self.root:
             return self
         other = Path(holder.jobs_dir)
+        if not os.path.lexists(other):
+            return None  # gone (a demo's or a test's folder): nothing to say, its lock is judged by its holder
         try:
             inspect_jobs_dir(other)
         except StoreError as exc:

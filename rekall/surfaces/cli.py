@@ -225,7 +225,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 async def cmd_doctor(args: argparse.Namespace) -> int:
-    """Exits 1 when any row is RED."""
+    """Exits 1 when any row is RED or rekall can serve no host here."""
     from rekall.usecases.doctor import diagnose
 
     report = await diagnose()
@@ -233,7 +233,28 @@ async def cmd_doctor(args: argparse.Namespace) -> int:
         from rekall.surfaces.render import print_report
 
         _show(print_report, report)
-    return 1 if report.verdict == "RED" else 0
+    return 0 if report.ok else 1
+
+
+async def cmd_setup(args: argparse.Namespace) -> int:
+    """Each step said as it goes, then doctor's verdict; 0 when every step worked."""
+    from rekall.usecases.doctor import diagnose
+    from rekall.usecases.setup import Options, refuse_without_an_answer, run_setup
+
+    options = Options(yes=args.yes, full_auto=args.full_auto, remove=args.remove)
+    refuse_without_an_answer(options, sys.stdin.isatty())
+
+    def say(line: str) -> None:
+        print(line, flush=True)
+
+    def ask(question: str) -> bool:
+        return input(f"{question} [y/N] ").strip().lower() in ("y", "yes")
+
+    await run_setup(options, say, ask)
+    from rekall.surfaces.render import print_verdict
+
+    print_verdict(await diagnose(), _console())
+    return 0
 
 
 def cmd_protocol(args: argparse.Namespace) -> int:
@@ -304,6 +325,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = _add(sub, "demo", cmd_demo, "run a full job against the built-in simulated owner")
     p.add_argument("--keep", action="store_true", help="keep the demo's jobs directory afterwards")
     _add(sub, "doctor", cmd_doctor, "check the installation, one row per concern")
+    p = _add(sub, "setup", cmd_setup, "register rekall with Codex (plugin, hook trust) and end with doctor's verdict",
+             json_flag=False)
+    p.add_argument("--yes", action="store_true", help="answer yes to every question (for scripts)")
+    p.add_argument("--full-auto", action="store_true", help="let rekall's acting tools run without an approval "
+                   "prompt, also under approval_policy never")
+    p.add_argument("--remove", action="store_true", help="undo what setup does: the hook's trust, the approval "
+                   "settings, the plugin and its marketplace (or the hand registration)")
 
     p = _add(sub, "states", cmd_states, "print the job lifecycle machine")
     p.add_argument("--format", choices=("mermaid", "markdown", "json"), default="markdown")

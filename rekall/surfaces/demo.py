@@ -23,6 +23,7 @@ from rich.text import Text
 
 from rekall.usecases import service
 from rekall.kernel.errors import RekallError
+from rekall.store.jobs_dirs import UNRECORDED
 
 DEMO_HANDOFF = {
     "summary": (
@@ -67,7 +68,8 @@ def run_demo(*, as_json: bool = False, keep: bool = False, console: Console | No
         # and brings it down to 10%.
         with start_sim_in_thread(runtime="active", tokens=90_000, window=100_000, compaction_delay_s=1.5,
                                  turn_duration_s=None) as sim:
-            env = {**os.environ, **sim.env, "REKALL_JOBS_DIR": jobs_dir}
+            # Its folder is temporary: not recorded for the SessionStart hook (rekall.store.jobs_dirs).
+            env = {**os.environ, **sim.env, "REKALL_JOBS_DIR": jobs_dir, UNRECORDED: "1"}
             for name in ("REKALL_IDLE_STABLE_MS", "REKALL_DEADLINE_S"):
                 env.pop(name, None)  # the demo shows the real defaults
             env["REKALL_DEADLINE_S"] = str(_DEMO_TIMEOUT_S)

@@ -338,18 +338,24 @@ def printable_value(value: Any) -> Any:
     return value
 
 
+def print_verdict(report: Report, console: Console) -> None:
+    """doctor's first two lines: which hosts rekall can serve here, and the one next step."""
+    console.print(Text.assemble("verdict: ", Text(report.answer, style=_LEVEL_STYLE["GREEN" if report.ok else "RED"])))
+    console.print(Text("next: " + report.next_step))
+
+
 def print_report(report: Report, console: Console) -> None:
-    """One block per concern: its level and name, then the detail and the next step, wrapped
-    between words (a table's narrow columns would cut paths and words at 80 columns)."""
-    console.print(Text("rekall doctor", style="bold"))
+    """The verdict first, then one block per concern: its level and name, then the detail and the
+    next step, wrapped between words (a table's narrow columns would cut paths and words at 80
+    columns)."""
+    print_verdict(report, console)
     for row in report.rows:
         console.print(Text.assemble(Text(f"{row.level:<6}", style=_LEVEL_STYLE[row.level]),
                                     Text(row.name, style="bold")))
         console.print(Indented(Text(row.detail), 6))
         if row.hint:
             console.print(Indented(Text("next: " + row.hint, style="dim"), 6))
-    console.print(Text.assemble("verdict: ", Text(report.verdict, style=_LEVEL_STYLE[report.verdict])))
 
 
 __all__ = ["Fields", "Indented", "WholeWords", "job_table", "print_cancelled", "print_job", "print_probe", "print_report",
-           "print_scheduled", "printable_value", "state_text", "watch_exit_status", "watch_job"]
+           "print_scheduled", "print_verdict", "printable_value", "state_text", "watch_exit_status", "watch_job"]

@@ -21,6 +21,8 @@ Rows, in the order a problem in one makes the next meaningless:
                    :mod:`rekall.usecases.hook_doctor`)
 ``jobs_dir``       the jobs directory: a directory, owned by you, writable (probed the way
                    ``schedule`` writes), no group or other access, no symlinks in it
+``recorded_jobs_dirs`` the jobs directories recorded for the hook (:mod:`rekall.store.jobs_dirs`);
+                   a corrupt list is AMBER and left as it is
 ``locks``          every ``<thread>.lock`` (in ``~/.rekall/locks``): held by a live worker,
                    stale, or undecidable
 ``workers``        running ``rekall worker`` processes (Linux) of this jobs
@@ -28,12 +30,19 @@ Rows, in the order a problem in one makes the next meaningless:
 =================  =========================================================================
 
 Each row is GREEN, AMBER (works, but look) or RED (rekall cannot work, or must not), with a
-one-line hint whenever it is not GREEN. The verdict is the worst row; ``rekall doctor`` exits
-1 on RED. This module makes the checks; ``rekall.surfaces.render.print_report`` prints them for people.
+one-line hint whenever it is not GREEN. The rows of a host the user does not have (no VS Code
+extension, no shared app-server) are AMBER, never RED. The report leads with its verdict: which
+hosts rekall can serve here (a platform whose answering row is GREEN and none of whose rows is
+RED), and the one next step (the first RED row's hint, else the first AMBER row's that is not an
+absent host's, else how to start a host). ``rekall doctor`` exits 1 on a RED row or when it can
+serve no host. This module makes the checks; ``rekall.surfaces.render.print_report`` prints them
+for people.
 
-The doctor changes nothing: it does not create or tighten the jobs directory and does not reap
-stale locks (``rekall status`` does that); the only files it writes are the schema cache that
-``probe`` and ``schedule`` also use, and a probe file it removes at once.
+The doctor does not create or tighten the jobs directory and does not reap the locks of jobs it
+can still read (``rekall status`` does that). It writes the schema cache that ``probe`` and
+``schedule`` also use and a probe file it removes at once, and it cleans what can never be used
+again: the locks of dead workers whose jobs directory no longer exists, and such directories in
+the recorded list, so that no command notes them again.
 """
 
 from __future__ import annotations
@@ -52,7 +61,7 @@ from rekall.kernel.settings import INJECT_HANDOFF, SETTINGS, check_settings
 from rekall.kernel.environment import codex_home, env_value
 from rekall.kernel.errors import RekallError
 from rekall.kernel.ids import is_uuid
-from rekall.store import JobStore, Liveness, LockBusy, resolve_jobs_dir
+from rekall.store import JobStore, Liveness, LockBusy, LockHolder, resolve_jobs_dir
 from rekall.store.fsread import O_NOFOLLOW
 from rekall.store.processes import worker_processes
 from rekall.store.clock import Clock
@@ -63,16 +72,63 @@ from rekall.adapters.contract import Level, Row
 _RANK: dict[str, int] = {"GREEN": 0, "AMBER": 1, "RED": 2}
 
 
+#: The next step when no host answers and no row says more.
+START_A_HOST = ("start `codex` in a terminal (it starts the shared app-server) or open a chat in the Codex VS Code "
+                "extension, then run `rekall doctor` again")
+
+
 @attrs.frozen
 class Report:
     rows: tuple[Row, ...]
+    #: Each platform's host words and whether it answers, in the registry's order.
+    hosts: tuple[tuple[str, bool], ...] = ()
+    #: The rows of the hosts that do not answer: their AMBER is the host's absence, not the next step.
+    absent_rows: frozenset[str] = frozenset()
 
     @property
     def verdict(self) -> Level:
         return max((r.level for r in self.rows), key=_RANK.__getitem__, default="GREEN")
 
+    @property
+    def served(self) -> tuple[str, ...]:
+        return tuple(host for host, answers in self.hosts if answers)
+
+    @property
+    def ok(self) -> bool:
+        """No RED row, and at least one host rekall can serve: ``rekall doctor`` exits 0."""
+        return self.verdict != "RED" and bool(self.served)
+
+    @property
+    def answer(self) -> str:
+        """The verdict in words: which hosts rekall can serve here."""
+        served, every, red = self.served, [host for host, _ in self.hosts], self.first("RED")
+        if red is not None:
+            return f"rekall cannot work here ({red.name} is RED)"
+        if not served:
+            return "rekall can serve neither " + " nor ".join(every) + " here yet"
+        if len(served) == len(every) > 1:
+            return "rekall can serve both " + " and ".join(served)
+        return "rekall can serve " + " and ".join(served) + (
+            f" (not {' nor '.join(h for h in every if h not in served)})" if len(every) > len(served) else "")
+
+    @property
+    def next_step(self) -> str:
+        """The one thing to do next: a RED row's hint, else the first AMBER row's that is not an
+        absent host's, else what brings a host up; ``nothing`` when all is well."""
+        red = self.first("RED")
+        if red is not None:
+            return str(red.hint)
+        amber = next((r for r in self.rows if r.level == "AMBER" and r.name not in self.absent_rows), None)
+        if amber is not None:
+            return str(amber.hint)
+        return START_A_HOST if not self.served else "nothing: rekall is ready"
+
+    def first(self, level: Level) -> Row | None:
+        return next((r for r in self.rows if r.level == level), None)
+
     def to_json(self) -> dict[str, Any]:
-        return {"verdict": self.verdict, "rows": [r.to_json() for r in self.rows]}
+        return {"answer": self.answer, "next": self.next_step, "serves": list(self.served), "verdict": self.verdict,
+                "rows": [r.to_json() for r in self.rows]}
 
 
 # --- REKALL_* settings ---------------------------------------------------------------------
@@ -129,7 +185,8 @@ def check_codex_home(env: Mapping[str, str]) -> Row:
                    "set CODEX_HOME to an absolute path, or unset it to use ~/.codex")
     if not home.exists():
         return Row("codex_home", "AMBER", f"{shown} does not exist: Codex has not run with this home",
-                   "set CODEX_HOME to the directory the Codex extension uses (default ~/.codex)")
+                   "run `codex` once (or open Codex in VS Code), or set CODEX_HOME to the directory Codex uses "
+                   "(default ~/.codex)")
     if not home.is_dir():
         return Row("codex_home", "RED", f"{shown} is not a directory", "point CODEX_HOME at Codex's directory")
     return Row.green("codex_home", f"{shown} (a directory)")
@@ -237,7 +294,7 @@ def check_locks(root: Path | None, lock_root: Path, legacy: tuple[Path, ...] = (
     places = [lock_root, *legacy, *([root] if root is not None else [])]
     threads = sorted({p.name[: -len(".lock")] for place in places for p in _entries(place)
                       if p.name.endswith(".lock") and is_uuid(p.name[: -len(".lock")])})
-    live, stale, unknown, unreadable = [], [], [], []
+    live, stale, unknown, unreadable, cleaned = [], [], [], [], []
     for thread in threads:
         try:
             holder = store.lock_holder(thread)
@@ -248,10 +305,16 @@ def check_locks(root: Path | None, lock_root: Path, legacy: tuple[Path, ...] = (
             continue  # released meanwhile
         # The same rule `rekall status` applies: the lock's holder or the job's recorded worker.
         verdict = store.lock_liveness(thread)
+        if verdict is Liveness.DEAD and _of_a_vanished_jobs_dir(store, thread, holder):
+            cleaned.append(thread)
+            continue
         who = f"thread {thread} (job {holder.job_id}, pid {holder.pid} on {holder.host or 'an unknown host'})"
         {Liveness.ALIVE: live, Liveness.DEAD: stale}.get(verdict, unknown).append((thread, who))
+    removed = (f"; removed {len(cleaned)} stale lock(s) of jobs directories that no longer exist"
+               if cleaned else "")
     if not (stale or unknown or unreadable):
-        return Row.green("locks", f"{len(live)} lock(s), each held by a live worker" if live else "no locks")
+        return Row.green("locks", (f"{len(live)} lock(s), each held by a live worker" if live else "no locks")
+                         + removed)
     problems = ([f"stale (its worker is gone): {who}" for _, who in stale]
                 + [f"undecidable (another host, or no identity): {who}" for _, who in unknown] + unreadable)
     if stale:
@@ -261,7 +324,38 @@ def check_locks(root: Path | None, lock_root: Path, legacy: tuple[Path, ...] = (
     else:
         hint = ("if no rekall worker runs for that thread, inspect `rekall explain JOB` and move the lock aside; "
                 "rekall never removes a lock it cannot prove stale")
-    return Row("locks", "AMBER", f"{len(threads)} lock(s): " + "; ".join(problems), hint)
+    return Row("locks", "AMBER", f"{len(threads) - len(cleaned)} lock(s): " + "; ".join(problems) + removed, hint)
+
+
+def _of_a_vanished_jobs_dir(store: JobStore, thread: str, holder: LockHolder) -> bool:
+    """Remove the dead worker's lock when the jobs directory it names is gone (nothing can ever
+    read or release it there); ``True`` when it was removed."""
+    if holder.jobs_dir is None or os.path.lexists(holder.jobs_dir):
+        return False
+    with store.locks.guarded():
+        found = store.locks.find(thread)
+        if found is None or found[1] != holder or store.lock_liveness(thread) is not Liveness.DEAD:
+            return False
+        store.locks.remove(found[0])
+    return True
+
+
+def check_recorded_jobs_dirs() -> Row:
+    """The list the SessionStart hook reads (:mod:`rekall.store.jobs_dirs`), without the
+    directories that no longer exist (removed here, so that nothing notes them again)."""
+    from rekall.store.jobs_dirs import forget_vanished_jobs_dirs, jobs_dirs_file, read_jobs_dirs
+
+    try:
+        gone = forget_vanished_jobs_dirs()
+        kept = read_jobs_dirs()
+    except RekallError as exc:
+        return Row("recorded_jobs_dirs", "AMBER", exc.message, exc.hint or "see the detail")
+    except OSError as exc:
+        return Row("recorded_jobs_dirs", "AMBER", f"{jobs_dirs_file()} cannot be read or written: "
+                   f"{exc.strerror or exc}", "check the file's owner and mode (0600)")
+    removed = f"; removed {len(gone)} that no longer exist" if gone else ""
+    return Row.green("recorded_jobs_dirs", f"{len(kept)} jobs directory(ies) recorded for the SessionStart hook "
+                                           f"in {jobs_dirs_file()}{removed}")
 
 
 def check_workers(root: Path | None, lock_root: Path, legacy: tuple[Path, ...] = (), clock: Clock | None = None) -> Row:
@@ -311,21 +405,30 @@ async def diagnose(env: Mapping[str, str] | None = None) -> Report:
 
     # Each platform's rows, in the registry's order (the extension's: endpoint, protocol, router,
     # owner, binary, schema; the shared app-server's), each as it reads beside the others'.
-    by_platform = [await platform.diagnose() for platform in all_platforms(env)]
+    platforms = all_platforms(env)
+    by_platform = [await platform.diagnose() for platform in platforms]
+    hosts, absent_rows = [], set()
     for index, own in enumerate(by_platform):
-        rows += beside_the_others(own, [row for i, other in enumerate(by_platform) if i != index for row in other])
+        shown = beside_the_others(own, [row for i, other in enumerate(by_platform) if i != index for row in other])
+        answers = (any("answers" in row.shows for row in own if row.level == "GREEN")
+                   and all(row.level != "RED" for row in shown))
+        hosts.append((platforms[index].host, answers))
+        if not answers:
+            absent_rows.update(row.name for row in shown)
+        rows += shown
     from rekall.usecases.hook_doctor import hook_rows
 
     rows += await hook_rows(env)
     jobs_row, root = check_jobs_dir(env)
     if jobs_row.level == "RED":
         rows += [jobs_row, *(Row.not_checked(name, "the jobs directory is unusable", "fix the jobs_dir row first")
-                             for name in ("locks", "workers"))]
+                             for name in ("recorded_jobs_dirs", "locks", "workers"))]
     else:
         lock_root = resolve_lock_dir()
         legacy = legacy_lock_dirs(env, lock_root)
-        rows += [jobs_row, check_locks(root, lock_root, legacy), check_workers(root, lock_root, legacy)]
-    return Report(tuple(rows))
+        rows += [jobs_row, check_recorded_jobs_dirs(), check_locks(root, lock_root, legacy),
+                 check_workers(root, lock_root, legacy)]
+    return Report(tuple(rows), tuple(hosts), frozenset(absent_rows))
 
 
 def beside_the_others(own: list[Row], others: list[Row]) -> list[Row]:

@@ -21,9 +21,10 @@ from __future__ import annotations
 
 from typing import Literal
 
-#: The server's name in both routes, and the plugin's id (``plugin@marketplace``).
+from rekall.usecases.hook_doctor import PLUGIN_ID
+
+#: The server's name in both routes (the plugin's id, ``plugin@marketplace``, is hook_doctor's).
 SERVER = "rekall"
-PLUGIN_ID = "rekall@rekall"
 #: The tools Codex asks about: the read-only ones run without asking anyway.
 ACTING_TOOLS = ("schedule_compaction", "cancel_compaction")
 

@@ -27,7 +27,8 @@ from rekall.adapters.contract import Row
 PLUGIN_ID = "rekall@rekall"
 #: Codex's key for the plugin's hook: plugin, file, event, matcher group, handler.
 HOOK_KEY = f"{PLUGIN_ID}:hooks/hooks.json:session_start:0:0"
-_TRUST_FIX = "open /hooks in Codex and trust rekall's SessionStart hook once"
+_TRUST_FIX = "run `rekall setup` (or open /hooks in Codex and trust rekall's SessionStart hook once)"
+_TRUST_AGAIN = "run `rekall setup` again (or trust it again in /hooks)"
 _NAMES = ("session_hook_installed", "session_hook_enabled", "session_hook_trusted")
 DOCTOR_TIMEOUT_S = 5.0
 
@@ -79,7 +80,7 @@ def _trust_row(status: str, where: str) -> Row:
         return Row.green(_NAMES[2], f"{where}: {status}")
     if status in ("modified", "changed"):
         return Row("session_hook_trusted", "AMBER", f"{where}: {status}: the hook or the plugin changed since you "
-                   "trusted it (an upgrade), so Codex does not run it", "trust it again in /hooks")
+                   "trusted it (an upgrade), so Codex does not run it", _TRUST_AGAIN)
     return Row("session_hook_trusted", "AMBER", f"{where}: {status}: Codex does not run it until you trust it",
                _TRUST_FIX)
 
@@ -112,7 +113,7 @@ def file_rows(home: Path) -> list[Row]:
                         f"for {HOOK_KEY}, so Codex does not run it", _TRUST_FIX))
     elif trusted != handler_hash(handler):
         rows.append(Row("session_hook_trusted", "AMBER", f"{where}: changed: the trusted hash is not the installed "
-                        "hook's (an upgrade changed it), so Codex does not run it", "trust it again in /hooks"))
+                        "hook's (an upgrade changed it), so Codex does not run it", _TRUST_AGAIN))
     else:
         rows.append(Row.green(_NAMES[2], f"{where}: trusted for the installed handler; whether the plugin's contents "
                                          "changed since only Codex can tell (/hooks shows it)"))
@@ -141,7 +142,7 @@ def handler_hash(handler: Mapping[str, Any]) -> str:
 def _not_installed(where: str) -> Row:
     return Row("session_hook_installed", "AMBER", f"{where}: {HOOK_KEY} is not installed, so on the VS Code extension "
                "a handoff reaches the model only in a continuation turn",
-               "install or update the plugin (codex plugin add rekall@rekall), then trust its hook in /hooks")
+               "run `rekall setup` (it installs the plugin and trusts its hook)")
 
 
 def _skipped() -> list[Row]:

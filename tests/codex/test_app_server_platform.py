@@ -111,6 +111,8 @@ async def test_doctor_names_the_daemon_its_version_and_the_binary_whose_schema_i
     # No VS Code here: its absence is worth a look, not fatal, while the shared app-server serves.
     assert rows["ipc_endpoint"].level == "AMBER" and "only VS Code chats need it" in rows["ipc_endpoint"].detail
     assert rows["codex_binary"].level == "AMBER" and report.verdict == "AMBER"
+    assert report.served == ("terminal sessions on the shared app-server",) and report.ok
+    assert report.answer == "rekall can serve terminal sessions on the shared app-server (not the VS Code extension)"
 
 
 async def test_a_listener_started_by_hand_is_served_and_named_as_not_daemon_managed(

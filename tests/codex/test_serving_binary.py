@@ -67,7 +67,7 @@ async def test_a_socket_open_to_others_is_red_and_the_server_is_not_contacted(fo
         with pytest.raises(BlockingIOError):
             listener.accept()  # nobody connected
     assert [(r.name, r.level) for r in rows] == [("app_server_socket", "RED"), ("app_server", "AMBER"),
-                                                 ("app_server_schema", "AMBER")]
+                                                 ("app_server_version", "AMBER"), ("app_server_schema", "AMBER")]
     assert "chmod" in rows[0].hint and "fix the app_server_socket row first" in rows[1].hint
 
 
@@ -89,10 +89,43 @@ async def test_no_shared_app_server_is_not_an_error_but_a_thread_that_could_be_o
         tmp_path: Path) -> None:
     rows = await diagnose({"CODEX_HOME": str(tmp_path), "PATH": ""})
     assert [(r.name, r.level) for r in rows] == [("app_server_socket", "GREEN"), ("app_server", "GREEN"),
-                                                 ("app_server_schema", "GREEN")]
+                                                 ("app_server_version", "GREEN"), ("app_server_schema", "GREEN")]
     assert "a plain `codex` where daemon auto-start is on" in rows[0].detail and "codex --remote" in rows[0].detail
     rows = await diagnose({"CODEX_HOME": str(tmp_path), "PATH": "", "CODEX_THREAD_ID": "t-1"})
     (thread,) = [r for r in rows if r.name == "app_server_thread"]
     assert thread.level == "AMBER" and "thread t-1 is not on a shared app-server: none runs here" in thread.detail
     assert "-c/--config" in thread.detail and "rekall cannot tell which" in thread.detail
     assert "`/status` shows `Server: Local background server`" in thread.hint and "codex --remote unix://" in thread.hint
+
+
+@pytest.mark.codex
+@pytest.mark.slow
+def test_a_daemon_left_on_an_older_codex_than_the_cli_is_named_with_both_versions(
+        codex_binary: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """What an update leaves behind (openai/codex #46468): the daemon still runs the release it
+    started with while `codex` on PATH is newer. Both real releases; CI installs the older one."""
+    import subprocess
+    import sys
+
+    from tests.codex.daemonkit import start_daemon, stop_daemon
+    from tests.support.pinned import cached_codex_launcher
+
+    older = cached_codex_launcher({**os.environ, "REKALL_CODEX_VERSION": "0.163.0"})
+    if not older.is_file():
+        pytest.skip(f"Codex 0.163.0 is not installed at {older} (scripts/install-codex installs the CI releases)")
+    home = tmp_path_factory.mktemp("older") / "c"
+    home.mkdir(mode=0o700)
+    daemon = start_daemon(older, home)
+    try:
+        env = {**os.environ, "CODEX_HOME": str(home), "PATH": f"{codex_binary.parent}:/usr/bin:/bin",
+               "COLUMNS": "300"}
+        done = subprocess.run([sys.executable, "-m", "rekall", "doctor", "--json"], env=env, capture_output=True,
+                              text=True, timeout=120)
+    finally:
+        stop_daemon(daemon)
+    report = json.loads(done.stdout)
+    (row,) = [r for r in report["rows"] if r["name"] == "app_server_version"]
+    assert row["level"] == "AMBER" and "the daemon runs Codex 0.163.0" in row["detail"], row
+    assert f"({codex_binary}) is Codex 0.171.0" in row["detail"]
+    assert row["hint"].startswith("restart the daemon: `codex app-server daemon stop`")
+    assert report["next"] == row["hint"]  # the one next step, the extension being absent here

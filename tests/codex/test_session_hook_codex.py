@@ -230,6 +230,6 @@ async def test_after_an_upgrade_that_changes_the_hook_codex_calls_it_modified_an
             listing = await server.request("hooks/list", {"cwds": [str(home)]})
     (hook,) = [h for entry in listing["data"] for h in entry["hooks"] if h["key"] == HOOK_KEY]
     assert hook["trustStatus"] == "modified", hook
-    assert listing_rows(hook, "hooks/list")[2].hint == "trust it again in /hooks"
+    assert listing_rows(hook, "hooks/list")[2].hint == "run `rekall setup` again (or trust it again in /hooks)"
     from_files = file_rows(home)[2]
-    assert from_files.level == "AMBER" and from_files.hint == "trust it again in /hooks"
+    assert from_files.level == "AMBER" and from_files.hint == "run `rekall setup` again (or trust it again in /hooks)"

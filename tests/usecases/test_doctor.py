@@ -34,10 +34,11 @@ pytestmark = pytest.mark.anyio
 
 EXTENSION_VERSION = "26.901.22334"
 SCHEMA_EXCERPT = Path(__file__).resolve().parents[2] / "fixtures" / "schema" / "codex-0.171.0"
-ALL_ROWS = ["sandbox", "settings", "handoff_delivery", "codex_home", "ipc_endpoint", "extension_protocol", "router", "owner",
-            "codex_binary", "public_schema", "app_server_socket", "app_server", "app_server_thread",
+ALL_ROWS = ["sandbox", "settings", "handoff_delivery", "codex_home", "ipc_endpoint", "extension_protocol", "router",
+            "owner", "codex_binary", "public_schema", "app_server_socket", "app_server", "app_server_version",
+            "app_server_thread",
             "app_server_schema", "session_hook_installed", "session_hook_enabled", "session_hook_trusted", "jobs_dir",
-            "locks", "workers"]
+            "recorded_jobs_dirs", "locks", "workers"]
 
 
 # --- helpers ------------------------------------------------------------------------------
@@ -127,6 +128,7 @@ def test_a_healthy_installation_is_green_on_every_row_with_the_real_codex(codex_
     report = json.loads(done.stdout)
     assert report["verdict"] == "GREEN"
     assert [r["name"] for r in report["rows"]] == ALL_ROWS
+    assert report["serves"] == ["the VS Code extension"] and report["next"] == "nothing: rekall is ready"
     assert all(set(r) == {"name", "level", "detail", "hint"} and r["level"] == "GREEN" and r["hint"] is None
                for r in report["rows"]), report
     rows = {r["name"]: r["detail"] for r in report["rows"]}
@@ -138,7 +140,8 @@ def test_a_healthy_installation_is_green_on_every_row_with_the_real_codex(codex_
     assert "item_completed.context_compaction" in rows["public_schema"]
 
     assert people.returncode == 0, people.stderr
-    assert "rekall doctor" in people.stdout and "verdict: GREEN" in people.stdout
+    assert people.stdout.splitlines()[:2] == ["verdict: rekall can serve the VS Code extension (not terminal sessions "
+                                              "on the shared app-server)", "next: nothing: rekall is ready"]
     assert all(name in people.stdout for name in ALL_ROWS)
 
 
@@ -190,12 +193,13 @@ async def test_a_symlinked_socket_is_red(sim_home: SimulatedOwner, tmp_path: Pat
     assert sim_home.connections == 0
 
 
-async def test_a_missing_socket_is_red_and_names_both_places_looked(tmp_path: Path) -> None:
+async def test_a_missing_socket_is_amber_as_an_absent_host_and_names_both_places_looked(tmp_path: Path) -> None:
     home = tmp_path / "home"
     (home / "ipc").mkdir(parents=True, mode=0o700)
     report = await diagnose(base_env(tmp_path, CODEX_HOME=str(home)))
     row = by_name(report)["ipc_endpoint"]
-    assert row.level == "RED" and report.verdict == "RED"
+    assert row.level == "AMBER" and report.verdict == "AMBER" and not report.ok
+    assert by_name(report)["codex_binary"].level == "AMBER"  # the extension's binary: the same absent host
     assert f"{home}/ipc/ipc.sock does not exist" in row.detail and "legacy" in row.detail
     assert "open the thread in the Codex VS Code extension" in row.hint
 
@@ -450,16 +454,29 @@ async def test_a_running_job_holds_a_live_lock_and_its_worker_is_not_an_orphan(t
 # --- the verb ----------------------------------------------------------------------------
 
 
-def test_the_verb_exits_1_on_red_and_prints_every_row_with_its_hint(tmp_path: Path) -> None:
-    done = run_cli(base_env(tmp_path, CODEX_HOME=str(tmp_path / "nowhere")), "--json")
+def test_on_a_fresh_account_the_verb_leads_with_neither_host_and_setup_as_the_next_step_and_exits_1(
+        tmp_path: Path) -> None:
+    (tmp_path / "codex").mkdir()
+    env = base_env(tmp_path, CODEX_HOME=str(tmp_path / "codex"))
+    done = run_cli(env, "--json")
     assert done.returncode == 1, done.stderr
     report = json.loads(done.stdout)
-    assert report["verdict"] == "RED"
+    assert report["verdict"] == "AMBER" and report["serves"] == [] and "RED" not in {r["level"] for r in report["rows"]}
+    assert report["next"] == "run `rekall setup` (it installs the plugin and trusts its hook)"
     assert all((r["level"] == "GREEN") == (r["hint"] is None) for r in report["rows"])
 
-    people = run_cli(base_env(tmp_path, CODEX_HOME=str(tmp_path / "nowhere")))
+    people = run_cli(env)
     assert people.returncode == 1
-    assert "verdict: RED" in people.stdout and "open the thread in the Codex VS Code extension" in people.stdout
+    assert people.stdout.splitlines()[:2] == [
+        "verdict: rekall can serve neither the VS Code extension nor terminal sessions on the shared app-server here yet",
+        "next: run `rekall setup` (it installs the plugin and trusts its hook)"]
+    assert "note" not in people.stderr
+
+
+async def test_a_red_row_names_itself_in_the_verdict_and_gives_the_next_step(tmp_path: Path) -> None:
+    report = await diagnose(base_env(tmp_path, REKALL_IDLE_STABLE_MS="abc"))
+    assert report.answer == "rekall cannot work here (settings is RED)" and not report.ok
+    assert report.next_step == report.rows[0].hint
 
 
 def test_a_row_must_carry_a_hint_exactly_when_it_is_not_green() -> None:
@@ -474,3 +491,82 @@ async def test_with_no_extension_installed_the_extension_protocol_row_is_amber_n
     row = by_name(report)["extension_protocol"]
     assert row.level == "AMBER" and row.detail.startswith("no installed extension found")
     assert "terminal sessions" in str(row.hint)
+
+
+# --- what earlier runs left behind ---------------------------------------------------------
+
+
+def test_the_lock_of_a_vanished_jobs_directory_is_removed_once_and_never_noted(tmp_path: Path) -> None:
+    gone = tmp_path / "demo-jobs"
+    env = base_env(tmp_path, REKALL_JOBS_DIR=str(gone))
+    store = JobStore.open(env)
+    thread = "0199a5c2-1111-7000-8000-000000000009"
+    job = store.create_job(thread, handoff=None, user_fingerprint=None).job_id
+    store.set_lock_holder(thread, job, *dead_process())
+    shutil.rmtree(gone)  # what `rekall demo` and test runs do to their folders
+    here = base_env(tmp_path)
+
+    first = run_cli(here, "--json")
+    second = run_cli(here, "--json")
+
+    assert not store.lock_path(thread).exists()
+    assert "note" not in first.stderr + second.stderr, first.stderr
+    locks = {r["name"]: r for r in json.loads(first.stdout)["rows"]}["locks"]
+    assert (locks["level"], locks["detail"]) == ("GREEN", "no locks; removed 1 stale lock(s) of jobs directories "
+                                                          "that no longer exist")
+    recorded = {r["name"]: r for r in json.loads(first.stdout)["rows"]}["recorded_jobs_dirs"]
+    assert recorded["level"] == "GREEN" and "removed 1 that no longer exist" in recorded["detail"]
+    again = {r["name"]: r for r in json.loads(second.stdout)["rows"]}
+    assert again["locks"]["detail"] == "no locks" and "removed" not in again["recorded_jobs_dirs"]["detail"]
+
+
+def test_a_live_workers_lock_of_a_vanished_jobs_directory_is_left_alone(tmp_path: Path) -> None:
+    gone = tmp_path / "gone-jobs"
+    store = JobStore.open(base_env(tmp_path, REKALL_JOBS_DIR=str(gone)))
+    thread = "0199a5c2-1111-7000-8000-00000000000a"
+    job = store.create_job(thread, handoff=None, user_fingerprint=None).job_id
+    store.set_lock_holder(thread, job, os.getpid(), process_start_time(os.getpid()))
+    shutil.rmtree(gone)
+
+    locks = {r["name"]: r for r in json.loads(run_cli(base_env(tmp_path), "--json").stdout)["rows"]}["locks"]
+
+    assert store.lock_path(thread).exists() and locks["detail"] == "1 lock(s), each held by a live worker"
+
+
+async def test_a_corrupt_jobs_dirs_list_is_amber_and_left_as_it_is(tmp_path: Path, user_home: Path) -> None:
+    listed = user_home / ".rekall" / "jobs-dirs.json"
+    listed.parent.mkdir(mode=0o700)
+    listed.write_text('["/a", ')
+    row = by_name(await diagnose(base_env(tmp_path)))["recorded_jobs_dirs"]
+    assert row.level == "AMBER" and f"{listed} is corrupt: not JSON" in row.detail
+    assert f"mv {listed} {listed}.bad" in str(row.hint)
+    assert listed.read_text() == '["/a", '
+
+
+# --- the daemon's Codex against the CLI's -------------------------------------------------
+
+
+def codex_reporting(folder: Path, version: str) -> Path:
+    folder.mkdir(parents=True)
+    codex = folder / "codex"
+    codex.write_text(f'#!/bin/sh\necho "codex-cli {version}"\n')
+    codex.chmod(0o755)
+    return codex
+
+
+def test_a_daemon_older_than_the_cli_on_path_names_both_and_says_to_restart_it(tmp_path: Path) -> None:
+    from rekall.adapters.app_server.platform import RESTART_DAEMON, version_row
+    from rekall.adapters.app_server.serving_binary import ServedBy
+
+    codex = codex_reporting(tmp_path / "bin", "0.172.0")
+    daemon = ServedBy(1234, "/daemon/codex", "the daemon's managedCodexPath")
+
+    row = version_row({"PATH": str(codex.parent)}, daemon, "0.171.0")
+    same = version_row({"PATH": str(codex.parent)}, daemon, "0.172.0")
+
+    assert row.level == "AMBER" and row.hint == RESTART_DAEMON
+    assert "the daemon runs Codex 0.171.0" in row.detail and f"({codex}) is Codex 0.172.0" in row.detail
+    assert "`codex app-server daemon stop`, then start any `codex`" in RESTART_DAEMON
+    assert same == Row.green("app_server_version", f"the daemon and the `codex` on PATH ({codex}) are both Codex 0.172.0")
+    by_hand = ServedBy(None, str(codex), "the `codex` on PATH")
+    assert version_row({"PATH": str(codex.parent)}, by_hand, "0.171.0").level == "GREEN"

@@ -56,7 +56,7 @@ def test_an_installed_enabled_and_trusted_hook_is_green_on_all_three_rows(tmp_pa
 def test_a_missing_plugin_says_how_to_install_it_and_skips_the_rest(tmp_path: Path):
     rows = file_rows(tmp_path)
     assert levels(rows)[0] == ("session_hook_installed", "AMBER")
-    assert "codex plugin add rekall@rekall" in rows[0].hint
+    assert "rekall setup" in rows[0].hint
     assert all(row.detail.startswith("not checked") for row in rows[1:])
 
 
@@ -73,7 +73,7 @@ def test_a_hook_changed_by_an_upgrade_must_be_trusted_again(tmp_path: Path):
     (target / "hooks" / "hooks.json").write_text(json.dumps(hooks))
     trusted = file_rows(tmp_path)[2]
     assert trusted.level == "AMBER" and trusted.detail.split(": ")[1] == "changed"
-    assert trusted.hint == "trust it again in /hooks"
+    assert trusted.hint == "run `rekall setup` again (or trust it again in /hooks)"
 
 
 def test_each_setting_that_turns_the_hook_off_is_named(tmp_path: Path):
@@ -88,7 +88,7 @@ def test_the_listing_from_an_app_server_decides_when_one_answers():
     assert [r.level for r in listing_rows(hook, where)] == ["GREEN"] * 3
     for status in ("modified", "changed"):
         row = listing_rows({**hook, "trustStatus": status}, where)[2]
-        assert row.level == "AMBER" and "an upgrade" in row.detail and row.hint == "trust it again in /hooks"
+        assert row.level == "AMBER" and "an upgrade" in row.detail and row.hint.startswith("run `rekall setup` again")
     untrusted = listing_rows({**hook, "trustStatus": "untrusted"}, where)[2]
     assert "trust rekall's SessionStart hook once" in untrusted.hint
     assert listing_rows({**hook, "enabled": False}, where)[1].level == "AMBER"

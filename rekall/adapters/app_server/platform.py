@@ -27,7 +27,9 @@ import asyncio
 import contextlib
 import logging
 import os
+import shutil
 from collections.abc import AsyncIterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import attrs
@@ -35,7 +37,7 @@ import attrs
 from rekall.kernel import events as ev
 from rekall.adapters.app_server import NAME
 from rekall.adapters.app_server.releases import Release, UnsupportedCodex
-from rekall.adapters.app_server.serving_binary import schema_report, served_by
+from rekall.adapters.app_server.serving_binary import ServedBy, schema_report, served_by
 from rekall.adapters.app_server.rpc import AppServerClosed, AppServerError, AppServerTimeout
 from rekall.adapters.app_server.client import SharedAppServer, open_shared_app_server
 from rekall.adapters.app_server.thread_model import TITLE_SOURCE, ThreadModel
@@ -344,6 +346,7 @@ class SharedAppServerPlatform:
 
     name = NAME
     title = "the shared app-server"
+    host = "terminal sessions on the shared app-server"
     serving_hint = CHECK_AND_FIX
     follow_only_reads = False  # following resumes the thread, which notifies every client
     injection_limit: str | None = None  # thread/inject_items
@@ -443,7 +446,8 @@ async def diagnose(env: Mapping[str, str]) -> list[Row]:
     """``app_server_socket``, ``app_server`` and ``app_server_schema`` (and ``app_server_thread``
     when CODEX_THREAD_ID is set)."""
     thread = env_value(env, "CODEX_THREAD_ID")
-    later = ["app_server", *(["app_server_thread"] if thread is not None else []), "app_server_schema"]
+    later = ["app_server", "app_server_version", *(["app_server_thread"] if thread is not None else []),
+             "app_server_schema"]
     try:
         socket = resolve_control_socket(env)
     except EndpointMissing as exc:
@@ -472,6 +476,7 @@ async def diagnose(env: Mapping[str, str]) -> list[Row]:
                 rows.append(Row.green("app_server", f"initialize answered on {socket.target}: Codex "
                                                     f"{server.server_version or 'version unknown'}, served by {who}; "
                                                     f"peer check: {server.socket.peer_check}"))
+                rows.append(await asyncio.to_thread(version_row, env, served, version))
                 if thread is not None:
                     rows.append(await _thread_row(server, thread))
     except TimeoutError:
@@ -484,10 +489,37 @@ async def diagnose(env: Mapping[str, str]) -> list[Row]:
         if isinstance(inner, UnsupportedCodex):
             version = inner.release.version
         rows.append(Row.failed("app_server", inner))
-    if thread is not None and rows[-1].name == "app_server":  # the server did not answer
-        rows.append(Row.not_checked("app_server_thread", "the app-server did not answer", "fix the app_server row first"))
+    if rows[-1].name == "app_server":  # the server did not answer
+        rows += [Row.not_checked(name, "the app-server did not answer", "fix the app_server row first")
+                 for name in later[1:-1]]
     rows.append(await asyncio.to_thread(_schema_row, env, version))
     return rows
+
+
+#: After a CLI update the daemon often keeps serving the old release until it is stopped
+#: (openai/codex #46468, #47482, #47495).
+RESTART_DAEMON = "restart the daemon: `codex app-server daemon stop`, then start any `codex` (it starts the new one)"
+
+
+def version_row(env: Mapping[str, str], served: ServedBy, server_version: str | None) -> Row:
+    """The daemon's Codex against the ``codex`` on PATH that the user runs."""
+    if not served.daemon_managed:
+        return Row.green("app_server_version", "not compared: the app-server is not the daemon")
+    cli = shutil.which("codex", path=env.get("PATH"))
+    if cli is None:
+        return Row.green("app_server_version", "not compared: no `codex` on PATH")
+    from rekall.codex.schema import binary_identity
+
+    try:
+        cli_version = binary_identity(Path(cli)).version
+    except RekallError as exc:
+        return Row("app_server_version", "AMBER", f"the version of {cli} is unknown: {exc.message}",
+                   "check that the `codex` on PATH runs")
+    if server_version is None or cli_version != server_version:
+        return Row("app_server_version", "AMBER", f"the daemon runs Codex {server_version or 'of an unknown version'}, "
+                   f"the `codex` on PATH ({cli}) is Codex {cli_version}: the daemon still serves the release it "
+                   "started with", RESTART_DAEMON)
+    return Row.green("app_server_version", f"the daemon and the `codex` on PATH ({cli}) are both Codex {cli_version}")
 
 
 async def _thread_row(server: SharedAppServer, thread: str) -> Row:

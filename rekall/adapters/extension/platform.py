@@ -124,6 +124,7 @@ class ExtensionIpc:
 
     name = NAME
     title = "the VS Code extension"
+    host = "the VS Code extension"
     serving_hint = "open the thread in a VS Code window with the Codex extension"
     follow_only_reads = True  # a follower subscribes to the owner's broadcasts; nothing else is told
     injection_limit: str | None = INJECTION_LIMIT
@@ -201,13 +202,17 @@ class ExtensionIpc:
 
     async def diagnose(self) -> list[Row]:
         endpoint_row, endpoint = check_endpoint(self.env)
-        rows = [endpoint_row, check_extension(self.env), await check_router(endpoint)]
+        router_row = await check_router(endpoint)
+        if router_row.level == "GREEN":
+            router_row = attrs.evolve(router_row, shows=frozenset({"answers"}))
+        rows = [endpoint_row, check_extension(self.env), router_row]
         if (owner_row := await check_owner(self, endpoint)) is not None:
             rows.append(attrs.evolve(owner_row, shows=frozenset({"serves_thread"})) if owner_row.level == "GREEN"
                         else owner_row)
         binary_row, binary = check_codex_binary(self.env)
         rows += [binary_row, await asyncio.to_thread(check_schema, self.env, binary)]
-        return [_optional_when_another_answers(row) for row in rows]
+        absent = endpoint_row.detail.startswith(_ABSENT_EXTENSION["ipc_endpoint"])
+        return [_optional(row) if absent else _optional_when_another_answers(row) for row in rows]
 
     def compatibility(self) -> dict[str, Any]:
         """The public schema check of the extension's bundled Codex. Cached by binary identity, so
@@ -431,10 +436,15 @@ def check_schema(env: Mapping[str, str], binary: CodexBinary | None) -> Row:
 _ABSENT_EXTENSION = {"ipc_endpoint": "no Codex IPC socket", "codex_binary": "no extension-bundled Codex binary"}
 
 
-def _optional_when_another_answers(row: Row) -> Row:
-    """With another platform answering, a missing VS Code extension is not fatal: AMBER, not RED."""
+def _optional(row: Row) -> Row:
+    """A missing VS Code extension is a host the user may not have, not a fault: AMBER, not RED."""
     if not (row.level == "RED" and row.detail.startswith(_ABSENT_EXTENSION.get(row.name, "\0"))):
         return row
-    optional = Row(row.name, "AMBER", f"{row.detail} (only VS Code chats need it: the shared app-server serves "
-                                      "terminal sessions)", row.hint)
-    return attrs.evolve(row, unless={"answers": optional})
+    return Row(row.name, "AMBER", f"{row.detail} (only VS Code chats need it)", row.hint)
+
+
+def _optional_when_another_answers(row: Row) -> Row:
+    """With the extension's socket there but another platform answering, a missing piece of the
+    extension is not fatal either."""
+    optional = _optional(row)
+    return row if optional is row else attrs.evolve(row, unless={"answers": optional})

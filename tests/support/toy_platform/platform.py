@@ -112,6 +112,7 @@ class ToyThread:
 class ToyPlatform:
     name = NAME
     title = "the toy platform"
+    host = "the toy platform's threads"
     serving_hint = "create a ToyOwner for the thread"
     follow_only_reads = True
     injection_limit: str | None = "the toy platform has no way into a thread's context"
