@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from rekall.store import JobStore
-from rekall.store.delivery import read_claim
+from rekall.store.delivery import DeliveryKey, holder
 from tests.codex.daemonkit import peer_client, start_daemon, stop_daemon
 from tests.codex.test_app_server_delivery import handoff_copies, injection_marker, new_conversation, wait_terminal
 from tests.codex.test_app_server_job import JOB_S, on_thread, run_turn
@@ -104,7 +104,8 @@ async def test_setup_in_a_fresh_home_makes_a_whole_job_run_under_never_and_remov
     assert [line for line in first if line.startswith("done: ")] == [
         f"done: marketplace rekall added from {Path(__file__).resolve().parents[2]}",
         "done: plugin rekall@rekall 0.1.0 installed", f"done: hook {HOOK_KEY} trusted (hooks/list: trusted)",
-        "done: full auto: rekall's tools run without asking, also under approval_policy never"], first
+        "done: full auto: schedule_compaction and cancel_compaction run without asking, also under approval_policy "
+        "never"], first
     assert "writing Codex's configuration through a private app-server (no daemon runs)" in first
     assert any(line.startswith("rekall's hook (untrusted): on SessionStart") and "`rekall hook session-start`" in line
                for line in first)
@@ -122,7 +123,7 @@ async def test_setup_in_a_fresh_home_makes_a_whole_job_run_under_never_and_remov
         assert [line for line in second if line.startswith(("done: ", "already done: "))] == [
             f"already done: {step}" + rest for step, rest in zip(SETUP_STEPS, (
                 f" from {Path(__file__).resolve().parents[2]}", " 0.1.0 installed and enabled", " trusted",
-                " rekall's tools run without asking, also under approval_policy never"))], second
+                " schedule_compaction and cancel_compaction run without asking, also under approval_policy never"))], second
         assert "nothing to reload" in second
         assert any(line.startswith("writing Codex's configuration through the running app-server on ")
                    for line in second), second
@@ -147,7 +148,7 @@ async def test_setup_in_a_fresh_home_makes_a_whole_job_run_under_never_and_remov
         assert [(r["eventName"], r["status"]) for r in runs] == [("sessionStart", "completed")]
         (delivered,) = model.requests_containing(injection_marker(status["jobId"]))
         assert handoff_copies(delivered) == 1
-        claim = read_claim(jobs / f"{thread_id}.{status['jobId']}.delivery")
+        claim = holder(jobs, DeliveryKey(thread_id, job=status["jobId"]))
         assert claim["route"] == "hook"
 
         doctor = run(fresh, "rekall", "doctor")
