@@ -197,15 +197,20 @@ def job_key(journal: Path) -> DeliveryKey:
     return DeliveryKey(thread, job=job)
 
 
-def folded(journal: Path) -> dict[str, Any]:
+def folded(journal: Path, seal: Any = None) -> dict[str, Any]:
     """The fields a reader adds to the job journaled at ``journal``: a hook's claim, said as the
     job's delivery, and an explicit cancel's, said as not delivered; nothing for a claim of the
-    worker's own (its journal says it) or none."""
+    worker's own (its journal says it) or none. A claim that names another handoff than ``seal``
+    (the job's ``handoffSha256``) is foreign."""
     try:
         key = job_key(journal)
     except ValueError:  # not a journal name rekall writes: it has no claim
         return {}
     found = holder(journal.parent, key)
+    claimed = None if found is None else found.get("handoffSha256")
+    if isinstance(seal, str) and claimed is not None and claimed != seal:
+        found = {"route": FOREIGN, "why": f"the claim {key.path(journal.parent)} names another handoff than the "
+                                          "job's sealed one"}
     if found is not None and found.get("route") == FOREIGN:
         return {"handoffDelivery": "not_delivered", "handoffDeliveryNote": f"a foreign delivery claim was found: "
                 f"{found.get('why')}; rekall delivers nothing while it is there (remove it to let a route deliver)"}
@@ -226,5 +231,5 @@ def folded(journal: Path) -> dict[str, Any]:
 
 def fold_into(fields: Mapping[str, Any], journal: Path) -> Mapping[str, Any]:
     """``fields`` with :func:`folded` applied (the same mapping when there is nothing to fold)."""
-    extra = folded(journal)
+    extra = folded(journal, fields.get("handoffSha256"))
     return {**fields, **extra} if extra else fields

@@ -187,3 +187,11 @@ def test_only_the_hooks_claim_is_folded_into_the_jobs_record(tmp_path: Path):
     assert "cut to 9000 of 20000 bytes" in fields["handoffDeliveryNote"] and "/h.json" in fields["handoffDeliveryNote"]
     recorded = json.loads(JOB_KEY.path(tmp_path).read_text())
     assert (recorded["route"], recorded["threadId"], recorded["jobId"]) == ("hook", THREAD, JOB)
+
+
+def test_a_claim_that_names_another_handoff_than_the_jobs_seal_is_foreign(tmp_path: Path):
+    journal = tmp_path / f"{THREAD}.{JOB}.journal.jsonl"
+    take(tmp_path, JOB_KEY, "hook", handoffSha256="a" * 64)
+    assert folded(journal, "a" * 64)["handoffDelivery"] == "hook"
+    fields = folded(journal, "b" * 64)
+    assert fields["handoffDelivery"] == "not_delivered" and "names another handoff" in fields["handoffDeliveryNote"]
