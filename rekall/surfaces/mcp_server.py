@@ -30,6 +30,7 @@ from pydantic import ConfigDict, Field, TypeAdapter, ValidationError
 from rekall import __version__
 from rekall.usecases import service
 from rekall.kernel.caller import Caller
+from rekall.surfaces.mcp_confirm import act_as_caller
 from rekall.kernel.errors import InternalError, InvalidInput, RekallError, as_rekall_error, tool_error_text
 from rekall.kernel.credentials import shown_key
 from rekall.states.status import ALWAYS, Absent, HistoryEntry, JobStatus, json_fields, wire
@@ -213,11 +214,6 @@ def _argument_errors(exc: ValidationError) -> RekallError:
                         hint="fix the named arguments to match the tool's input schema and call again")
 
 
-def _caller(ctx: Context) -> Caller:
-    """The thread the tool call comes from, as its request's ``_meta`` says (:mod:`rekall.kernel.caller`)."""
-    return Caller.from_meta(ctx.request_context.meta)
-
-
 class RekallServer(MCPServer):
     """MCPServer whose every tool error, argument validation included, reads ``[code] message. Next: hint``."""
 
@@ -281,8 +277,11 @@ def build_server() -> MCPServer:
     )
     @_tool_errors
     async def schedule_compaction(threadId: ThreadId, ctx: Context, handoff: Handoff | None = None) -> ScheduleResult:
-        return _fit(ScheduleResult, await service.schedule(threadId, dict(handoff) if handoff is not None else None,
-                                                           caller=_caller(ctx)))
+        async def schedule(caller: Caller) -> dict[str, Any]:
+            return await service.schedule(threadId, dict(handoff) if handoff is not None else None, caller=caller)
+
+        action = "compact the conversation once the agent's current answer ends (its history is summarised for good)"
+        return _fit(ScheduleResult, await act_as_caller(ctx, threadId, action, schedule))
 
     @server.tool(
         annotations=ToolAnnotations(title="Compaction job status", read_only_hint=True, open_world_hint=False),
@@ -312,9 +311,10 @@ def build_server() -> MCPServer:
                                     max_length=200)],
         ctx: Context,
     ) -> CancelResult:
-        caller = _caller(ctx)
-        return _fit(CancelResult, await anyio.to_thread.run_sync(
-            functools.partial(service.cancel, threadId, jobId, caller=caller)))
+        async def cancel(caller: Caller) -> dict[str, Any]:
+            return await anyio.to_thread.run_sync(functools.partial(service.cancel, threadId, jobId, caller=caller))
+
+        return _fit(CancelResult, await act_as_caller(ctx, threadId, f"cancel compaction job {jobId}", cancel))
 
     _refuse_unknown_arguments(server)
     return server

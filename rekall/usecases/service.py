@@ -278,6 +278,19 @@ def status_reply_with_trail(thread_id: str, *,
     return wire(store.status_of(job)), [t.dest.value for t in job.transitions]
 
 
+async def thread_title(thread_id: str, *, env: Mapping[str, str] | None = None) -> str | None:
+    """How people know the thread (its title, else its first words) as its owner shows them, read-only;
+    ``None`` when no owner is found or it shows neither."""
+    from rekall.adapters.owners import find_owner
+
+    env = _env(env)
+    try:
+        _, seen = await find_owner(valid_thread_id(thread_id), env, request_timeout_s=REQUEST_TIMEOUT_S.read(env))
+    except RekallError:
+        return None
+    return seen.title
+
+
 def cancel(thread_id: str, job_id: str, *, env: Mapping[str, str] | None = None,
            caller: Caller | None = None) -> dict[str, Any]:
     """Ask the job's worker to stop before its next dispatch (``caller`` as for :func:`schedule`)."""
