@@ -9,7 +9,6 @@ strips ``_meta``: ``tests/codex/test_confirm_caller.py``.
 from __future__ import annotations
 
 import sys
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +26,6 @@ from tests.surfaces.test_mcp_server import PROMISED_FORM
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 JOB = "0199a5c2-1111-4000-8000-0000000000ff"
-Answer = Callable[[types.ElicitRequestParams], types.ElicitResult]
 
 
 def answering(result: types.ElicitResult, asked: list[types.ElicitRequestParams]) -> Any:
