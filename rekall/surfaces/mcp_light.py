@@ -19,10 +19,11 @@ the later ones do; only a job that must be replayed loads the status code.
 
 Why this door is kept beside the SDK (the choice ``bench/lifecycle.py`` measures): the SDK is
 the server's foundation, and its own floor (``sdk_floor``: the SDK imported and rekall's server
-built, in a fresh interpreter) is above the memory a whole job may leave (``mcp_whole_job_rss_mb``)
-and above the extra time a first call may take (``mcp_first_call_excess_ms_max``). No server on the
-SDK meets the first; this door keeps the opening, the calls every chat makes, at ``mcp_ready_ms`` and
-``mcp_rss_before_call_mb``, and the warm-up below keeps the SDK's load out of the first acting call.
+built, in a fresh interpreter) is above the memory a whole job may leave (``mcp_whole_job_rss_mb``),
+which no server on the SDK meets, and its load time is above the extra time a first call may take
+(``mcp_first_call_excess_ms_max``). This door keeps the opening, which every chat makes, at
+``mcp_ready_ms`` and ``mcp_rss_before_call_mb``; the warm-up below keeps the load out of the first
+acting call.
 
 Anything else (another tool, an unknown method, a malformed line, arguments the SDK would
 refuse, a status that raises or might not fit) hands the session to the SDK server: the lines
@@ -266,6 +267,10 @@ def _status(thread: str) -> dict[str, Any]:
     return service.status_reply(thread)
 
 
+#: The interpreter's switch interval while the warm-up runs (see :meth:`Warmup._build`).
+WARMUP_SWITCH_INTERVAL_S = 0.0005
+
+
 class Warmup:
     """The SDK server, built once on a thread of its own from the moment the session shows intent."""
 
@@ -273,20 +278,22 @@ class Warmup:
         self._thread: threading.Thread | None = None
         self._server: Any = None
 
-    @property
-    def started(self) -> bool:
-        return self._thread is not None
-
     def start(self) -> None:
         if self._thread is None:
             self._thread = threading.Thread(target=self._build, name="rekall-mcp-warmup", daemon=True)
             self._thread.start()
 
     def _build(self) -> None:
+        # The import holds the interpreter's lock: a status read meanwhile waits for it after each system
+        # call, up to the switch interval (5 ms) each time. A shorter one, while it runs, keeps those waits short.
+        interval = sys.getswitchinterval()
+        sys.setswitchinterval(WARMUP_SWITCH_INTERVAL_S)
         try:
             self._server = _build_sdk_server()
         except Exception:  # noqa: BLE001 - server() builds it again on the main thread, where the error is seen
             pass
+        finally:
+            sys.setswitchinterval(interval)
 
     def server(self) -> Any:
         """The built server: waits for the warm-up if it runs, builds it here if it never ran or failed."""
@@ -299,11 +306,11 @@ def _build_sdk_server() -> Any:
     """The SDK server, and in memory every module the hand-off and an acting call's first run load on use."""
     import anyio._backends._asyncio  # noqa: F401 - what anyio.run loads
 
-    from rekall.adapters.owners import all_platforms
     from rekall.surfaces.mcp_server import build_server
     from rekall.surfaces.mcp_stdio import serve_wire  # noqa: F401
+    from rekall.usecases.service import load_acting_modules
 
-    all_platforms(os.environ)  # loads each platform's modules (opening one reads and sends nothing)
+    load_acting_modules()
     return build_server()
 
 

@@ -56,6 +56,24 @@ def _env(env: Mapping[str, str] | None) -> Mapping[str, str]:
     return os.environ if env is None else env
 
 
+#: What probe and schedule load on first use, beyond each platform's modules: their imports wait until
+#: then, so that status and the CLI start without them.
+ACTING_MODULES = ("rekall.adapters.owners", "rekall.adapters.resume", "rekall.usecases.spawn", "psutil", "cattrs",
+                  "cattrs.gen")
+
+
+def load_acting_modules() -> None:
+    """Load what probe and schedule load on first use, doing nothing else: for a server that loads it
+    ahead of an agent's first acting call (``rekall.surfaces.mcp_light``'s warm-up)."""
+    from importlib import import_module
+
+    for name in ACTING_MODULES:
+        import_module(name)
+    from rekall.adapters.owners import all_platforms
+
+    all_platforms(os.environ)  # opening a platform loads its modules, and reads and sends nothing
+
+
 # --- probe -----------------------------------------------------------------------------
 
 
