@@ -26,7 +26,9 @@ from tests.support.mock_model import MockModel
 pytestmark = [pytest.mark.codex, pytest.mark.slow, pytest.mark.anyio]
 
 PROXY = Path(__file__).with_name("meta_stripping_proxy.py")
-APPROVED = '[mcp_servers.rekall.tools.schedule_compaction]\napproval_mode = "approve"\n'
+APPROVED = "".join(f'[mcp_servers.rekall.tools.{tool}]\napproval_mode = "approve"\n'
+                   for tool in ("schedule_compaction", "cancel_compaction"))
+JOB = "0199a5c2-1111-4000-8000-0000000000ff"
 OWN_HANDOFF = {**HANDOFF, "resume": False}
 ASK = "Compact this conversation about the parser now."
 
@@ -50,14 +52,18 @@ def daemon(codex_binary: Path, model: MockModel, tmp_path_factory: pytest.TempPa
         stop_daemon(started)
 
 
-async def asking_turn(user: PeerClient, model: MockModel, approval_policy: str) -> tuple[str, int]:
-    """A thread whose agent calls ``schedule_compaction`` on itself; the thread and where its messages start."""
+async def asking_turn(user: PeerClient, model: MockModel, approval_policy: str, name: str | None = None,
+                      tool: str = "schedule_compaction", arguments: dict[str, Any] | None = None) -> tuple[str, int]:
+    """A thread (titled ``name``) whose agent calls ``tool`` on itself (``schedule_compaction`` with a handoff
+    unless ``arguments`` are given); the thread and where its messages start."""
     start = len(user.messages)
     thread = (await user.request("thread/start", {"approvalPolicy": approval_policy}))["thread"]["id"]
     await user.wait_for(lambda m: m.get("method") == "mcpServer/startupStatus/updated"
                         and m["params"].get("name") == "rekall" and m["params"].get("status") == "ready",
                         start=start, timeout=JOB_S)
-    model.queue_mcp_call("rekall", "schedule_compaction", {"threadId": thread, "handoff": OWN_HANDOFF})
+    if name is not None:
+        await user.request("thread/name/set", {"threadId": thread, "name": name})
+    model.queue_mcp_call("rekall", tool, {"threadId": thread, **(arguments or {"handoff": OWN_HANDOFF})})
     await user.request("turn/start", {"threadId": thread, "input": [{"type": "text", "text": ASK}]})
     return thread, start
 
@@ -92,8 +98,10 @@ async def test_the_user_confirms_the_thread_and_the_compaction_is_scheduled_and_
 
 async def test_the_user_declines_and_the_call_is_refused_with_the_next_step(daemon: Daemon, model: MockModel):
     async with peer_client(daemon.socket_path, "terminal") as user:
-        thread, start = await asking_turn(user, model, "on-request")
-        await answer(user, await question(user, thread, start), {"action": "decline", "content": None})
+        thread, start = await asking_turn(user, model, "on-request", name="Parser rewrite")
+        asked = await question(user, thread, start)
+        assert f"“Parser rewrite” ({thread})" in asked["params"]["message"], asked  # its title, before its first words
+        await answer(user, asked, {"action": "decline", "content": None})
         await turn_end(user, thread, start)
     (refusal,) = model.requests_containing(f"whether thread {thread} is the caller's")
     assert refusal.contains("[caller_unknown]") and refusal.contains("declined")
@@ -111,3 +119,14 @@ async def test_under_approval_policy_never_codex_declines_the_question_and_the_c
     (refusal,) = model.requests_containing(f"whether thread {thread} is the caller's")
     assert refusal.contains("[caller_unknown]") and refusal.contains("declined")
     assert JobStore.open_reader({"REKALL_JOBS_DIR": str(daemon.jobs_dir)}).read_status(thread).state == "not_scheduled"
+
+
+async def test_the_user_confirms_a_cancel_and_it_goes_on_to_the_job(daemon: Daemon, model: MockModel):
+    async with peer_client(daemon.socket_path, "terminal") as user:
+        thread, start = await asking_turn(user, model, "on-request", tool="cancel_compaction", arguments={"jobId": JOB})
+        asked = await question(user, thread, start)
+        assert f"cancel compaction job {JOB} in the conversation" in asked["params"]["message"], asked
+        await answer(user, asked, {"action": "accept", "content": {"confirm": True}})
+        await turn_end(user, thread, start)
+    # Past the caller rule, to the job, which this thread does not have.
+    assert model.requests_containing(f"[job_identity_mismatch] job {JOB} is not the current job of thread {thread}")
