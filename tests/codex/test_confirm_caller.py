@@ -2,8 +2,8 @@
 
 A daemon of its own registers ``rekall mcp`` behind ``meta_stripping_proxy.py``, which strips
 ``_meta`` from what Codex sends (as a release with openai/codex PR #31328 would), and lets
-``schedule_compaction`` run without Codex's own approval prompt, so that rekall's question is the
-only one. The shared app-server's view of a turn in progress does not show the call either, so
+``schedule_compaction`` and ``cancel_compaction`` run without Codex's own approval prompt, so that
+rekall's question is the only one. The shared app-server's view of a turn in progress does not show the call either, so
 rekall asks: the question reaches the user's client as ``mcpServer/elicitation/request``.
 """
 
@@ -53,11 +53,14 @@ def daemon(codex_binary: Path, model: MockModel, tmp_path_factory: pytest.TempPa
 
 
 async def asking_turn(user: PeerClient, model: MockModel, approval_policy: str, name: str | None = None,
-                      tool: str = "schedule_compaction", arguments: dict[str, Any] | None = None) -> tuple[str, int]:
-    """A thread (titled ``name``) whose agent calls ``tool`` on itself (``schedule_compaction`` with a handoff
-    unless ``arguments`` are given); the thread and where its messages start."""
+                      tool: str = "schedule_compaction", arguments: dict[str, Any] | None = None,
+                      sandbox: str | None = None) -> tuple[str, int]:
+    """A thread (titled ``name``, in ``sandbox`` if given) whose agent calls ``tool`` on itself
+    (``schedule_compaction`` with a handoff unless ``arguments`` are given); the thread and where its
+    messages start."""
     start = len(user.messages)
-    thread = (await user.request("thread/start", {"approvalPolicy": approval_policy}))["thread"]["id"]
+    options = {"approvalPolicy": approval_policy, **({"sandbox": sandbox} if sandbox else {})}
+    thread = (await user.request("thread/start", options))["thread"]["id"]
     await user.wait_for(lambda m: m.get("method") == "mcpServer/startupStatus/updated"
                         and m["params"].get("name") == "rekall" and m["params"].get("status") == "ready",
                         start=start, timeout=JOB_S)
@@ -109,10 +112,12 @@ async def test_the_user_declines_and_the_call_is_refused_with_the_next_step(daem
     assert JobStore.open_reader({"REKALL_JOBS_DIR": str(daemon.jobs_dir)}).read_status(thread).state == "not_scheduled"
 
 
+@pytest.mark.parametrize("sandbox", [None, "danger-full-access"], ids=["configured", "full-access"])
 async def test_under_approval_policy_never_codex_declines_the_question_and_the_call_is_refused(
-        daemon: Daemon, model: MockModel):
+        daemon: Daemon, model: MockModel, sandbox: str | None):
+    # In full access Codex accepts a form without fields by itself (openai/codex PR #17164): rekall's has one.
     async with peer_client(daemon.socket_path, "terminal") as user:
-        thread, start = await asking_turn(user, model, "never")
+        thread, start = await asking_turn(user, model, "never", sandbox=sandbox)
         await turn_end(user, thread, start)
         asked = [m for m in user.messages[start:] if m.get("method") == "mcpServer/elicitation/request"]
     assert asked == []  # never shown to the user
