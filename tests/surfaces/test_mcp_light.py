@@ -278,6 +278,14 @@ def test_a_session_that_calls_no_tool_never_loads_the_sdk(env):
     assert not sdk_loaded(modules)
 
 
+def test_a_session_that_ends_while_the_sdk_loads_ends_cleanly(env, finished_thread):
+    server = start(WARM.format(setup=""), env)
+    lines = [*codex_opening.OPENING, codex_opening.tool_call(4, "compaction_status", {"threadId": finished_thread}, 3)]
+    stdout, stderr = server.communicate("".join(line + "\n" for line in lines), timeout=120)
+    assert server.returncode == 0 and len(stdout.splitlines()) == codex_opening.LAST_ID + 2
+    assert [line for line in stderr.splitlines() if not line.startswith("MODULES ")] == []
+
+
 class WireServer:
     """``mcp_light.serve`` on a thread of its own over real pipes, as ``rekall mcp`` serves its stdio."""
 
