@@ -36,9 +36,9 @@ target), so that load on the machine hits both alike:
 * ``mcp_first_status_ms``: the first ``compaction_status`` after the opening (in Codex's style). It shows
   intent, so the server starts loading the SDK in the background (rekall/surfaces/mcp_light.py, warm on
   intent); ``mcp_status_during_warmup_ms`` is the ``compaction_status`` sent right after it, answered while
-  that import holds the interpreter's lock (``mcp_status_answered_during_warmup``: the warm-up thread was
-  still running when it was answered; target: the later ones + 20 ms); once the warm-up has ended (the server has one thread again),
-  ``mcp_rss_after_warmup_mb`` is its VmRSS (the trade: the SDK's floor, where a session that never calls
+  that import holds the interpreter's lock (target: the later ones + 20 ms; ``mcp_status_answered_during_warmup_runs``:
+  in how many runs the warm-up thread was still running when it was answered); once the warm-up has ended
+  (the server has one thread again), ``mcp_rss_after_warmup_mb`` is its VmRSS (the trade: the SDK's floor, where a session that never calls
   a tool stays at ``mcp_rss_before_call_mb``) and ``mcp_later_status_ms`` the median of three more;
   ``mcp_first_status_excess_ms`` is the first one's excess over them (target: 10 ms).
 
@@ -363,8 +363,8 @@ def _wait_warmed_up(pid: int, timeout: float = 60.0) -> None:
     for running in (True, False):
         while (_threads(pid) > 1) != running:
             if time.monotonic() > end:
-                raise TimeoutError(f"rekall mcp (pid {pid}): the warm-up thread {'never started' if running else 'never ended'} "
-                                   f"within {timeout:g} s")
+                what = "never started" if running else "never ended"
+                raise TimeoutError(f"rekall mcp (pid {pid}): the warm-up thread {what} within {timeout:g} s")
             time.sleep(0.001)
 
 
@@ -519,7 +519,7 @@ TARGETS: dict[str, tuple[str | None, str, float]] = {
     "mcp_first_call_excess_ms_max": (None, "=", 50.0),
 }
 #: Targets a server on the mcp SDK cannot meet beside the light path's figures (``mcp_ready_ms``,
-#: ``mcp_rss_mb``), whatever rekall does: each with the floor that shows it, measured in the same run
+#: ``mcp_rss_before_call_mb``), whatever rekall does: each with the floor that shows it, measured in the same run
 #: by :func:`sdk_floor`. Reported and judged, never hidden, but they do not fail the run while their
 #: floor is above them; rekall/surfaces/mcp_light.py says which figures the light path keeps and why.
 FLOORS: dict[str, str] = {"mcp_whole_job_rss_mb": "sdk_server_built_rss_mb"}

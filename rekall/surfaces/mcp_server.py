@@ -6,7 +6,8 @@ return type and validates every result against it. The job tools' return types a
 TypedDicts built here from the ``JobStatus`` record (``rekall.states.status``; the SDK cannot
 take a slotted attrs class), so the schema lists exactly the record's fields. Tools are
 ``async`` and blocking store work runs on a worker thread, so a slow probe never holds up
-``compaction_status``.
+``compaction_status``. The acting tools run through :func:`rekall.surfaces.mcp_confirm.act_as_caller`,
+which asks the user whose call it is when neither the request nor the thread's owner says.
 """
 
 from __future__ import annotations
@@ -30,11 +31,11 @@ from pydantic import ConfigDict, Field, TypeAdapter, ValidationError
 from rekall import __version__
 from rekall.usecases import service
 from rekall.kernel.caller import Caller
-from rekall.surfaces.mcp_confirm import act_as_caller
 from rekall.kernel.errors import InternalError, InvalidInput, RekallError, as_rekall_error, tool_error_text
 from rekall.kernel.credentials import shown_key
 from rekall.states.status import ALWAYS, Absent, HistoryEntry, JobStatus, json_fields, wire
 from rekall.store.handoff import MAX_HANDOFF_BYTES, MAX_LIST_ITEMS
+from rekall.surfaces.mcp_confirm import act_as_caller
 
 THREAD_ID_DESCRIPTION = (
     "Current CODEX_THREAD_ID; obtain it from the shell environment (echo $CODEX_THREAD_ID). "
