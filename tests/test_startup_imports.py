@@ -107,7 +107,8 @@ def test_the_probe_sees_a_heavy_module_when_one_is_loaded(busy_thread: str, jobs
 
 
 def test_the_mcp_light_path_loads_no_heavy_module(busy_thread: str, jobs_dir: Path):
-    # The opening real Codex sends (initialize, its lists) and one compaction_status, without the SDK or pydantic.
+    # The opening real Codex sends (initialize, its lists) and one compaction_status, without the SDK or pydantic
+    # (its warm-up off: run_light reports what the answers loaded).
     from tests.support import codex_opening
     from tests.surfaces.test_mcp_light import run_light
 

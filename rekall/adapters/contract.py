@@ -57,6 +57,9 @@ class ThreadSnapshot:
     #: The MCP tools the thread's turn in progress is calling now (``rekall.kernel.caller``): read by
     #: ``observe`` only, empty in a followed thread's snapshots.
     calls_in_progress: frozenset[str] = frozenset()
+    #: How people know the thread: its title, else its first words, as the platform shows them
+    #: (``None``: it shows neither). Read by ``observe`` only, for a question put to the user.
+    title: str | None = None
 
 
 #: What a GREEN row can show about its platform, for the rows of the others: it serves the thread

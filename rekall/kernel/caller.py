@@ -12,8 +12,9 @@ thread has a turn in progress that is calling ``schedule_compaction`` right now 
 ``mcpToolCall`` item still ``inProgress``: this very call, unless another agent calls it on that
 thread at the same moment; the extension's relayed state shows the item, the shared
 app-server's read-only listing of a turn in progress does not). Without either, rekall does not
-guess and refuses to act (the README
-says how to act then). ``cancel_compaction`` reads no owner, so it needs the request's word.
+guess: the MCP server asks the user to confirm the thread where Codex can show the question
+(``rekall.surfaces.mcp_confirm``), and refuses to act otherwise (the README says how to act then).
+``cancel_compaction`` reads no owner, so it needs the request's word or the user's.
 The CLI is the person at the terminal, not an agent's call: it passes no caller.
 """
 
@@ -52,6 +53,11 @@ class Caller:
     thread_id: str | None
     #: Why the thread is not known (a sentence), when ``thread_id`` is ``None``.
     unknown_because: str = ""
+
+    @classmethod
+    def confirmed_by_user(cls, thread_id: str) -> Caller:
+        """A caller the user confirmed when asked (the request and the owner's view did not say)."""
+        return cls(thread_id)
 
     @classmethod
     def from_meta(cls, meta: Mapping[str, Any] | None) -> Caller:

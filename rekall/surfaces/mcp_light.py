@@ -19,17 +19,24 @@ the later ones do; only a job that must be replayed loads the status code.
 
 Why this door is kept beside the SDK (the choice ``bench/lifecycle.py`` measures): the SDK is
 the server's foundation, and its own floor (``sdk_floor``: the SDK imported and rekall's server
-built, in a fresh interpreter) is above both the memory a whole job may leave
-(``mcp_whole_job_rss_mb``) and the extra time a first call may take (``mcp_first_call_excess_ms_max``).
-No server on the SDK meets those two; this door keeps the opening and ``compaction_status``, the
-calls every chat makes, at ``mcp_ready_ms`` and ``mcp_rss_mb``, and the first ``probe_compaction``
-or ``schedule_compaction`` of a chat pays the SDK's load once.
+built, in a fresh interpreter) is above the memory a whole job may leave (``mcp_whole_job_rss_mb``),
+which no server on the SDK meets, and its load time is above the extra time a first call may take
+(``mcp_first_call_excess_ms_max``). This door keeps the opening, which every chat makes, at
+``mcp_ready_ms`` and ``mcp_rss_before_call_mb``; the warm-up below keeps the load out of the first
+acting call.
 
 Anything else (another tool, an unknown method, a malformed line, arguments the SDK would
 refuse, a status that raises or might not fit) hands the session to the SDK server: the lines
 of the handshake already answered here are replayed into it first, and its replies to them are
 swallowed, so it holds the same session state as if it had read them itself, then it reads the
 line that was not served here and everything after it from the same stdin.
+
+Warm on intent: a session's first ``compaction_status`` says the agent is about to use rekall,
+so the SDK server starts loading then, on a thread of its own (:class:`Warmup`), while the light
+path goes on answering; the acting call that hands the session over later finds it built and does
+not wait for it. A session that never calls a tool never loads it. The trade (``bench/lifecycle.py``
+measures it): after that first status the process holds the SDK's floor, not the light path's
+memory, and a status answered while the import runs shares the interpreter's lock with it.
 """
 
 from __future__ import annotations
@@ -37,6 +44,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import threading
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -185,6 +193,8 @@ class LightSession:
         self.initialize_id: Any = None
         #: The generated replies of the negotiated protocol version.
         self.version: dict[str, Any] = {}
+        #: A ``compaction_status`` was served: the agent is about to use rekall (see :class:`Warmup`).
+        self.intent_shown = False
 
     def answer(self, line: bytes) -> str | None:
         """The reply line (with newline) for ``line``, or None for a notification served; else HandOff."""
@@ -240,6 +250,7 @@ class LightSession:
         # The SDK's text content: pydantic_core.to_json(result, indent=2).
         text = json.dumps(status, ensure_ascii=False, indent=2)
         result = {"content": [{"text": text, "type": "text"}], "isError": False, "structuredContent": status}
+        self.intent_shown = True
         return {key: result[key] for key in self.version["statusResultKeys"]}  # what this version's wire keeps
 
 
@@ -256,8 +267,56 @@ def _status(thread: str) -> dict[str, Any]:
     return service.status_reply(thread)
 
 
+#: The interpreter's switch interval while the warm-up runs (see :meth:`Warmup._build`).
+WARMUP_SWITCH_INTERVAL_S = 0.0005
+
+
+class Warmup:
+    """The SDK server, built once on a thread of its own from the moment the session shows intent."""
+
+    def __init__(self) -> None:
+        self._thread: threading.Thread | None = None
+        self._server: Any = None
+
+    def start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._build, name="rekall-mcp-warmup", daemon=True)
+            self._thread.start()
+
+    def _build(self) -> None:
+        # The import holds the interpreter's lock: a status read meanwhile waits for it after each system
+        # call, up to the switch interval (5 ms) each time. A shorter one, while it runs, keeps those waits short.
+        interval = sys.getswitchinterval()
+        sys.setswitchinterval(WARMUP_SWITCH_INTERVAL_S)
+        try:
+            self._server = _build_sdk_server()
+        except Exception:  # noqa: BLE001 - server() builds it again on the main thread, where the error is seen
+            pass
+        finally:
+            sys.setswitchinterval(interval)
+
+    def server(self) -> Any:
+        """The built server: waits for the warm-up if it runs, builds it here if it never ran or failed."""
+        if self._thread is not None:
+            self._thread.join()
+        return self._server if self._server is not None else _build_sdk_server()
+
+
+def _build_sdk_server() -> Any:
+    """The SDK server, and in memory every module the hand-off and an acting call's first run load on use."""
+    import anyio._backends._asyncio  # noqa: F401 - what anyio.run loads
+
+    from rekall.surfaces.mcp_server import build_server
+    from rekall.surfaces.mcp_stdio import serve_wire  # noqa: F401
+    from rekall.usecases.service import load_acting_modules
+
+    load_acting_modules()
+    return build_server()
+
+
 def serve(wire_in: BinaryIO, wire_out: BinaryIO) -> int:
     session = LightSession(load_data())
+    warmup = Warmup()
     while True:
         line = wire_in.readline(MAX_LINE_BYTES + 1)
         if not line:
@@ -269,23 +328,25 @@ def serve(wire_in: BinaryIO, wire_out: BinaryIO) -> int:
                 raise HandOff
             reply = session.answer(line)
         except HandOff:
-            return _hand_off(session, line, wire_in, wire_out)
+            return _hand_off(session, warmup, line, wire_in, wire_out)
         if reply is not None:
             try:
                 data = reply.encode("utf-8")
             except UnicodeEncodeError:  # a lone surrogate: the SDK decides what to say
-                return _hand_off(session, line, wire_in, wire_out)
+                return _hand_off(session, warmup, line, wire_in, wire_out)
             wire_out.write(data)
             wire_out.flush()
+        if session.intent_shown:
+            warmup.start()  # after the reply is written: the status never waits for the import to begin
 
 
-def _hand_off(session: LightSession, line: bytes, wire_in: BinaryIO, wire_out: BinaryIO) -> int:
+def _hand_off(session: LightSession, warmup: Warmup, line: bytes, wire_in: BinaryIO, wire_out: BinaryIO) -> int:
+    server = warmup.server()
     import anyio
 
-    from rekall.surfaces.mcp_server import build_server
     from rekall.surfaces.mcp_stdio import serve_wire
 
-    anyio.run(serve_wire, build_server(), wire_in, wire_out, [*session.handshake, line], session.initialize_id)
+    anyio.run(serve_wire, server, wire_in, wire_out, [*session.handshake, line], session.initialize_id)
     return 0
 
 

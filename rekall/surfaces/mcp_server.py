@@ -6,7 +6,8 @@ return type and validates every result against it. The job tools' return types a
 TypedDicts built here from the ``JobStatus`` record (``rekall.states.status``; the SDK cannot
 take a slotted attrs class), so the schema lists exactly the record's fields. Tools are
 ``async`` and blocking store work runs on a worker thread, so a slow probe never holds up
-``compaction_status``.
+``compaction_status``. The acting tools run through :func:`rekall.surfaces.mcp_confirm.act_as_caller`,
+which asks the user whose call it is when neither the request nor the thread's owner says.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from rekall.kernel.errors import InternalError, InvalidInput, RekallError, as_re
 from rekall.kernel.credentials import shown_key
 from rekall.states.status import ALWAYS, Absent, HistoryEntry, JobStatus, json_fields, wire
 from rekall.store.handoff import MAX_HANDOFF_BYTES, MAX_LIST_ITEMS
+from rekall.surfaces.mcp_confirm import act_as_caller
 
 THREAD_ID_DESCRIPTION = (
     "Current CODEX_THREAD_ID; obtain it from the shell environment (echo $CODEX_THREAD_ID). "
@@ -213,11 +215,6 @@ def _argument_errors(exc: ValidationError) -> RekallError:
                         hint="fix the named arguments to match the tool's input schema and call again")
 
 
-def _caller(ctx: Context) -> Caller:
-    """The thread the tool call comes from, as its request's ``_meta`` says (:mod:`rekall.kernel.caller`)."""
-    return Caller.from_meta(ctx.request_context.meta)
-
-
 class RekallServer(MCPServer):
     """MCPServer whose every tool error, argument validation included, reads ``[code] message. Next: hint``."""
 
@@ -281,8 +278,11 @@ def build_server() -> MCPServer:
     )
     @_tool_errors
     async def schedule_compaction(threadId: ThreadId, ctx: Context, handoff: Handoff | None = None) -> ScheduleResult:
-        return _fit(ScheduleResult, await service.schedule(threadId, dict(handoff) if handoff is not None else None,
-                                                           caller=_caller(ctx)))
+        async def schedule(caller: Caller) -> dict[str, Any]:
+            return await service.schedule(threadId, dict(handoff) if handoff is not None else None, caller=caller)
+
+        action = "compact the conversation once the agent's current answer ends (its history is summarised for good)"
+        return _fit(ScheduleResult, await act_as_caller(ctx, threadId, action, schedule))
 
     @server.tool(
         annotations=ToolAnnotations(title="Compaction job status", read_only_hint=True, open_world_hint=False),
@@ -312,9 +312,10 @@ def build_server() -> MCPServer:
                                     max_length=200)],
         ctx: Context,
     ) -> CancelResult:
-        caller = _caller(ctx)
-        return _fit(CancelResult, await anyio.to_thread.run_sync(
-            functools.partial(service.cancel, threadId, jobId, caller=caller)))
+        async def cancel(caller: Caller) -> dict[str, Any]:
+            return await anyio.to_thread.run_sync(functools.partial(service.cancel, threadId, jobId, caller=caller))
+
+        return _fit(CancelResult, await act_as_caller(ctx, threadId, f"cancel compaction job {jobId}", cancel))
 
     _refuse_unknown_arguments(server)
     return server

@@ -56,6 +56,24 @@ def _env(env: Mapping[str, str] | None) -> Mapping[str, str]:
     return os.environ if env is None else env
 
 
+#: What probe and schedule load on first use, beyond each platform's modules: their imports wait until
+#: then, so that status and the CLI start without them.
+ACTING_MODULES = ("rekall.adapters.owners", "rekall.adapters.resume", "rekall.usecases.spawn", "psutil", "cattrs",
+                  "cattrs.gen")
+
+
+def load_acting_modules() -> None:
+    """Load what probe and schedule load on first use, doing nothing else: for a server that loads it
+    ahead of an agent's first acting call (``rekall.surfaces.mcp_light``'s warm-up)."""
+    from importlib import import_module
+
+    for name in ACTING_MODULES:
+        import_module(name)
+    from rekall.adapters.owners import all_platforms
+
+    all_platforms(os.environ)  # opening a platform loads its modules, and reads and sends nothing
+
+
 # --- probe -----------------------------------------------------------------------------
 
 
@@ -276,6 +294,19 @@ def status_reply_with_trail(thread_id: str, *,
     if job is None:
         return wire(store.read_status(thread_id)), ["not_scheduled"]
     return wire(store.status_of(job)), [t.dest.value for t in job.transitions]
+
+
+async def thread_title(thread_id: str, *, env: Mapping[str, str] | None = None) -> str | None:
+    """How people know the thread (its title, else its first words) as its owner shows them, read-only;
+    ``None`` when no owner is found or it shows neither."""
+    from rekall.adapters.owners import find_owner
+
+    env = _env(env)
+    try:
+        _, seen = await find_owner(valid_thread_id(thread_id), env, request_timeout_s=REQUEST_TIMEOUT_S.read(env))
+    except RekallError:
+        return None
+    return seen.title
 
 
 def cancel(thread_id: str, job_id: str, *, env: Mapping[str, str] | None = None,

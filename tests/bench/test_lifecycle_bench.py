@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import math
+import os
 import sys
 from pathlib import Path
 
@@ -49,3 +50,12 @@ def test_the_mcp_server_serves_two_whole_jobs_as_an_agent_makes_them(tmp_path, m
 def test_a_target_below_the_sdks_own_floor_is_said_to_be_out_of_reach_and_one_above_it_is_not():
     reach = bench.out_of_reach({"sdk_server_built_rss_mb": 70.0, "sdk_load_ms": 20.0})
     assert list(reach) == ["mcp_whole_job_rss_mb"] and "70.0" in reach["mcp_whole_job_rss_mb"]
+
+
+def test_the_mcp_start_up_figures_see_a_status_answered_during_the_warm_up_and_the_memory_it_costs(tmp_path):
+    env = {**os.environ, "REKALL_JOBS_DIR": str(tmp_path / "jobs"), "HOME": str(tmp_path)}
+    busy = bench.make_history(env, 1, 2)[0]
+    figures = bench.mcp_ready(env, busy)
+    assert figures["mcp_status_answered_during_warmup"] == 1.0  # the warm-up thread was still loading the SDK
+    assert figures["mcp_rss_after_warmup_mb"] > figures["mcp_rss_before_call_mb"]  # the trade, in memory
+    assert all(math.isfinite(value) for value in figures.values())

@@ -85,11 +85,12 @@ def _last_json_object(text: str) -> dict[str, Any]:
 REKALL_IDLE_STABLE_MS = "50"
 
 
-def rekall_mcp_toml(codex_home: Path, jobs_dir: Path) -> str:
-    """``[mcp_servers.rekall]``: this checkout's ``rekall mcp``, its jobs in ``jobs_dir``, the daemon's home."""
+def rekall_mcp_toml(codex_home: Path, jobs_dir: Path, args: tuple[str, ...] = ("-m", "rekall", "mcp")) -> str:
+    """``[mcp_servers.rekall]``: this checkout's ``rekall mcp`` (Python run with ``args``), its jobs in
+    ``jobs_dir``, the daemon's home."""
     env = {"CODEX_HOME": str(codex_home), "REKALL_JOBS_DIR": str(jobs_dir), "REKALL_IDLE_STABLE_MS": REKALL_IDLE_STABLE_MS,
            **account_env()}
-    return "\n".join(["[mcp_servers.rekall]", f"command = {json.dumps(sys.executable)}", 'args = ["-m", "rekall", "mcp"]',
+    return "\n".join(["[mcp_servers.rekall]", f"command = {json.dumps(sys.executable)}", f"args = {json.dumps(list(args))}",
                       "", "[mcp_servers.rekall.env]", *(f"{k} = {json.dumps(v)}" for k, v in env.items()), ""])
 
 

@@ -23,9 +23,11 @@ from rekall.testing import FakeClock
 from tests.jobkit import new_thread, scheduled_run
 from tests.support import codex_opening
 
-#: The light server (as ``rekall mcp`` runs it), reporting its modules on stderr when stdin closes.
-LIGHT = ("import json, sys\nfrom rekall.surfaces.mcp_light import run_stdio\ncode = run_stdio()\n"
-         "print('MODULES ' + json.dumps(sorted(sys.modules)), file=sys.stderr)\nraise SystemExit(code)")
+#: The light server as ``rekall mcp`` runs it, reporting its modules on stderr when stdin closes.
+WARM = ("import json, sys\nfrom rekall.surfaces import mcp_light\n{setup}code = mcp_light.run_stdio()\n"
+        "print('MODULES ' + json.dumps(sorted(sys.modules)), file=sys.stderr)\nraise SystemExit(code)")
+#: The same without its warm-up, so that the modules it reports are those its answers loaded.
+LIGHT = WARM.format(setup="mcp_light.Warmup.start = lambda self: None\n")
 UNKNOWN_VERSION = "2099-01-01"
 LIGHT_MODULES = ("mcp", "mcp_types", "pydantic", "anyio")
 
@@ -45,6 +47,11 @@ def finish(server: subprocess.Popen[str], lines: list[str]) -> tuple[list[str], 
 def run_light(lines: list[str], env: dict[str, str]) -> tuple[list[str], set[str]]:
     """The light server's reply lines and the modules it loaded."""
     return finish(start(LIGHT, env), lines)
+
+
+def run_warm(lines: list[str], env: dict[str, str]) -> tuple[list[str], set[str]]:
+    """As :func:`run_light`, the warm-up on, as ``rekall mcp`` runs."""
+    return finish(start(WARM.format(setup=""), env), lines)
 
 
 def both(lines: list[str], env: dict[str, str]) -> tuple[list[str], set[str]]:
@@ -260,3 +267,114 @@ def test_the_status_of_a_job_not_over_is_derived_by_the_status_code_and_equals_t
                                                                                {"threadId": thread}, 3)], env)
     assert not sdk_loaded(modules) and "rekall.usecases.service" in modules
     assert json.loads(replies[-1])["result"]["structuredContent"]["state"] == "scheduled"
+
+
+# --- warm on intent ---------------------------------------------------------------------------
+
+
+def test_a_session_that_calls_no_tool_never_loads_the_sdk(env):
+    replies, modules = run_warm([*codex_opening.OPENING, request(4, "prompts/list")], env)
+    assert len(replies) == codex_opening.LAST_ID + 2
+    assert not sdk_loaded(modules)
+
+
+def test_a_session_that_ends_while_the_sdk_loads_ends_cleanly(env, finished_thread):
+    server = start(WARM.format(setup=""), env)
+    lines = [*codex_opening.OPENING, codex_opening.tool_call(4, "compaction_status", {"threadId": finished_thread}, 3)]
+    stdout, stderr = server.communicate("".join(line + "\n" for line in lines), timeout=120)
+    assert server.returncode == 0 and len(stdout.splitlines()) == codex_opening.LAST_ID + 2
+    assert [line for line in stderr.splitlines() if not line.startswith("MODULES ")] == []
+
+
+class WireServer:
+    """``mcp_light.serve`` on a thread of its own over real pipes, as ``rekall mcp`` serves its stdio."""
+
+    def __init__(self) -> None:
+        import threading
+
+        to_server, self._into = os.pipe()
+        self._out, from_server = os.pipe()
+        self._writer = os.fdopen(self._into, "wb")
+        self._reader = os.fdopen(self._out, "rb")
+        wire_in, wire_out = os.fdopen(to_server, "rb"), os.fdopen(from_server, "wb")
+        self.thread = threading.Thread(target=mcp_light.serve, args=(wire_in, wire_out), daemon=True)
+        self.thread.start()
+
+    def send(self, *lines: str) -> None:
+        self._writer.write("".join(line + "\n" for line in lines).encode())
+        self._writer.flush()
+
+    def reply(self) -> dict[str, Any]:
+        line = self._reader.readline()
+        assert line, "the server closed its output"
+        return json.loads(line)
+
+    def close(self) -> None:
+        self._writer.close()  # stdin closes: the server returns
+        self.thread.join(timeout=60)
+        assert not self.thread.is_alive()
+        self._reader.close()
+
+
+@pytest.fixture
+def builds(monkeypatch) -> list[str]:
+    """The name of the thread each build of the SDK server ran on."""
+    import threading
+
+    built: list[str] = []
+    real = mcp_light._build_sdk_server
+
+    def recorded() -> Any:
+        built.append(threading.current_thread().name)
+        return real()
+
+    monkeypatch.setattr(mcp_light, "_build_sdk_server", recorded)
+    return built
+
+
+def test_the_first_status_starts_the_sdk_server_on_a_thread_of_its_own_and_the_acting_call_uses_it(
+        env, monkeypatch, builds, finished_thread):
+    monkeypatch.setenv("REKALL_JOBS_DIR", env["REKALL_JOBS_DIR"])
+    server = WireServer()
+    try:
+        server.send(*codex_opening.OPENING)
+        assert sorted(server.reply()["id"] for _ in range(codex_opening.LAST_ID + 1)) == list(range(codex_opening.LAST_ID + 1))
+        assert builds == []  # the opening shows no intent
+        server.send(codex_opening.tool_call(10, "compaction_status", {"threadId": finished_thread}, 10))
+        assert server.reply()["result"]["structuredContent"]["state"] == "resumed"
+        # An acting call (its arguments refused, so that it acts on nothing) hands the session over.
+        server.send(request(11, "tools/call", {"name": "probe_compaction",
+                                               "arguments": {"threadId": finished_thread, "extra": 1}}))
+        assert server.reply()["result"]["content"][0]["text"].startswith("[invalid_arguments]")
+    finally:
+        server.close()
+    assert builds == ["rekall-mcp-warmup"]  # built once, by the warm-up, never on the session's thread
+
+
+def test_an_acting_call_before_any_status_builds_the_sdk_server_where_it_is_handed_over(env, builds):
+    server = WireServer()
+    try:
+        server.send(*initialize("2025-06-18"), request(2, "tools/call", {"name": "probe_compaction",
+                                                                          "arguments": {"threadId": "x", "extra": 1}}))
+        assert server.reply()["id"] == 1 and server.reply()["result"]["isError"] is True
+    finally:
+        server.close()
+    assert builds == [server.thread.name]
+
+
+def test_a_warm_up_that_failed_is_built_again_where_the_session_is_handed_over(monkeypatch):
+    import threading
+
+    attempts: list[str] = []
+
+    def flaky() -> str:
+        attempts.append(threading.current_thread().name)
+        if len(attempts) == 1:
+            raise OSError("disk hiccup")
+        return "server"
+
+    monkeypatch.setattr(mcp_light, "_build_sdk_server", flaky)
+    warmup = mcp_light.Warmup()
+    warmup.start()
+    assert warmup.server() == "server"
+    assert attempts == ["rekall-mcp-warmup", threading.current_thread().name]

@@ -436,7 +436,16 @@ async def observe_on(server: SharedAppServer, thread_id: str, timeout_s: float) 
 
     return ThreadSnapshot(thread_id, model.facts, model.revision, None,
                           {**details_of(server), "headroomNote": HEADROOM_UNKNOWN},
-                          calls_in_progress=calls_in_progress(turns))
+                          calls_in_progress=calls_in_progress(turns), title=_title(thread))
+
+
+def _title(thread: Mapping[str, Any]) -> str | None:
+    """``thread/read``'s ``name`` (the title), else its ``preview`` (usually the first user message)."""
+    for key in ("name", "preview"):
+        value = thread.get(key)
+        if isinstance(value, str) and value.strip():
+            return value.strip()
+    return None
 
 
 # --- doctor ---------------------------------------------------------------------------------
