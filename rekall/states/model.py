@@ -36,8 +36,9 @@ class JobState(str, Enum):
     RESUMING = "resuming", "The continuation turn is being started."
     INJECTING = (
         "injecting",
-        "Compaction completed and no continuation will carry the handoff; it is being injected into the "
-        "thread's context (the platform's way in, without a turn).",
+        "Compaction completed and no continuation will carry the handoff; it is injected into the thread's "
+        "context (the platform's way in, without a turn) once the thread has stayed idle, never while a turn "
+        "runs: after a turn the user started first, it reaches their next message.",
     )
     COMPLETED = "completed", "Terminal: the compaction completed; no continuation was asked for."
     RESUMED = "resumed", "Terminal: the compaction completed and one continuation turn started."
