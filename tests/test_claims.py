@@ -78,7 +78,7 @@ def test_the_recorded_transcripts_are_called_regression_transcripts_not_conforma
 #: How the tests use each test dependency (the word that shows it in a test file).
 _USED_AS = {"pytest": "import pytest", "pytest-mock": "mocker", "hypothesis": "hypothesis", "anyio": "anyio",
             "build": "build", "twine": "twine", "pipx": "pipx", "uv": "uv", "pyyaml": "yaml",
-            "mypy": "mypy", "jsonschema": "import jsonschema"}
+            "mypy": "mypy", "jsonschema": "import jsonschema", "detect-secrets": "detect_secrets"}
 
 
 def test_every_declared_test_dependency_is_used_by_the_tests():

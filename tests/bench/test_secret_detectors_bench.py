@@ -1,4 +1,4 @@
-"""The credential benchmark runs on both corpora and reports rekall beside detect-secrets (needs the bench extra)."""
+"""The credential benchmark runs on both corpora and reports rekall beside detect-secrets (a test dependency)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_the_credential_benchmark_reports_caught_and_false_positives_on_both_corpora_beside_detect_secrets():
-    pytest.importorskip("detect_secrets", reason="pip install -e '.[bench]'")
+    pytest.importorskip("detect_secrets", reason="pip install -e '.[test]'")
     done = subprocess.run([sys.executable, str(ROOT / "bench" / "secret_detectors.py"), "--json"], cwd=ROOT,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
