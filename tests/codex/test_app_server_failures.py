@@ -404,9 +404,14 @@ async def test_a_daemon_restarted_mid_compaction_that_shows_the_thread_quiet_set
 async def test_user_input_right_after_the_compaction_completed_records_it_completed_with_no_continuation(
         folder: Path, tmp_path: Path) -> None:
     # The daemon's own order: the compaction turn completes, then the user's turn starts; the token
-    # count has not caught up yet (the job would wait briefly for it before a continuation).
-    frames = [f for f in compaction_frames(6000) if f["method"] != "thread/tokenUsage/updated"] + user_turn_frames()
-    server = Server(IDLE_THREAD, thread__compact__start=lambda ws, m: push_after(ws, m, frames))
+    # count has not caught up yet (the job would wait briefly for it before a continuation). The
+    # handoff is injected only once the user's turn has ended.
+    user_turn_ended = {"method": "turn/completed", "params": {"threadId": T, "turn": {"id": "u2", "status": "completed",
+                                                                                     "items": []}}}
+    frames = [f for f in compaction_frames(6000) if f["method"] != "thread/tokenUsage/updated"] + user_turn_frames() \
+        + [user_turn_ended]
+    server = Server(IDLE_THREAD, thread__compact__start=lambda ws, m: push_after(ws, m, frames),
+                    thread__inject_items=ok({}))
     async with fake_app_server(folder / "app.sock", server):
         env = env_of(folder / "app.sock", tmp_path)
         job = await scheduled(env, HANDOFF)
@@ -418,6 +423,7 @@ async def test_user_input_right_after_the_compaction_completed_records_it_comple
     assert final.compactionId == "cmp-1"
     assert "No continuation: the compaction completed, then the user sent new input" in explanation["outcome"]
     assert "turn/start" not in server.sent and server.sent.count("thread/compact/start") == 1
+    assert server.sent.count("thread/inject_items") == 1 and final.handoffDelivery == "injected"
 
 
 async def test_two_compactions_after_the_request_are_claimed_by_nobody_and_nothing_resumes(
