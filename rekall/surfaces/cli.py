@@ -52,7 +52,8 @@ def _thread_arg(args: argparse.Namespace) -> str:
 
 #: The service speaks to agents in MCP tool names; at a terminal the same step is a verb.
 _TOOL_VERBS = {"compaction_status": "`rekall status`", "probe_compaction": "`rekall probe`",
-               "schedule_compaction": "`rekall schedule`", "cancel_compaction": "`rekall cancel`"}
+               "schedule_compaction": "`rekall schedule`", "cancel_compaction": "`rekall cancel`",
+               "save_checkpoint": "`rekall checkpoint`"}
 _TOOL_NAME = re.compile(r"\b(" + "|".join(_TOOL_VERBS) + r")\b")
 
 
@@ -166,6 +167,25 @@ def cmd_schedule(args: argparse.Namespace) -> int:
     from rekall.surfaces.render import print_scheduled
 
     return _show(print_scheduled, result)
+
+
+def cmd_checkpoint(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from rekall.usecases import checkpoint
+    from rekall.store import read_handoff_file
+
+    if bool(args.clear) == bool(args.handoff):
+        raise UsageError("checkpoint: give exactly one of --handoff FILE and --clear",
+                         hint="`rekall checkpoint THREAD --handoff checkpoint.json` saves one; --clear ends it")
+    thread = _thread_arg(args)
+    result = _worded(checkpoint.clear_checkpoint(thread) if args.clear else
+                     asyncio.run(checkpoint.save_checkpoint(thread, read_handoff_file(args.handoff))))
+    if _emitted_json(args, result):
+        return 0
+    from rekall.surfaces.render import print_checkpoint
+
+    return _show(print_checkpoint, result)
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -284,6 +304,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("thread", metavar="THREAD", nargs="?", help="thread id (default: $CODEX_THREAD_ID)")
     p.add_argument("--handoff", metavar="FILE", help="handoff JSON file (- for standard input): summary, preserve, "
                    "discard, nextStep, resume")
+
+    p = _add(sub, "checkpoint", cmd_checkpoint, "save the thread's checkpoint, delivered after each later "
+             "compaction that no job delivers for (or --clear it)")
+    p.add_argument("thread", metavar="THREAD", nargs="?", help="thread id (default: $CODEX_THREAD_ID)")
+    p.add_argument("--handoff", metavar="FILE", help="the checkpoint's handoff JSON file (- for standard input): "
+                   "summary, preserve, discard, nextStep, and resume false or left out")
+    p.add_argument("--clear", action="store_true", help="end the thread's checkpoint (its history stays)")
 
     p = _add(sub, "status", cmd_status, "show the thread's latest job")
     p.add_argument("thread", metavar="THREAD", nargs="?",

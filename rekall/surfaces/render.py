@@ -180,6 +180,16 @@ def print_cancelled(result: Mapping[str, Any], console: Console) -> None:
     console.print(Text(f"  rekall status {result['threadId']}"), soft_wrap=True)
 
 
+def print_checkpoint(result: Mapping[str, Any], console: Console) -> None:
+    """``rekall checkpoint`` for a person: what was saved or cleared, and whether a hook can deliver it."""
+    console.print(Text(str(result["message"]), style="bold"))
+    if "checkpointSha256" in result:
+        console.print(Text(f"{result['bytes']} bytes, saved {result['savedAt']}, SHA-256 {result['checkpointSha256']}"))
+        console.print(Text(f"  {result['path']}"), soft_wrap=True)
+    if result.get("hookWarning"):
+        console.print(Text(str(result["hookWarning"]), style="yellow"))
+
+
 def _schema_words(schema: Mapping[str, Any]) -> str | None:
     """Why the public schema check did not pass, in words (None when it passed or was not run)."""
     status = schema.get("status")

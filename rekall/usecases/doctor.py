@@ -299,9 +299,9 @@ async def diagnose(env: Mapping[str, str] | None = None) -> Report:
     by_platform = [await platform.diagnose() for platform in all_platforms(env)]
     for index, own in enumerate(by_platform):
         rows += beside_the_others(own, [row for i, other in enumerate(by_platform) if i != index for row in other])
-    from rekall.usecases.hook_doctor import hook_rows
+    from rekall.usecases.hook_doctor import checkpoint_plan_row, hook_rows, managed_row
 
-    rows += await hook_rows(env)
+    rows += [*await hook_rows(env), managed_row(), checkpoint_plan_row(env)]
     jobs_row, root = check_jobs_dir(env)
     if jobs_row.level == "RED":
         rows += [jobs_row, *(Row.not_checked(name, "the jobs directory is unusable", "fix the jobs_dir row first")

@@ -1,0 +1,153 @@
+"""The ``SessionStart(compact)`` hook's second branch: a thread's standing checkpoint
+(:mod:`rekall.store.checkpoint`), after a compaction that no rekall job delivers for.
+
+:mod:`rekall.surfaces.session_hook` calls :func:`checkpoint_answer` only when the compaction is not
+the one the thread's latest job asked for (after that one only the job's handoff goes, by its route).
+Then, when the thread has a current checkpoint whose record still verifies, it is framed (its age by
+time and by turns since it was saved, the agent's own note, to be checked against the current state,
+not an authorisation of its ``nextStep``) with the latest plan the transcript holds, and claimed.
+
+**The compaction's key.** Codex's hook input names no compaction, so the transcript does: the key
+is the SHA-256 (hex) of the bytes of the transcript's LAST ``compacted`` record line (without its
+newline), the record Codex writes for the compaction this hook runs after. Each compaction writes
+its own record (its time, its replacement history), so the next compaction has another key and
+delivers again, and the same compaction's hook, run twice, finds its claim taken. Without a readable
+transcript (or one with no ``compacted`` record) one compaction cannot be told from the next, and
+no checkpoint is delivered.
+
+**Cut.** Over Codex's hook budget the plan is cut first (it comes last), then the checkpoint as a
+job's handoff is, with the path and seal of the whole.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+from rekall.surfaces.session_hook import RECORD as _RECORD, _instant
+
+TYPE_CHECKING = False  # not typing's: the hook's start-up pays for every import
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from pathlib import Path
+    from typing import Any
+
+_PLAN_CALL = b'"name":"update_plan"'
+
+
+def checkpoint_answer(thread: str, dirs: list[Path], transcript: bytes | None, env: Mapping[str, str],
+                      budget: int) -> tuple[str, dict[str, Any], Path, Any] | None:
+    """The framed checkpoint for this compaction, what its claim records, the jobs directory it is in,
+    and the claim's key; ``None`` when there is none to deliver."""
+    import hashlib
+
+    from rekall.store.checkpoint import current, sealed_record
+    from rekall.store.delivery import DeliveryKey
+
+    if transcript is None:
+        return None  # one compaction cannot be told from the next: no checkpoint
+    last = None
+    for last in re.finditer(_RECORD % b"compacted", transcript, re.MULTILINE):
+        pass
+    if last is None:
+        return None
+    end = transcript.find(b"\n", last.start())
+    line = transcript[last.start():] if end < 0 else transcript[last.start():end]
+    saved = [(entry["at"], root, entry) for root in dirs if (entry := current(root, thread)) is not None]
+    if not saved:
+        return None
+    _, root, entry = max(saved, key=lambda found: found[0])
+    sealed = sealed_record(root, thread, entry["sha256"])
+    if sealed is None:
+        return None
+    record, path = sealed
+    from rekall.worker.continuation import checkpoint_text
+
+    framed = checkpoint_text(record, str(path), age=_age(entry["at"]),
+                             turns=_count_since(transcript, b"turn_context", entry["at"]))
+    plan = _latest_plan(transcript) if _plan_wanted(env) else None
+    context, detail = _fitted(framed, plan, str(path), entry["sha256"], budget)
+    detail.update(checkpointSha256=entry["sha256"], compactedAt=last[1].decode(), plan=plan is not None)
+    return context, detail, root, DeliveryKey(thread, compaction=hashlib.sha256(line).hexdigest())
+
+
+def _plan_wanted(env: Mapping[str, str]) -> bool:
+    from rekall.kernel.settings import CHECKPOINT_PLAN
+
+    try:
+        return CHECKPOINT_PLAN.read(env)
+    except Exception:  # noqa: BLE001 - a bad value: the checkpoint goes, without the plan
+        return False
+
+
+def _count_since(transcript: bytes, kind: bytes, since: str) -> int | None:
+    """How many ``kind`` records the transcript holds after ``since`` (``None``: it cannot be told)."""
+    try:
+        start = _instant(since)
+        return sum(1 for found in re.finditer(_RECORD % kind, transcript, re.MULTILINE)
+                   if _instant(found[1].decode()) > start)
+    except ValueError:
+        return None
+
+
+def _latest_plan(transcript: bytes) -> dict[str, Any] | None:
+    """The arguments of the transcript's last ``update_plan`` call (a ``response_item`` record)."""
+    at = len(transcript)
+    while (at := transcript.rfind(_PLAN_CALL, 0, at)) >= 0:
+        start = transcript.rfind(b"\n", 0, at) + 1
+        end = transcript.find(b"\n", at)
+        try:
+            record = json.loads(transcript[start:] if end < 0 else transcript[start:end])
+            payload = record["payload"]
+            if record.get("type") == "response_item" and payload.get("type") == "function_call" \
+                    and payload.get("name") == "update_plan":
+                plan = json.loads(payload["arguments"])
+                return plan if isinstance(plan, dict) and isinstance(plan.get("plan"), list) else None
+        except (ValueError, KeyError, TypeError, AttributeError):
+            pass  # quoted inside another record, or not Codex's shape: look further back
+    return None
+
+
+def _age(saved_at: str) -> str:
+    """How long ago ``saved_at`` was, in words (``unknown`` for a time that does not parse)."""
+    from datetime import datetime, timezone
+
+    try:
+        seconds = int((datetime.now(timezone.utc) - _instant(saved_at)).total_seconds())
+    except ValueError:
+        return "an unknown time"
+    if seconds < 60:
+        return f"{max(seconds, 0)} s"
+    if seconds < 3600:
+        return f"{seconds // 60} min"
+    if seconds < 86_400:
+        return f"{seconds // 3600} h {seconds % 3600 // 60} min"
+    return f"{seconds // 86_400} days"
+
+
+def _fitted(framed: str, plan: Mapping[str, Any] | None, path: str, seal: str,
+            budget: int) -> tuple[str, dict[str, Any]]:
+    """The checkpoint and the plan within ``budget`` bytes: the plan cut first, then the checkpoint."""
+    from rekall.worker.continuation import plan_text
+
+    shown_plan = "\n\n" + plan_text(plan) if plan else ""
+    whole = framed + shown_plan
+    data = whole.encode("utf-8")
+    if len(data) <= budget:
+        return whole, {"cut": False}
+    plan_note = "\n[rekall: the plan is cut here, to fit what Codex lets a hook add.]"
+    room = budget - len(framed.encode("utf-8")) - len(plan_note.encode("utf-8"))
+    if plan and room > 0:
+        return framed + _head(shown_plan, room) + plan_note, {"cut": True, "framedBytes": len(data),
+                                                                   "checkpointPath": path}
+    tail = (f"\n[rekall: the checkpoint is longer than Codex lets a hook add, so it is cut here"
+            f"{' and the plan left out' if plan else ''}. Read the whole checkpoint at {path} (SHA-256 {seal}) "
+            "before relying on it.]")
+    return _head(framed, budget - len(tail.encode("utf-8"))) + tail, {"cut": True, "framedBytes": len(data),
+                                                                       "checkpointPath": path}
+
+
+def _head(text: str, room: int) -> str:
+    """The start of ``text`` within ``room`` bytes, cut at a line's end."""
+    head = text.encode("utf-8")[:max(room, 0)].decode("utf-8", errors="ignore")
+    return head[: head.rfind("\n")] if "\n" in head else head
