@@ -33,6 +33,8 @@ if TYPE_CHECKING:
     from typing import Any
 
 _PLAN_CALL = b'"name":"update_plan"'
+#: The record of a turn that ended (Codex's ``task_complete`` event; a compaction's own turn included).
+_TURN_ENDED = b'event_msg","payload":\\{"type":"task_complete'
 
 
 def checkpoint_answer(thread: str, dirs: list[Path], transcript: bytes | None, env: Mapping[str, str],
@@ -64,7 +66,7 @@ def checkpoint_answer(thread: str, dirs: list[Path], transcript: bytes | None, e
     from rekall.worker.continuation import checkpoint_text
 
     framed = checkpoint_text(record, str(path), age=_age(entry["at"]),
-                             turns=_count_since(transcript, b"turn_context", entry["at"]))
+                             turns=_count_since(transcript, _TURN_ENDED, entry["at"]))
     plan = _latest_plan(transcript) if _plan_wanted(env) else None
     context, detail = _fitted(framed, plan, str(path), entry["sha256"], budget)
     detail.update(checkpointSha256=entry["sha256"], compactedAt=last[1].decode(), plan=plan is not None)
@@ -81,7 +83,8 @@ def _plan_wanted(env: Mapping[str, str]) -> bool:
 
 
 def _count_since(transcript: bytes, kind: bytes, since: str) -> int | None:
-    """How many ``kind`` records the transcript holds after ``since`` (``None``: it cannot be told)."""
+    """How many records of ``kind`` (a type, and what follows it in the pattern) the transcript holds
+    after ``since`` (``None``: it cannot be told)."""
     try:
         start = _instant(since)
         return sum(1 for found in re.finditer(_RECORD % kind, transcript, re.MULTILINE)
