@@ -160,3 +160,23 @@ async def test_with_the_hook_untrusted_nothing_delivers_it_and_doctor_and_the_sa
     assert deliveries(hooked.jobs, thread_id) == []
 
 
+
+
+#: Every approval policy Codex 0.171.0 takes as a plain value ("untrusted" it refuses itself: no longer supported).
+@pytest.mark.parametrize("policy", ["on-failure", "on-request", "never"])
+async def test_codex_runs_the_agents_save_checkpoint_without_asking_under_every_approval_policy(
+        codex_binary: Path, tmp_path: Path, policy: str) -> None:
+    from rekall.store.checkpoint import current
+    from tests.codex.test_end_to_end import agent_engine, run_user_turn
+
+    with agent_engine(codex_binary, tmp_path, approval_policy=policy) as (sim, jobs):
+        sim.mock.queue_mcp_call("rekall", "save_checkpoint", {"threadId": sim.thread_id, "handoff": CHECKPOINT})
+        run_user_turn(sim, "Save a checkpoint of the task.")
+        pending, state, thread_id = sim.pending_request_ids(), sim.state(), sim.thread_id
+
+    (call,) = [item for turn in state["turns"] for item in turn["items"] if item.get("type") == "mcpToolCall"]
+    assert (call["tool"], call["status"]) == ("save_checkpoint", "completed"), call
+    assert pending == []  # never asked
+    assert not sim.mock.requests_containing("requires approval")
+    saved = current(jobs, thread_id)
+    assert saved is not None and saved["event"] == "saved"
