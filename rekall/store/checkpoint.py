@@ -40,6 +40,10 @@ LOG_LIMIT = 4 * 1024 * 1024
 RECORD_LIMIT = 1_000_000
 SAVED, CLEARED = "saved", "cleared"
 
+#: What every view of a checkpoint says of when it is delivered.
+DELIVERY_NOTE = ("delivered by the plugin's trusted SessionStart(compact) hook after each compaction that no rekall "
+                 "job delivers for, once per compaction, and only where the hook can read the thread's transcript "
+                 "(without it one compaction cannot be told from the next, and nothing is delivered)")
 RESUME_REFUSED = ("handoff.resume is true, but a checkpoint never starts a turn: it is delivered after the next "
                   "compaction as a note, and nothing continues by itself")
 
@@ -206,6 +210,7 @@ def summary(root: Path, thread: str) -> dict[str, Any] | None:
     if last["event"] == CLEARED:
         shown["clearedAt"] = last["at"]
     shown["deliveries"] = deliveries(root, thread)
+    shown["note"] = DELIVERY_NOTE
     return shown
 
 

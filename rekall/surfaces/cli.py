@@ -124,7 +124,11 @@ def cmd_history(args: argparse.Namespace) -> int:
 
             sys.stderr.write(left_out_note(left_out))
         return 0
-    print_history(shown, _console(), left_out=left_out)
+    console = _console()
+    print_history(shown, console, left_out=left_out)
+    from rekall.surfaces.history import print_checkpoints
+
+    print_checkpoints(JobStore.open_reader(), console, thread=thread)
     return 0
 
 

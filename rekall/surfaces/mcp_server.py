@@ -126,6 +126,37 @@ class CheckpointResult(TypedDict):
     message: str
 
 
+class CheckpointDelivery(TypedDict, total=False):
+    """One compaction the checkpoint was claimed for (its claim's record)."""
+
+    __pydantic_config__ = ConfigDict(extra="allow")  # type: ignore[misc]
+
+    compaction: Required[Annotated[str, Field(description=(
+        "SHA-256 of the transcript's compacted record of that compaction (the claim's key)."))]]
+    route: Required[Annotated[str, Field(description="hook; foreign or unknown for a claim rekall cannot read.")]]
+    at: str
+    checkpointSha256: str
+    compactedAt: str
+    contextBytes: int
+    cut: bool
+    plan: bool
+
+
+class CheckpointShown(TypedDict, total=False):
+    """The thread's checkpoint: saved when, bytes, and each delivery with its compaction and route."""
+
+    __pydantic_config__ = ConfigDict(extra="forbid")  # type: ignore[misc]
+
+    state: Required[Annotated[str, Field(description="saved (delivered after later compactions) or cleared.")]]
+    savedCount: Required[int]
+    savedAt: str
+    bytes: int
+    sha256: str
+    clearedAt: str
+    deliveries: Required[list[CheckpointDelivery]]
+    note: Required[str]
+
+
 class ProbeResult(TypedDict, total=False):
     __pydantic_config__ = ConfigDict(extra="allow")  # type: ignore[misc]
 
@@ -158,15 +189,17 @@ def _present(annotation: Any) -> Any:
     return Union[arms] if len(arms) > 1 else arms[0]  # noqa: UP007 - a runtime tuple of arms
 
 
-def _schema_of(record: type, title: str, required: frozenset[str], types: Mapping[str, Any]) -> Any:
+def _schema_of(record: type, title: str, required: frozenset[str], types: Mapping[str, Any],
+               more: Mapping[str, Any] | None = None) -> Any:
     """A TypedDict for pydantic built from an attrs status record: one key per field, its type
-    and description from the record, ``required`` keys required, nothing else allowed."""
+    and description from the record, ``required`` keys required, ``more`` keys optional, nothing else allowed."""
     hints = get_type_hints(record)
     keys = {}
     for field in json_fields(record):
         value = Annotated[types.get(field.name, _present(hints[field.name])),
                           Field(description=field.metadata["doc"])]
         keys[field.name] = Required[value] if field.name in required else NotRequired[value]
+    keys.update((name, NotRequired[value]) for name, value in (more or {}).items())
     schema = TypedDict(title, keys)  # type: ignore[operator]
     schema.__doc__ = record.__doc__
     schema.__pydantic_config__ = ConfigDict(extra="forbid")
@@ -181,7 +214,9 @@ _S = attrs.fields(JobStatus)
 HistoryEntryOut = _schema_of(HistoryEntry, "HistoryEntry", frozenset(), {})
 _TYPES = {_S.history.name: list[HistoryEntryOut], _S.handoff.name: Handoff}
 #: ``compaction_status``: a job, ``not_scheduled``, or the Node version's job (``writtenBy``).
-StatusResult = _schema_of(JobStatus, "JobStatus", _names(_S.threadId, _S.state), _TYPES)
+StatusResult = _schema_of(JobStatus, "JobStatus", _names(_S.threadId, _S.state), _TYPES,
+                          {"checkpoint": Annotated[CheckpointShown, Field(description=(
+                              "The thread's standing checkpoint (save_checkpoint), when it has one."))]})
 #: ``schedule_compaction``: the job scheduled, or the unfinished job that holds the thread.
 ScheduleResult = _schema_of(JobStatus, "ScheduledJob", ALWAYS | _names(_S.alreadyScheduled), _TYPES)
 #: ``cancel_compaction``: what was asked (or the ended job, with cancellationRequested false).
