@@ -7,6 +7,9 @@ import hashlib
 import json
 from pathlib import Path
 
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
 from rekall.store.checkpoint import checkpoint_handoff, deliveries, save
 from rekall.store.delivery import DeliveryKey, holder
 from rekall.store.fsio import FileOps
@@ -122,3 +125,34 @@ def test_over_the_hooks_budget_the_plan_is_cut_first_then_the_checkpoint_with_th
     assert saved["path"] in cut and saved["sha256"] in cut
     claim = deliveries(jobs, big)[0]
     assert claim["cut"] is True and claim["checkpointPath"] == saved["path"]
+
+
+STEPS = st.lists(st.sampled_from(["compact", "other", "hook"]), min_size=1, max_size=12)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(steps=STEPS)
+def test_whatever_the_transcript_grows_by_each_compaction_a_hook_runs_after_delivers_exactly_once(
+        steps: list[str], tmp_path_factory):
+    root = tmp_path_factory.mktemp("grow")
+    jobs, thread = root / "jobs", new_thread()
+    with_checkpoint(jobs, thread)
+    transcript = transcript_with(root / "t" / "rollout.jsonl")
+    compactions, hooked, delivered = 0, set(), 0
+    for n, step in enumerate(steps):
+        stamp = f"2099-01-01T00:00:{n:02d}.000Z"
+        if step == "compact":
+            compactions += 1
+            line = {"timestamp": stamp, "ordinal": n, "type": "compacted", "payload": {"message": ""}}
+        elif step == "other":
+            line = {"timestamp": stamp, "type": "event_msg", "payload": {"type": "task_complete"}}
+        if step != "hook":
+            with transcript.open("a") as out:
+                out.write(json.dumps(line, separators=(",", ":")) + "\n")
+            continue
+        out, _ = run_hook(hook_input(thread, transcript), env_for(jobs))
+        delivered += bool(out)
+        if compactions:
+            hooked.add(compactions)
+    assert delivered == len(hooked)  # once per compaction a hook ran after, never for none, never twice
+    assert len(deliveries(jobs, thread)) == len(hooked)
