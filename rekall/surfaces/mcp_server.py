@@ -59,7 +59,8 @@ INSTRUCTIONS = (
     "checks. A thread whose goal is active is refused until the goal is paused. "
     "Order: compaction_status, then probe_compaction, then schedule_compaction (only when the user "
     "authorised compaction), then FINISH YOUR TURN, then check compaction_status later. "
-    "Pass the current CODEX_THREAD_ID; never guess a thread. Nothing is retried automatically. "
+    "At the milestones of a long task, save_checkpoint (it asks for no compaction): the task then survives Codex's "
+    "own compactions. Pass the current CODEX_THREAD_ID; never guess a thread. Nothing is retried automatically. "
     + STATES_TEXT
 )
 
