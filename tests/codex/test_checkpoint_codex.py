@@ -85,6 +85,9 @@ async def test_a_checkpoint_reaches_the_next_request_once_after_each_of_codexs_c
     env = hook_env(hooked)
     async with peer_client(hooked.daemon.socket_path) as user:
         thread_id = await auto_compacting_thread(user)
+        hooked.model.queue_tool_call("update_plan", {"explanation": "The port, in order.", "plan": [
+            {"step": "Port lexer.rs", "status": "in_progress"}, {"step": "Port ast.rs", "status": "pending"}]})
+        await run_turn(user, thread_id, "Plan the port.")
         with anyio.fail_after(JOB_S):
             saved = await save_checkpoint(thread_id, CHECKPOINT, env=env)
         first = await auto_compacted_turn(user, hooked, thread_id)
@@ -101,6 +104,8 @@ async def test_a_checkpoint_reaches_the_next_request_once_after_each_of_codexs_c
     assert len({c["compaction"] for c in claimed}) == 3  # one claim per compaction
     request = next_turn_request(hooked.model, first)
     assert " ago and 1 turn ago, as rekall saved it" in request.text  # the long answer ended since it was saved
+    # Codex's own update_plan call, read from the real transcript, comes along.
+    assert "Your latest plan (update_plan)" in request.text and "- [in_progress] Port lexer.rs" in request.text
     assert CHECKPOINT["nextStep"] in request.text and "does not by itself authorise its nextStep" in request.text
 
 
