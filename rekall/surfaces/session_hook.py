@@ -83,6 +83,8 @@ RECORD = rb'^\{"timestamp":"([0-9T:.+Z-]{10,40})",(?:"[a-z_]{1,40}":-?[0-9]{1,20
 _COMPACTED = RECORD % b"compacted"
 #: A journal line as :mod:`rekall.store.wire` writes it: ``{"crc32":"<8 hex>","record":{...}}``.
 _CRC_HEAD, _RECORD_HEAD = b'{"crc32":"', b'","record":'
+#: States in which the job's compaction was asked for and its completion not seen yet.
+_AWAITING_COMPACTION = frozenset({"requesting", "accepted"})
 #: States in which the continuation carries the handoff.
 _CONTINUING = frozenset({"resuming", "resumed"})
 
@@ -111,7 +113,7 @@ def answer(raw: bytes, env: Mapping[str, str]) -> str | None:
     dirs = _jobs_dirs(env, transcript_path)
     transcript = _read_transcript(transcript_path)
     job = _latest_job(thread, dirs)
-    if job is not None and _requested_this_compaction(job[1], transcript):
+    if job is not None and _requested_this_compaction(job[1], job[2], transcript):
         return _job_answer(thread, *job, transcript)  # only the job's handoff, by its route, never the checkpoint
     from rekall.surfaces.checkpoint_hook import checkpoint_answer
 
@@ -257,12 +259,16 @@ def _read_journal(path: Path) -> tuple[str, dict[str, Any], str] | None:
     return created, fields, state
 
 
-def _requested_this_compaction(fields: Mapping[str, Any], transcript: bytes | None) -> bool:
-    """The compaction this hook runs after is the one the job asked for: the job asked, and the
-    transcript shows exactly one compaction since (or cannot be read). A job that asked but whose
-    request may not have reached Codex counts too: when in doubt, no checkpoint is added to it."""
+def _requested_this_compaction(fields: Mapping[str, Any], state: str, transcript: bytes | None) -> bool:
+    """The compaction this hook runs after may be the one the job asked for: the job asked, and the
+    transcript shows exactly one compaction since (or cannot be read), or none yet while the job
+    still waits on its request (the transcript may lag). A job that asked but whose request may not
+    have reached Codex counts too: in doubt, the checkpoint is not added to a job's compaction."""
     requested = fields.get("requestedAt")
-    return isinstance(requested, str) and _compactions_since(transcript, requested) in (None, 1)
+    if not isinstance(requested, str):
+        return False
+    since = _compactions_since(transcript, requested)
+    return since in (None, 1) or (since == 0 and state in _AWAITING_COMPACTION)
 
 
 def _eligible(fields: Mapping[str, Any], state: str, transcript: bytes | None) -> bool:

@@ -156,3 +156,22 @@ def test_whatever_the_transcript_grows_by_each_compaction_a_hook_runs_after_deli
             hooked.add(compactions)
     assert delivered == len(hooked)  # once per compaction a hook ran after, never for none, never twice
     assert len(deliveries(jobs, thread)) == len(hooked)
+
+
+def test_while_a_job_waits_on_its_requested_compaction_no_checkpoint_goes_even_for_an_earlier_compaction(
+        tmp_path: Path):
+    jobs = tmp_path / "jobs"
+    store, clock, thread = open_store(jobs), FakeClock(), new_thread()
+    steps = next(n for n in range(1, 8) if _state_after(tmp_path / str(n), n) == "accepted")
+    job_until(store, clock, thread, "completed", resume=False, steps=steps)
+    assert store.read_status(thread).state == "accepted"
+    with_checkpoint(jobs, thread)
+    earlier = transcript_with(tmp_path / "t" / "rollout.jsonl", "2000-01-01T00:00:00.000Z")  # before the request
+    assert run_hook(hook_input(thread, earlier), env_for(jobs)) == ("", 0)  # the transcript may lag: in doubt, none
+    assert deliveries(jobs, thread) == []
+
+
+def _state_after(jobs: Path, steps: int) -> str:
+    store, thread = open_store(jobs), new_thread()
+    job_until(store, FakeClock(), thread, "completed", resume=False, steps=steps)
+    return str(store.read_status(thread).state)
