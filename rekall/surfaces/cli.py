@@ -330,7 +330,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = _add(sub, "hook", cmd_hook, "run a Codex hook of the plugin (reads Codex's hook input on stdin)",
              json_flag=False)
     p.add_argument("event", choices=("session-start",), help="session-start: the SessionStart(compact) hook that "
-                   "carries a job's handoff into the first model request after its compaction")
+                   "carries a job's handoff into the first model request after its compaction, and the thread's "
+                   "checkpoint after any other compaction")
     p = _add(sub, "demo", cmd_demo, "run a full job against the built-in simulated owner")
     p.add_argument("--keep", action="store_true", help="keep the demo's jobs directory afterwards")
     _add(sub, "doctor", cmd_doctor, "check the installation, one row per concern")
