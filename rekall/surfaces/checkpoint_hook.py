@@ -28,11 +28,13 @@ from rekall.surfaces.session_hook import RECORD as _RECORD, _instant
 
 TYPE_CHECKING = False  # not typing's: the hook's start-up pays for every import
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Iterator, Mapping
     from pathlib import Path
     from typing import Any
 
 _PLAN_CALL = b'"name":"update_plan"'
+#: :data:`rekall.kernel.settings.CHECKPOINT_PLAN`'s variable, read here before that module is loaded.
+PLAN_VARIABLE = "REKALL_CHECKPOINT_PLAN"
 #: The record of a turn that ended (Codex's ``task_complete`` event; a compaction's own turn included).
 _TURN_ENDED = b'event_msg","payload":\\{"type":"task_complete'
 
@@ -48,13 +50,10 @@ def checkpoint_answer(thread: str, dirs: list[Path], transcript: bytes | None, e
 
     if transcript is None:
         return None  # one compaction cannot be told from the next: no checkpoint
-    last = None
-    for last in re.finditer(_RECORD % b"compacted", transcript, re.MULTILINE):
-        pass
+    last = next(_backwards(transcript, b"compacted", b'"type":"compacted"'), None)
     if last is None:
         return None
-    end = transcript.find(b"\n", last.start())
-    line = transcript[last.start():] if end < 0 else transcript[last.start():end]
+    start, end, compacted_at = last
     saved = [(entry["at"], root, entry) for root in dirs if (entry := current(root, thread)) is not None]
     if not saved:
         return None
@@ -66,14 +65,25 @@ def checkpoint_answer(thread: str, dirs: list[Path], transcript: bytes | None, e
     from rekall.worker.continuation import checkpoint_text
 
     framed = checkpoint_text(record, str(path), age=_age(entry["at"]),
-                             turns=_count_since(transcript, _TURN_ENDED, entry["at"]))
+                             turns=_turns_since(transcript, entry["at"]))
     plan = _latest_plan(transcript) if _plan_wanted(env) else None
     context, detail = _fitted(framed, plan, str(path), entry["sha256"], budget)
-    detail.update(checkpointSha256=entry["sha256"], compactedAt=last[1].decode(), plan=plan is not None)
-    return context, detail, root, DeliveryKey(thread, compaction=hashlib.sha256(line).hexdigest())
+    detail.update(checkpointSha256=entry["sha256"], compactedAt=compacted_at, plan=plan is not None)
+    return context, detail, root, DeliveryKey(thread, compaction=hashlib.sha256(transcript[start:end]).hexdigest())
+
+
+def has_checkpoint(thread: str, dirs: list[Path]) -> bool:
+    """Whether any of ``dirs`` holds a checkpoint history for ``thread`` (cheap: one ``stat`` each)."""
+    import os
+
+    from rekall.store.paths import JobPaths
+
+    return any(os.path.lexists(JobPaths(root).checkpoint_log(thread)) for root in dirs)
 
 
 def _plan_wanted(env: Mapping[str, str]) -> bool:
+    if not env.get(PLAN_VARIABLE):
+        return True  # unset or empty: the default, without loading the settings (and typing) into the hook
     from rekall.kernel.settings import CHECKPOINT_PLAN
 
     try:
@@ -82,13 +92,30 @@ def _plan_wanted(env: Mapping[str, str]) -> bool:
         return False
 
 
-def _count_since(transcript: bytes, kind: bytes, since: str) -> int | None:
-    """How many records of ``kind`` (a type, and what follows it in the pattern) the transcript holds
-    after ``since`` (``None``: it cannot be told)."""
+def _backwards(transcript: bytes, kind: bytes, needle: bytes) -> Iterator[tuple[int, int, str]]:
+    """Each record of ``kind`` (what :data:`_RECORD` takes), last first: its line's start and end and
+    its time. ``needle``: bytes each such line holds. Read from the end, so that a long rollout costs
+    only the part after the records looked for."""
+    pattern = re.compile(_RECORD % kind, re.MULTILINE)
+    at = len(transcript)
+    while (at := transcript.rfind(needle, 0, at)) >= 0:
+        start = transcript.rfind(b"\n", 0, at) + 1
+        found = pattern.match(transcript, start)
+        if found:
+            end = transcript.find(b"\n", start)
+            yield start, len(transcript) if end < 0 else end, found[1].decode()
+        at = start
+
+
+def _turns_since(transcript: bytes, since: str) -> int | None:
+    """How many turns ended after ``since`` (``None``: it cannot be told)."""
     try:
-        start = _instant(since)
-        return sum(1 for found in re.finditer(_RECORD % kind, transcript, re.MULTILINE)
-                   if _instant(found[1].decode()) > start)
+        start, turns = _instant(since), 0
+        for _, _, at in _backwards(transcript, _TURN_ENDED, b'"type":"task_complete"'):
+            if _instant(at) <= start:
+                break
+            turns += 1
+        return turns
     except ValueError:
         return None
 

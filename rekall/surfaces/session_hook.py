@@ -111,11 +111,15 @@ def answer(raw: bytes, env: Mapping[str, str]) -> str | None:
         return None
     thread, transcript_path = event
     dirs = _jobs_dirs(env, transcript_path)
-    transcript = _read_transcript(transcript_path)
     job = _latest_job(thread, dirs)
+    requested = job is not None and isinstance(job[1].get("requestedAt"), str)
+    from rekall.surfaces.checkpoint_hook import checkpoint_answer, has_checkpoint
+
+    if not requested and not has_checkpoint(thread, dirs):
+        return None  # nothing to deliver: the transcript is not read
+    transcript = _read_transcript(transcript_path)
     if job is not None and _requested_this_compaction(job[1], job[2], transcript):
         return _job_answer(thread, *job, transcript)  # only the job's handoff, by its route, never the checkpoint
-    from rekall.surfaces.checkpoint_hook import checkpoint_answer
 
     found = checkpoint_answer(thread, dirs, transcript, env, CONTEXT_BYTE_BUDGET)
     if found is None:

@@ -105,6 +105,10 @@ def test_the_latest_plan_comes_along_unless_the_setting_turns_it_off(tmp_path: P
     with_checkpoint(jobs, other)
     plain = context_of(run_hook(hook_input(other, transcript), {**env_for(jobs), "REKALL_CHECKPOINT_PLAN": "off"})[0])
     assert "update_plan" not in plain
+    from rekall.kernel.settings import CHECKPOINT_PLAN
+    from rekall.surfaces.checkpoint_hook import PLAN_VARIABLE
+
+    assert PLAN_VARIABLE == CHECKPOINT_PLAN.name and CHECKPOINT_PLAN.default is True
 
 
 def test_over_the_hooks_budget_the_plan_is_cut_first_then_the_checkpoint_with_the_path_of_the_whole(
