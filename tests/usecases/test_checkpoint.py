@@ -107,3 +107,17 @@ def test_prune_removes_a_checkpoint_whose_last_event_is_older_than_the_rule(tmp_
     assert prune(store, older_than=timedelta(0), keep=None, dry_run=False)["prunedCheckpoints"][0]["files"] == \
         listed[0]["files"]
     assert history(jobs, thread) == [] and not list(jobs.glob(f"{thread}*"))
+
+
+async def test_a_checkpoint_is_saved_while_a_job_holds_the_thread_and_the_job_keeps_its_own_handoff(tmp_path: Path):
+    from rekall.usecases.checkpoint import save_checkpoint
+
+    jobs = tmp_path / "jobs"
+    store, clock, thread = open_store(jobs), FakeClock(), new_thread()
+    job, _ = job_until(store, clock, thread, "completed", resume=False, steps=3)
+    held = store.read_status(thread)
+    assert held.state not in ("completed", "failed", "cancelled") and store.lock_holder(thread) is not None
+    saved = await save_checkpoint(thread, NOTE, env={**env_for(jobs), "CODEX_HOME": str(tmp_path / "home")})
+    assert saved["changed"] is True and current(jobs, thread)["sha256"] == saved["checkpointSha256"]
+    after = store.read_status(thread)
+    assert (after.jobId, after.state, after.handoffSha256) == (job, held.state, held.handoffSha256)
