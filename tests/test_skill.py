@@ -19,8 +19,8 @@ from rekall.states.rules import HEADROOM_LIMIT
 from rekall.store.handoff import MAX_HANDOFF_BYTES, MAX_LIST_ITEMS, validate_handoff
 from tests.pluginkit import front_matter, listed_tools, skill_file
 
-#: Snake-case words built on "compaction": the shape of every rekall tool name.
-TOOL_LIKE = re.compile(r"\b(?:[a-z]+_)+compaction(?:_[a-z]+)*\b|\bcompaction(?:_[a-z]+)+\b")
+#: Snake-case words built on "compaction" or "checkpoint": the shape of every rekall tool name.
+TOOL_LIKE = re.compile(r"\b(?:[a-z]+_)+(?:compaction|checkpoint)(?:_[a-z]+)*\b|\bcompaction(?:_[a-z]+)+\b")
 CODE_IDENTIFIER = re.compile(r"`([A-Za-z_][A-Za-z0-9_]*)`")
 
 

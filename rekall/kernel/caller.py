@@ -3,7 +3,7 @@
 Codex (0.171.0) sends, with every ``tools/call``, a ``_meta`` naming the calling thread twice:
 ``threadId`` and ``x-codex-turn-metadata.thread_id``. Codex writes them, not the model, so a
 prompt-injected agent can name another thread in its arguments but not in them. The acting
-tools (``schedule_compaction``, ``cancel_compaction``) go ahead only for the thread the
+tools (``schedule_compaction``, ``cancel_compaction``, ``save_checkpoint``) go ahead only for the thread the
 request says it comes from; the read-only tools may read any thread.
 
 A request that names no thread, or names two, or one that is no thread id, does not say
@@ -14,7 +14,7 @@ thread at the same moment; the extension's relayed state shows the item, the sha
 app-server's read-only listing of a turn in progress does not). Without either, rekall does not
 guess: the MCP server asks the user to confirm the thread where Codex can show the question
 (``rekall.surfaces.mcp_confirm``), and refuses to act otherwise (the README says how to act then).
-``cancel_compaction`` reads no owner, so it needs the request's word or the user's.
+``cancel_compaction`` and ``save_checkpoint`` read no owner, so they need the request's word or the user's.
 The CLI is the person at the terminal, not an agent's call: it passes no caller.
 """
 
@@ -31,7 +31,8 @@ from rekall.kernel.ids import is_uuid
 #: Where Codex writes the calling thread in a tool call's ``_meta``, in the order they are read.
 THREAD_FIELDS = ("threadId", "x-codex-turn-metadata.thread_id")
 #: The command a person runs instead, per acting tool.
-COMMANDS = {"schedule_compaction": "rekall schedule THREAD", "cancel_compaction": "rekall cancel JOB"}
+COMMANDS = {"schedule_compaction": "rekall schedule THREAD", "cancel_compaction": "rekall cancel JOB",
+            "save_checkpoint": "rekall checkpoint THREAD --handoff FILE"}
 
 
 class NotCallersThread(RekallError):

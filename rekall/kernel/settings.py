@@ -135,6 +135,8 @@ class SwitchSetting(NamedTuple):
 #: After a compaction that no continuation turn follows (resume false, skipped for headroom, or overtaken by
 #: the user's input), inject the verified handoff into the thread's context where the platform has a way in.
 INJECT_HANDOFF = SwitchSetting("REKALL_INJECT_HANDOFF", True)
+#: With a thread's checkpoint, the hook also delivers the latest plan (Codex's ``update_plan``) its transcript holds.
+CHECKPOINT_PLAN = SwitchSetting("REKALL_CHECKPOINT_PLAN", True)
 
 DEFAULT_IDLE_STABLE_MS = IDLE_STABLE_MS.default
 DEFAULT_DEADLINE_S = DEADLINE_S.default
@@ -149,6 +151,7 @@ def check_settings(env: Mapping[str, str] | None = None) -> None:
     for setting in SETTINGS:
         setting.read(env)
     INJECT_HANDOFF.read(env)
+    CHECKPOINT_PLAN.read(env)
     WorkerSettings.from_env(env)
 
 

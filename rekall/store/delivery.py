@@ -58,7 +58,7 @@ _O_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
 class DeliveryKey:
     """What one delivery is for: a job's handoff after the compaction it asked for (``job``), or a
     thread's standing checkpoint after one compaction (``compaction``: a hex digest that names that
-    compaction, see :mod:`rekall.surfaces.session_hook`). Each key has one claim file, so each is
+    compaction, see :mod:`rekall.surfaces.checkpoint_hook`). Each key has one claim file, so each is
     delivered at most once."""
 
     __slots__ = ("thread", "job", "compaction")

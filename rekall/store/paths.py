@@ -2,7 +2,10 @@
 
 Jobs directory, per thread: ``<thread>.json`` (status, a derived view); per job:
 ``<thread>.<job>.journal.jsonl`` (the source of truth), ``.handoff.json`` (the immutable
-handoff record), ``.delivery`` (who delivers the handoff), ``.cancel`` (the cancel marker), ``.log`` (the worker's log). For all jobs:
+handoff record), ``.delivery`` (who delivers the handoff), ``.cancel`` (the cancel marker), ``.log`` (the worker's log). Per
+thread's checkpoint (:mod:`rekall.store.checkpoint`): ``<thread>.checkpoints.jsonl`` (its history, the
+source of truth), ``<thread>.checkpoint.<sha256>.json`` (each sealed record), and
+``<thread>.compaction-<digest>.delivery`` (who delivered it after one compaction). For all jobs:
 ``.history-rows`` (the history rows of ended jobs, a derived view).
 
 Lock directory, per thread: ``<thread>.lock`` (one job per thread), and ``.guard``, which
@@ -34,7 +37,11 @@ from rekall.kernel.ids import UUID_PATTERN
 JOURNAL_SUFFIX = ".journal.jsonl"
 #: The job's delivery claim (:mod:`rekall.store.delivery`), next to its journal.
 DELIVERY_SUFFIX = ".delivery"
+#: A thread's checkpoint history (:mod:`rekall.store.checkpoint`).
+CHECKPOINT_LOG_SUFFIX = ".checkpoints.jsonl"
 _JOURNAL_NAME = re.compile(rf"({UUID_PATTERN})\.({UUID_PATTERN}){re.escape(JOURNAL_SUFFIX)}", re.IGNORECASE)
+_CHECKPOINT_FILE = re.compile(rf"{UUID_PATTERN}(?:{re.escape(CHECKPOINT_LOG_SUFFIX)}|\.checkpoint\.[0-9a-f]{{64}}\.json"
+                              rf"|\.compaction-[0-9a-f]{{64}}{re.escape(DELIVERY_SUFFIX)})", re.IGNORECASE)
 GUARD_NAME = ".guard"
 
 
@@ -190,6 +197,32 @@ class JobPaths:
     def compaction_delivery(self, thread: str, compaction: str) -> Path:
         """Who delivers the thread's checkpoint after one compaction (``compaction``: a hex digest naming it)."""
         return self.root / f"{thread}.compaction-{compaction}{DELIVERY_SUFFIX}"
+
+    def checkpoint_log(self, thread: str) -> Path:
+        """The thread's checkpoint history: one line per save or clear, appended."""
+        return self.root / f"{thread}{CHECKPOINT_LOG_SUFFIX}"
+
+    def checkpoint(self, thread: str, sha256: str) -> Path:
+        """One sealed checkpoint record of the thread, named by the SHA-256 of its bytes."""
+        return self.root / f"{thread}.checkpoint.{sha256}.json"
+
+    def checkpoint_files(self, thread: str) -> list[Path]:
+        """Every checkpoint file of the thread: its history, its records and its compactions' claims."""
+        try:
+            names = os.listdir(self.root)
+        except FileNotFoundError:
+            return []
+        return sorted(self.root / name for name in names if _CHECKPOINT_FILE.fullmatch(name)
+                      and name.startswith(thread))
+
+    def checkpoint_threads(self) -> list[str]:
+        """The threads that have a checkpoint history here."""
+        try:
+            names = os.listdir(self.root)
+        except FileNotFoundError:
+            return []
+        return sorted(name.removesuffix(CHECKPOINT_LOG_SUFFIX) for name in names
+                      if name.endswith(CHECKPOINT_LOG_SUFFIX) and _CHECKPOINT_FILE.fullmatch(name))
 
     def cancel(self, thread: str, job: str) -> Path:
         return self.root / f"{thread}.{job}.cancel"

@@ -6,6 +6,9 @@ among the thread's ``keep`` newest jobs). Never removed: an unfinished job, a jo
 a lock (a dead worker's lock is recorded and cleared first, so what remains may be live),
 a journal that cannot be read, or anything outside rekall's own jobs directory.
 
+A thread's standing checkpoint (:mod:`rekall.store.checkpoint`) is removed, all its files, when its
+last save or clear is at least ``older_than`` ago.
+
 A job's files go log, cancel marker, handoff, then journal last, so an interrupted prune
 leaves, at worst, a journal without its handoff: still a complete record of the job. A
 thread's status file goes too once none of its jobs remains.
@@ -95,9 +98,27 @@ def prune(store: JobStore, *, older_than: timedelta | None, keep: int | None, dr
             if removed:
                 store.fs.fsync_dir(store.root)
     kept = sum(len(jobs) for jobs in by_thread.values()) - len(removed)
+    checkpoints = _prune_checkpoints(store, older_than, now, dry_run)
     return {"dryRun": dry_run, "jobsDir": str(store.root), "prunedJobs": len(removed),
-            "freedBytes": sum(r["bytes"] for r in removed), "keptJobs": kept, "pruned": removed,
-            "skipped": skipped}
+            "freedBytes": sum(r["bytes"] for r in removed + checkpoints), "keptJobs": kept, "pruned": removed,
+            "prunedCheckpoints": checkpoints, "skipped": skipped}
+
+
+def _prune_checkpoints(store: JobStore, older_than: timedelta | None, now: datetime,
+                       dry_run: bool) -> list[dict[str, Any]]:
+    """Each thread's checkpoint (its history, records and claims) whose last save or clear is at
+    least ``older_than`` ago; none without that rule (``--keep`` counts jobs)."""
+    from rekall.store.checkpoint import history, remove
+
+    if older_than is None:
+        return []
+    removed = []
+    for thread in store.paths.checkpoint_threads():
+        events = history(store.root, thread)
+        last = events[-1]["at"] if events else None
+        if last is not None and now - datetime.fromisoformat(last.replace("Z", "+00:00")) >= older_than:
+            removed.append({**remove(store.root, thread, dry_run=dry_run), "lastEventAt": last})
+    return removed
 
 
 def _remove(store: JobStore, job: Replay, ended: str | None, dry_run: bool) -> dict[str, Any]:

@@ -55,7 +55,8 @@ def _thread_arg(args: argparse.Namespace) -> str:
 
 #: The service speaks to agents in MCP tool names; at a terminal the same step is a verb.
 _TOOL_VERBS = {"compaction_status": "`rekall status`", "probe_compaction": "`rekall probe`",
-               "schedule_compaction": "`rekall schedule`", "cancel_compaction": "`rekall cancel`"}
+               "schedule_compaction": "`rekall schedule`", "cancel_compaction": "`rekall cancel`",
+               "save_checkpoint": "`rekall checkpoint`"}
 _TOOL_NAME = re.compile(r"\b(" + "|".join(_TOOL_VERBS) + r")\b")
 
 
@@ -130,7 +131,11 @@ def cmd_history(args: argparse.Namespace) -> int:
         return 0
     from rekall.surfaces.render import printable_value
 
-    print_history(printable_value(shown), _console(), left_out=left_out)
+    console = _console()
+    print_history(printable_value(shown), console, left_out=left_out)
+    from rekall.surfaces.history import print_checkpoints
+
+    print_checkpoints(JobStore.open_reader(), console, thread=thread)
     return 0
 
 
@@ -169,6 +174,25 @@ async def cmd_schedule(args: argparse.Namespace) -> int:
     from rekall.surfaces.render import print_scheduled
 
     return _show(print_scheduled, result)
+
+
+def cmd_checkpoint(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from rekall.usecases import checkpoint
+    from rekall.store import read_handoff_file
+
+    if bool(args.clear) == bool(args.handoff):
+        raise UsageError("checkpoint: give exactly one of --handoff FILE and --clear",
+                         hint="`rekall checkpoint THREAD --handoff checkpoint.json` saves one; --clear ends it")
+    thread = _thread_arg(args)
+    result = _worded(checkpoint.clear_checkpoint(thread) if args.clear else
+                     asyncio.run(checkpoint.save_checkpoint(thread, read_handoff_file(args.handoff))))
+    if _emitted_json(args, result):
+        return 0
+    from rekall.surfaces.render import print_checkpoint
+
+    return _show(print_checkpoint, result)
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -307,6 +331,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--handoff", metavar="FILE", help="handoff JSON file (- for standard input): summary, preserve, "
                    "discard, nextStep, resume")
 
+    p = _add(sub, "checkpoint", cmd_checkpoint, "save the thread's checkpoint, delivered after each later "
+             "compaction that no job delivers for (or --clear it)")
+    p.add_argument("thread", metavar="THREAD", nargs="?", help="thread id (default: $CODEX_THREAD_ID)")
+    p.add_argument("--handoff", metavar="FILE", help="the checkpoint's handoff JSON file (- for standard input): "
+                   "summary, preserve, discard, nextStep, and resume false or left out")
+    p.add_argument("--clear", action="store_true", help="end the thread's checkpoint (its history stays)")
+
     p = _add(sub, "status", cmd_status, "show the thread's latest job")
     p.add_argument("thread", metavar="THREAD", nargs="?",
                    help="thread id or a unique prefix of at least 8 characters (default: $CODEX_THREAD_ID)")
@@ -321,7 +352,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = _add(sub, "hook", cmd_hook, "run a Codex hook of the plugin (reads Codex's hook input on stdin)",
              json_flag=False)
     p.add_argument("event", choices=("session-start",), help="session-start: the SessionStart(compact) hook that "
-                   "carries a job's handoff into the first model request after its compaction")
+                   "carries a job's handoff into the first model request after its compaction, and the thread's "
+                   "checkpoint after any other compaction")
     p = _add(sub, "demo", cmd_demo, "run a full job against the built-in simulated owner")
     p.add_argument("--keep", action="store_true", help="keep the demo's jobs directory afterwards")
     _add(sub, "doctor", cmd_doctor, "check the installation, one row per concern")

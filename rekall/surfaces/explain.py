@@ -218,6 +218,11 @@ def build_explanation(store: JobStore, job_or_thread_id: str) -> dict[str, Any]:
         "journalPath": str(job.path),
         "status": status,
     }
+    from rekall.store.checkpoint import summary
+
+    checkpoint = summary(store.root, job.thread_id)
+    if checkpoint is not None:
+        explanation["checkpoint"] = checkpoint
     if job.scan.torn_bytes:
         explanation["tornTailBytes"] = job.scan.torn_bytes
     return explanation
@@ -304,3 +309,7 @@ def print_explanation(explanation: Mapping[str, Any], console: Console, *, show_
     console.print(Text(explanation["diagram"].rstrip("\n")), soft_wrap=True)
     if show_journal:
         console.print(Text("journal: ", style="dim") + Text(explanation["journalPath"]), soft_wrap=True)
+    if explanation.get("checkpoint"):
+        from rekall.surfaces.render import print_checkpoint_summary
+
+        print_checkpoint_summary(explanation["checkpoint"], console)

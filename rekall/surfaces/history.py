@@ -150,6 +150,23 @@ def _durations(row: dict[str, Any]) -> str:
     return shown and "durations: " + shown
 
 
+def print_checkpoints(store: JobStore, console: Console, *, thread: str | None = None) -> None:
+    """After the jobs, each thread's standing checkpoint (only ``thread``'s when given)."""
+    from rich.text import Text
+
+    from rekall.store.checkpoint import summary
+    from rekall.surfaces.render import checkpoint_lines
+
+    for thread_id in [thread] if thread else store.paths.checkpoint_threads():
+        shown = summary(store.root, thread_id)
+        if shown is None:
+            continue
+        console.print()
+        console.print(Text(f"thread {thread_id}", style="bold"))
+        for line in checkpoint_lines(shown):
+            console.print(Text(line))
+
+
 def print_history(rows: list[dict[str, Any]], console: Console, *, left_out: int = 0) -> None:
     """One short block per job: when, state, short ids (any 8+ character prefix works as an id),
     the outcome in words (with the warning when the outcome may be unknown), and durations."""
@@ -185,5 +202,8 @@ def print_prune(result: dict[str, Any], console: Console) -> None:
                   f"{result['keptJobs']} kept.")
     for row in result["pruned"]:
         console.print(f"  {row['threadId'][:8]} {row['jobId'][:8]} {row['state']:<10} ended {row['endedAt']}")
+    for row in result.get("prunedCheckpoints", ()):
+        console.print(f"  {row['threadId'][:8]} checkpoint ({len(row['files'])} file(s)), last saved or cleared "
+                      f"{row['lastEventAt']}")
     for row in result["skipped"]:
         console.print(f"  skipped {row['threadId'][:8]}: {row['reason']}")

@@ -1,4 +1,4 @@
-"""The MCP server (``rekall mcp``): four tools over stdio, thin wrappers of ``rekall.usecases.service``.
+"""The MCP server (``rekall mcp``): five tools over stdio, thin wrappers of ``rekall.usecases.service``.
 
 Tool names, inputs and limits match the Node version, so agents and skills written for it
 keep working. Results are structured: the SDK derives each tool's output schema from its
@@ -61,7 +61,8 @@ INSTRUCTIONS = (
     "checks. A thread whose goal is active is refused until the goal is paused. "
     "Order: compaction_status, then probe_compaction, then schedule_compaction (only when the user "
     "authorised compaction), then FINISH YOUR TURN, then check compaction_status later. "
-    "Pass the current CODEX_THREAD_ID; never guess a thread. Nothing is retried automatically. "
+    "At the milestones of a long task, save_checkpoint (it asks for no compaction): the task then survives Codex's "
+    "own compactions. Pass the current CODEX_THREAD_ID; never guess a thread. Nothing is retried automatically. "
     + STATES_TEXT
 )
 
@@ -73,21 +74,90 @@ ThreadId = Annotated[str, Field(description=THREAD_ID_DESCRIPTION, min_length=1,
 Entries = Annotated[list[Annotated[str, Field(min_length=1)]], Field(max_length=MAX_LIST_ITEMS)]
 
 
+Summary = Annotated[str, Field(description=(
+    "Task, constraints, decisions, completed work, verification and outstanding work. The whole "
+    f"handoff is at most {MAX_HANDOFF_BYTES} UTF-8 bytes (compact JSON)."))]
+Preserve = Annotated[Entries, Field(description=f"Facts to retain (at most {MAX_LIST_ITEMS} non-empty strings).")]
+Discard = Annotated[Entries, Field(description=(
+    f"History that can be summarised away (at most {MAX_LIST_ITEMS}). This never authorises deleting files."))]
+
+
 class Handoff(TypedDict):
     """Guides the resumed agent. It does not alter Codex's own compaction prompt."""
 
     __pydantic_config__ = ConfigDict(extra="forbid")  # type: ignore[misc]
 
-    summary: Annotated[str, Field(description=(
-        "Task, constraints, decisions, completed work, verification and outstanding work. The whole "
-        f"handoff is at most {MAX_HANDOFF_BYTES} UTF-8 bytes (compact JSON)."))]
-    preserve: Annotated[Entries, Field(description=f"Facts to retain (at most {MAX_LIST_ITEMS} non-empty strings).")]
-    discard: Annotated[Entries, Field(description=(
-        f"History that can be summarised away (at most {MAX_LIST_ITEMS}). This never authorises deleting files."))]
+    summary: Summary
+    preserve: Preserve
+    discard: Discard
     nextStep: Annotated[str, Field(description=(
         "The exact authorised next action, including where to stop. Required (may be empty only when "
         "resume is false)."))]
     resume: Annotated[bool, Field(strict=True, description="Explicit opt-in to ONE automatic continuation turn.")]
+
+
+class CheckpointHandoff(TypedDict):
+    """The agent's own note of its task, delivered after each later compaction it did not schedule."""
+
+    __pydantic_config__ = ConfigDict(extra="forbid")  # type: ignore[misc]
+
+    summary: Summary
+    preserve: Preserve
+    discard: Discard
+    nextStep: Annotated[str, Field(description=(
+        "The next step as you see it now. Delivered as your own note: it does not by itself authorise the step."))]
+    resume: NotRequired[Annotated[bool, Field(strict=True, description=(
+        "false or left out: a checkpoint never starts a turn (true is refused)."))]]
+
+
+class CheckpointResult(TypedDict):
+    """The checkpoint saved (or found unchanged), and whether a hook can deliver it."""
+
+    __pydantic_config__ = ConfigDict(extra="forbid")  # type: ignore[misc]
+
+    threadId: str
+    checkpointSha256: Annotated[str, Field(description="The SHA-256 of the sealed record (its file's name).")]
+    savedAt: Annotated[str, Field(description="When it was saved (the earlier time when nothing changed).")]
+    bytes: int
+    path: Annotated[str, Field(description="Where the sealed record is.")]
+    changed: Annotated[bool, Field(description="false: it was already the thread's current checkpoint.")]
+    replacedSha256: NotRequired[Annotated[str, Field(description="The checkpoint it replaced (kept in the history).")]]
+    hookCanDeliver: Annotated[bool, Field(description=(
+        "Whether the plugin's SessionStart hook is installed, enabled and trusted, and not blocked by "
+        "allow_managed_hooks_only: only it delivers the checkpoint."))]
+    hookWarning: NotRequired[Annotated[str, Field(description="Why no hook can deliver it, and what to do.")]]
+    message: str
+
+
+class CheckpointDelivery(TypedDict, total=False):
+    """One compaction the checkpoint was claimed for (its claim's record)."""
+
+    __pydantic_config__ = ConfigDict(extra="allow")  # type: ignore[misc]
+
+    compaction: Required[Annotated[str, Field(description=(
+        "SHA-256 of the transcript's compacted record of that compaction (the claim's key)."))]]
+    route: Required[Annotated[str, Field(description="hook; foreign or unknown for a claim rekall cannot read.")]]
+    at: str
+    checkpointSha256: str
+    compactedAt: str
+    contextBytes: int
+    cut: bool
+    plan: bool
+
+
+class CheckpointShown(TypedDict, total=False):
+    """The thread's checkpoint: saved when, bytes, and each delivery with its compaction and route."""
+
+    __pydantic_config__ = ConfigDict(extra="forbid")  # type: ignore[misc]
+
+    state: Required[Annotated[str, Field(description="saved (delivered after later compactions) or cleared.")]]
+    savedCount: Required[int]
+    savedAt: str
+    bytes: int
+    sha256: str
+    clearedAt: str
+    deliveries: Required[list[CheckpointDelivery]]
+    note: Required[str]
 
 
 class ProbeResult(TypedDict, total=False):
@@ -122,15 +192,17 @@ def _present(annotation: Any) -> Any:
     return Union[arms] if len(arms) > 1 else arms[0]  # noqa: UP007 - a runtime tuple of arms
 
 
-def _schema_of(record: type, title: str, required: frozenset[str], types: Mapping[str, Any]) -> Any:
+def _schema_of(record: type, title: str, required: frozenset[str], types: Mapping[str, Any],
+               more: Mapping[str, Any] | None = None) -> Any:
     """A TypedDict for pydantic built from an attrs status record: one key per field, its type
-    and description from the record, ``required`` keys required, nothing else allowed."""
+    and description from the record, ``required`` keys required, ``more`` keys optional, nothing else allowed."""
     hints = get_type_hints(record)
     keys = {}
     for field in json_fields(record):
         value = Annotated[types.get(field.name, _present(hints[field.name])),
                           Field(description=field.metadata["doc"])]
         keys[field.name] = Required[value] if field.name in required else NotRequired[value]
+    keys.update((name, NotRequired[value]) for name, value in (more or {}).items())
     schema = TypedDict(title, keys)  # type: ignore[operator]
     schema.__doc__ = record.__doc__
     schema.__pydantic_config__ = ConfigDict(extra="forbid")
@@ -145,7 +217,9 @@ _S = attrs.fields(JobStatus)
 HistoryEntryOut = _schema_of(HistoryEntry, "HistoryEntry", frozenset(), {})
 _TYPES = {_S.history.name: list[HistoryEntryOut], _S.handoff.name: Handoff}
 #: ``compaction_status``: a job, ``not_scheduled``, or the Node version's job (``writtenBy``).
-StatusResult = _schema_of(JobStatus, "JobStatus", _names(_S.threadId, _S.state), _TYPES)
+StatusResult = _schema_of(JobStatus, "JobStatus", _names(_S.threadId, _S.state), _TYPES,
+                          {"checkpoint": Annotated[CheckpointShown, Field(description=(
+                              "The thread's standing checkpoint (save_checkpoint), when it has one."))]})
 #: ``schedule_compaction``: the job scheduled, or the unfinished job that holds the thread.
 ScheduleResult = _schema_of(JobStatus, "ScheduledJob", ALWAYS | _names(_S.alreadyScheduled), _TYPES)
 #: ``cancel_compaction``: what was asked (or the ended job, with cancellationRequested false).
@@ -317,6 +391,31 @@ def build_server() -> MCPServer:
 
         return _fit(CancelResult, await act_as_caller(ctx, threadId, f"cancel compaction job {jobId}", cancel))
 
+    @server.tool(
+        # It writes the thread's own checkpoint, destroys nothing (the earlier one stays in the history), the same
+        # content again changes nothing, and it reaches nothing outside: Codex runs it without asking.
+        annotations=ToolAnnotations(title="Save a checkpoint", read_only_hint=False, destructive_hint=False,
+                                    idempotent_hint=True, open_world_hint=False),
+        description=(
+            "Saves a checkpoint of this thread's task: the same handoff as schedule_compaction's (summary, "
+            "preserve, discard, nextStep), with resume false or left out: a checkpoint never starts a turn. It "
+            "costs no compaction and asks for none. After each later compaction of this thread that no rekall job "
+            "delivers for (Codex's own auto-compaction, /compact), the plugin's SessionStart hook puts it, and "
+            "your latest plan, into the next model request, once per compaction. Save one at the milestones of a "
+            "long task, with the task, its constraints, the decisions taken and the next step; a new one replaces "
+            "the earlier (which stays in the history), and the same content again changes nothing. The reply's "
+            "hookWarning says when no trusted hook can deliver it. Pass your own thread only."),
+    )
+    @_tool_errors
+    async def save_checkpoint(threadId: ThreadId, handoff: CheckpointHandoff, ctx: Context) -> CheckpointResult:
+        from rekall.usecases.checkpoint import save_checkpoint as save
+
+        async def checkpoint(caller: Caller) -> Any:
+            return await save(threadId, dict(handoff), caller=caller)
+
+        action = "save a checkpoint of this conversation's task (delivered after its later compactions)"
+        return await act_as_caller(ctx, threadId, action, checkpoint)  # type: ignore[no-any-return]
+
     _refuse_unknown_arguments(server)
     return server
 
@@ -332,4 +431,4 @@ def _refuse_unknown_arguments(server: MCPServer) -> None:
         tool.parameters = model.model_json_schema(by_alias=True)
 
 
-TOOL_NAMES = ("probe_compaction", "schedule_compaction", "compaction_status", "cancel_compaction")
+TOOL_NAMES = ("probe_compaction", "schedule_compaction", "compaction_status", "cancel_compaction", "save_checkpoint")

@@ -150,6 +150,26 @@ def job_table(job: Mapping[str, Any]) -> Fields:
 
 def print_job(job: Mapping[str, Any], console: Console) -> None:
     console.print(job_table(job))
+    if job.get("checkpoint"):
+        print_checkpoint_summary(job["checkpoint"], console)
+
+
+def checkpoint_lines(shown: Mapping[str, Any]) -> list[str]:
+    """The thread's checkpoint in words: saved when, bytes, and each delivery with its compaction and route."""
+    if shown["state"] == "cleared":
+        head = f"cleared {shown.get('clearedAt')} (the last one saved {shown.get('savedAt')}, {shown.get('bytes')} bytes)"
+    else:
+        head = f"saved {shown.get('savedAt')}, {shown.get('bytes')} bytes, SHA-256 {str(shown.get('sha256'))[:12]}"
+    lines = [f"Checkpoint: {head}; {shown['savedCount']} saved in all"]
+    lines += [f"  delivered {d.get('at')} by {d.get('route')} after compaction {d['compaction'][:12]}"
+              + (" (cut)" if d.get("cut") else "") for d in shown["deliveries"]]
+    lines.append(f"  {shown['note']}")
+    return lines
+
+
+def print_checkpoint_summary(shown: Mapping[str, Any], console: Console) -> None:
+    for line in checkpoint_lines(shown):
+        console.print(Text(line))
 
 
 def print_scheduled(job: Mapping[str, Any], console: Console) -> None:
@@ -179,6 +199,16 @@ def print_cancelled(result: Mapping[str, Any], console: Console) -> None:
         console.print(Text(f"The handoff: {result['handoffDeliveryNote']}."))
     console.print(Text("See how it ended:"))
     console.print(Text(f"  rekall status {result['threadId']}"), soft_wrap=True)
+
+
+def print_checkpoint(result: Mapping[str, Any], console: Console) -> None:
+    """``rekall checkpoint`` for a person: what was saved or cleared, and whether a hook can deliver it."""
+    console.print(Text(str(result["message"]), style="bold"))
+    if "checkpointSha256" in result:
+        console.print(Text(f"{result['bytes']} bytes, saved {result['savedAt']}, SHA-256 {result['checkpointSha256']}"))
+        console.print(Text(f"  {result['path']}"), soft_wrap=True)
+    if result.get("hookWarning"):
+        console.print(Text(str(result["hookWarning"]), style="yellow"))
 
 
 def _schema_words(schema: Mapping[str, Any]) -> str | None:

@@ -1,5 +1,7 @@
 """``rekall hook session-start``: the plugin's ``SessionStart(compact)`` hook, which carries a job's
-verified handoff into the first model request after the compaction the job asked for.
+verified handoff into the first model request after the compaction the job asked for, and after
+any other compaction the thread's standing checkpoint (:mod:`rekall.surfaces.checkpoint_hook`,
+which names the key of its per-compaction claim).
 
 Codex runs it (``hooks/hooks.json`` in the plugin) at the start of the first turn after any
 compaction, before that turn's model request, with one JSON object on standard input
@@ -23,6 +25,11 @@ on the VS Code extension, and it works on every Codex host, so it is the route o
   the injection, so a continuation already on its way keeps the hook silent, and a hook that
   won keeps the worker from sending either.
 * the handoff still verifies (re-read, SHA-256 against the seal, bound to the thread and job).
+
+**The checkpoint.** When the compaction is not the one the thread's latest job asked for (no job
+asked, or the transcript shows another compaction since the job's), the thread's checkpoint is
+delivered instead, once per compaction. After the job's own compaction only the job's handoff goes
+(by whichever route wins its claim, or none), never the checkpoint as well.
 
 **Races.** A job still in ``waiting_for_resume_idle`` has not sent its continuation (the claim
 is free), so the turn starting now is someone else's, the user's: the continuation would be
@@ -67,13 +74,17 @@ CONTEXT_BYTE_BUDGET = CONTEXT_TOKEN_LIMIT * 4 - 600
 INPUT_LIMIT = 1024 * 1024
 #: A transcript larger than this is not read (the journal alone decides).
 TRANSCRIPT_LIMIT = 256 * 1024 * 1024
-#: A rollout line that records a compaction (``RolloutItem::Compacted``), at the start of its line, so
+#: A rollout line that records a compaction (``RolloutItem::Compacted``; ``RECORD`` for any record type), at the
+#: start of its line, so
 #: that a compaction quoted inside another line never matches. Codex 0.171 writes an ``ordinal``
 #: between the time and the type; plain number fields there are allowed. Compiled when a
 #: transcript is read (each compiled pattern costs the hook's start-up).
-_COMPACTED = rb'^\{"timestamp":"([0-9T:.+Z-]{10,40})",(?:"[a-z_]{1,40}":-?[0-9]{1,20},){0,8}"type":"compacted"'
+RECORD = rb'^\{"timestamp":"([0-9T:.+Z-]{10,40})",(?:"[a-z_]{1,40}":-?[0-9]{1,20},){0,8}"type":"%s"'
+_COMPACTED = RECORD % b"compacted"
 #: A journal line as :mod:`rekall.store.wire` writes it: ``{"crc32":"<8 hex>","record":{...}}``.
 _CRC_HEAD, _RECORD_HEAD = b'{"crc32":"', b'","record":'
+#: States in which the job's compaction was asked for and its completion not seen yet.
+_AWAITING_COMPACTION = frozenset({"requesting", "accepted"})
 #: States in which the continuation carries the handoff.
 _CONTINUING = frozenset({"resuming", "resumed"})
 
@@ -98,22 +109,50 @@ def answer(raw: bytes, env: Mapping[str, str]) -> str | None:
     event = _event(raw)
     if event is None:
         return None
-    thread, transcript = event
-    job = _latest_job(thread, _jobs_dirs(env, transcript))
-    if job is None:
+    thread, transcript_path = event
+    dirs = _jobs_dirs(env, transcript_path)
+    job = _latest_job(thread, dirs)
+    requested = job is not None and isinstance(job[1].get("requestedAt"), str)
+    from rekall.surfaces.checkpoint_hook import checkpoint_answer, has_checkpoint
+
+    if not requested and not has_checkpoint(thread, dirs):
+        return None  # nothing to deliver: the transcript is not read
+    transcript = _read_transcript(transcript_path)
+    if job is not None and _requested_this_compaction(job[1], job[2], transcript):
+        return _job_answer(thread, *job, transcript)  # only the job's handoff, by its route, never the checkpoint
+
+    found = checkpoint_answer(thread, dirs, transcript, env, CONTEXT_BYTE_BUDGET)
+    if found is None:
         return None
-    journal, fields, state = job
+    context, detail, root, key = found
+    return _claimed(root, key, context, detail)
+
+
+def _job_answer(thread: str, journal: Path, fields: dict[str, Any], state: str,
+                transcript: bytes | None) -> str | None:
     if not _eligible(fields, state, transcript):
         return None
     framed = _framed(journal, thread, fields, state)
     if framed is None:
         return None
     context, detail = _fitted(*framed, fields)
-    from rekall.store.delivery import HOOK, job_key, take
+    from rekall.store.delivery import job_key
+
+    answer = _claimed(journal.parent, job_key(journal), context, detail, handoffSha256=fields.get("handoffSha256"))
+    if answer is not None:
+        try:
+            os.utime(journal)  # the views sealed over the journal's stamp are derived again, with the claim
+        except OSError:
+            pass  # a reader replaying the journal still folds the claim in
+    return answer
+
+
+def _claimed(jobs_dir: Path, key: Any, context: str, detail: dict[str, Any], **more: Any) -> str | None:
+    """The hook's output for ``context`` once it won ``key``'s claim, else ``None``."""
+    from rekall.store.delivery import HOOK, take
 
     try:
-        taken = take(journal.parent, job_key(journal), HOOK, handoffSha256=fields.get("handoffSha256"),
-                     contextBytes=len(context.encode()), **detail)
+        taken = take(jobs_dir, key, HOOK, **more, contextBytes=len(context.encode()), **detail)
     except OSError:
         return None  # the claim could not be written (and was removed): nothing is delivered
     if not taken.won:
@@ -224,7 +263,19 @@ def _read_journal(path: Path) -> tuple[str, dict[str, Any], str] | None:
     return created, fields, state
 
 
-def _eligible(fields: Mapping[str, Any], state: str, transcript: Path | None) -> bool:
+def _requested_this_compaction(fields: Mapping[str, Any], state: str, transcript: bytes | None) -> bool:
+    """The compaction this hook runs after may be the one the job asked for: the job asked, and the
+    transcript shows exactly one compaction since (or cannot be read), or none yet while the job
+    still waits on its request (the transcript may lag). A job that asked but whose request may not
+    have reached Codex counts too: in doubt, the checkpoint is not added to a job's compaction."""
+    requested = fields.get("requestedAt")
+    if not isinstance(requested, str):
+        return False
+    since = _compactions_since(transcript, requested)
+    return since in (None, 1) or (since == 0 and state in _AWAITING_COMPACTION)
+
+
+def _eligible(fields: Mapping[str, Any], state: str, transcript: bytes | None) -> bool:
     """The rule of the module doc, apart from the claim and the handoff's verification."""
     requested = fields.get("requestedAt")
     if not fields.get("handoffSha256") or not isinstance(requested, str) or state in _CONTINUING:
@@ -243,19 +294,28 @@ def _eligible(fields: Mapping[str, Any], state: str, transcript: Path | None) ->
     return True
 
 
-def _compactions_since(transcript: Path | None, since: str) -> int | None:
-    """How many compactions the transcript records at or after ``since``; ``None`` when it cannot
-    be read."""
+def _read_transcript(transcript: Path | None) -> bytes | None:
+    """The transcript's bytes; ``None`` when there is none or it cannot be read."""
     if transcript is None:
         return None
     from rekall.store.fsread import read_private
 
     try:
-        data = read_private(transcript, limit=TRANSCRIPT_LIMIT)
+        return read_private(transcript, limit=TRANSCRIPT_LIMIT)
+    except OSError:
+        return None
+
+
+def _compactions_since(transcript: bytes | None, since: str) -> int | None:
+    """How many compactions the transcript records at or after ``since``; ``None`` when it cannot
+    be read."""
+    if transcript is None:
+        return None
+    try:
         start = _instant(since)
-        found = re.finditer(_COMPACTED, data, re.MULTILINE)
+        found = re.finditer(_COMPACTED, transcript, re.MULTILINE)
         return sum(1 for match in found if _instant(match[1].decode()) >= start)
-    except (OSError, ValueError):
+    except ValueError:
         return None
 
 

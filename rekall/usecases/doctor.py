@@ -416,9 +416,9 @@ async def diagnose(env: Mapping[str, str] | None = None) -> Report:
         if not answers:
             absent_rows.update(row.name for row in shown)
         rows += shown
-    from rekall.usecases.hook_doctor import hook_rows
+    from rekall.usecases.hook_doctor import checkpoint_plan_row, hook_rows, managed_row
 
-    rows += await hook_rows(env)
+    rows += [*await hook_rows(env), managed_row(), checkpoint_plan_row(env)]
     jobs_row, root = check_jobs_dir(env)
     if jobs_row.level == "RED":
         rows += [jobs_row, *(Row.not_checked(name, "the jobs directory is unusable", "fix the jobs_dir row first")

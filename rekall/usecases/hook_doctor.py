@@ -139,6 +139,47 @@ def handler_hash(handler: Mapping[str, Any]) -> str:
     return "sha256:" + hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 
+#: Where Codex reads the enterprise's requirements on this system (cloud and MDM requirements are not files).
+SYSTEM_REQUIREMENTS = Path("/etc/codex/requirements.toml")
+
+
+def managed_hooks_only(path: Path = SYSTEM_REQUIREMENTS) -> str | None:
+    """Why Codex runs no plugin hook here (``allow_managed_hooks_only = true`` in ``path``), else ``None``."""
+    try:
+        requirements = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        return f"{path} cannot be read ({exc}), so whether it allows only managed hooks is unknown"
+    if requirements.get("allow_managed_hooks_only") is True:
+        return (f"{path} sets allow_managed_hooks_only = true, so Codex runs only managed hooks and never the "
+                "plugin's; ask the administrator to allow it, or to install rekall's hook as a managed one")
+    return None
+
+
+def managed_row(path: Path = SYSTEM_REQUIREMENTS) -> Row:
+    """``rekall doctor``'s row for ``allowManagedHooksOnly``."""
+    why = managed_hooks_only(path)
+    if why is None:
+        return Row.green("session_hook_not_managed_only", f"{path}: no allow_managed_hooks_only (cloud and MDM "
+                                                          "requirements are not read)")
+    return Row("session_hook_not_managed_only", "AMBER", why, "without the hook no checkpoint is delivered after "
+               "Codex's own compactions, and on the VS Code extension a job's handoff only by its continuation")
+
+
+def checkpoint_plan_row(env: Mapping[str, str]) -> Row:
+    """``rekall doctor``'s row for ``REKALL_CHECKPOINT_PLAN`` (read by the hook, in Codex's environment)."""
+    from rekall.kernel.settings import CHECKPOINT_PLAN
+
+    try:
+        shown = CHECKPOINT_PLAN.shown(env)
+    except RekallError as exc:
+        return Row.failed("checkpoint_plan", exc)
+    said = "comes along with" if CHECKPOINT_PLAN.read(env) else "does not come along with"
+    return Row.green("checkpoint_plan", f"{shown}: the thread's latest plan (update_plan) {said} its checkpoint "
+                                        "after a compaction (the hook reads the variable in Codex's environment)")
+
+
 def _not_installed(where: str) -> Row:
     return Row("session_hook_installed", "AMBER", f"{where}: {HOOK_KEY} is not installed, so on the VS Code extension "
                "a handoff reaches the model only in a continuation turn",

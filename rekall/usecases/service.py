@@ -274,7 +274,15 @@ def status_reply(thread_id: str, *, env: Mapping[str, str] | None = None) -> dic
     thread_id = valid_thread_id(thread_id)
     store = JobStore.open_reader(_env(env))
     store.reap_if_dead(thread_id)
-    return wire(_or_node_job(store, store.read_status(thread_id)))
+    return with_checkpoint(wire(_or_node_job(store, store.read_status(thread_id))), store)
+
+
+def with_checkpoint(status: dict[str, Any], store: JobStore) -> dict[str, Any]:
+    """``status`` with the thread's checkpoint (``checkpoint``: saved when, bytes, each delivery), if it has one."""
+    from rekall.store.checkpoint import summary
+
+    shown = summary(store.root, str(status["threadId"]))
+    return status if shown is None else {**status, "checkpoint": shown}
 
 
 def _or_node_job(store: JobStore, status: JobStatus) -> JobStatus:

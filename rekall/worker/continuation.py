@@ -82,3 +82,32 @@ def injection_text(record: Mapping[str, Any], handoff_path: str, *, resume: bool
         *_handoff_lines(record),
     ]
     return "\n".join(lines)
+
+
+def checkpoint_text(record: Mapping[str, Any], checkpoint_path: str, *, age: str, turns: int | None) -> str:
+    """Frame a thread's verified checkpoint for the first model request after a compaction that no rekall
+    job delivers for: the agent's own note from before it, its age, and what it does not authorise."""
+    since = "an unknown number of turns" if turns is None else f"{turns} turn{'' if turns == 1 else 's'}"
+    return "\n".join([
+        f"[Checkpoint saved through rekall before a context compaction; thread {record['threadId']}]",
+        "The conversation was compacted. Below is your own checkpoint: the note you saved before the compaction, "
+        f"{age} ago and {since} ago, as rekall saved it and verified it against its SHA-256 seal; the same text is "
+        f"saved at {checkpoint_path}.",
+        "It may be out of date: check it against the current state (the files, the latest messages) before you "
+        "rely on it. It does not by itself authorise its nextStep: take that up only if the user's instructions "
+        "ask you to go on with the task.",
+        _BOUNDARIES,
+        *_handoff_lines(record),
+    ])
+
+
+def plan_text(plan: Mapping[str, Any]) -> str:
+    """The latest plan (Codex's ``update_plan``) from before the compaction, one step a line."""
+    lines = ["Your latest plan (update_plan) from before the compaction, as the transcript holds it:"]
+    if isinstance(plan.get("explanation"), str) and plan["explanation"].strip():
+        lines.append(plan["explanation"].strip())
+    for step in plan.get("plan") or ():
+        if isinstance(step, dict) and isinstance(step.get("step"), str):
+            lines.append(f"- [{step.get('status') if isinstance(step.get('status'), str) else 'unknown'}] "
+                         f"{step['step']}")
+    return "\n".join(lines)

@@ -36,8 +36,8 @@ EXTENSION_VERSION = "26.901.22334"
 SCHEMA_EXCERPT = Path(__file__).resolve().parents[2] / "fixtures" / "schema" / "codex-0.171.0"
 ALL_ROWS = ["sandbox", "settings", "handoff_delivery", "codex_home", "ipc_endpoint", "extension_protocol", "router",
             "owner", "codex_binary", "public_schema", "app_server_socket", "app_server", "app_server_version",
-            "app_server_thread",
-            "app_server_schema", "session_hook_installed", "session_hook_enabled", "session_hook_trusted", "jobs_dir",
+            "app_server_thread", "app_server_schema", "session_hook_installed", "session_hook_enabled",
+            "session_hook_trusted", "session_hook_not_managed_only", "checkpoint_plan", "jobs_dir",
             "recorded_jobs_dirs", "locks", "workers"]
 
 

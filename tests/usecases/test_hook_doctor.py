@@ -93,3 +93,26 @@ def test_the_listing_from_an_app_server_decides_when_one_answers():
     assert "trust rekall's SessionStart hook once" in untrusted.hint
     assert listing_rows({**hook, "enabled": False}, where)[1].level == "AMBER"
     assert listing_rows(None, where)[0].level == "AMBER"
+
+
+def test_a_requirements_file_that_allows_only_managed_hooks_is_named_by_doctor_and_by_the_save(tmp_path):
+    from rekall.usecases.hook_doctor import managed_hooks_only, managed_row
+
+    requirements = tmp_path / "requirements.toml"
+    assert managed_hooks_only(requirements) is None and managed_row(requirements).level == "GREEN"  # no file
+    requirements.write_text("allow_managed_hooks_only = false\n")
+    assert managed_hooks_only(requirements) is None
+    requirements.write_text('allowed_approval_policies = ["on-request"]\nallow_managed_hooks_only = true\n')
+    row = managed_row(requirements)
+    assert row.level == "AMBER" and "allow_managed_hooks_only = true" in row.detail and "checkpoint" in row.hint
+    requirements.write_text("allow_managed_hooks_only = [\n")
+    assert "unknown" in managed_hooks_only(requirements)
+
+
+def test_doctor_shows_whether_the_plan_comes_along_with_the_checkpoint():
+    from rekall.usecases.hook_doctor import checkpoint_plan_row
+
+    assert "REKALL_CHECKPOINT_PLAN=on (the default)" in checkpoint_plan_row({}).detail
+    off = checkpoint_plan_row({"REKALL_CHECKPOINT_PLAN": "off"})
+    assert off.level == "GREEN" and "does not come along" in off.detail
+    assert checkpoint_plan_row({"REKALL_CHECKPOINT_PLAN": "maybe"}).level == "RED"
