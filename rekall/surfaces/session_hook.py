@@ -138,13 +138,8 @@ def _job_answer(thread: str, journal: Path, fields: dict[str, Any], state: str,
     context, detail = _fitted(*framed, fields)
     from rekall.store.delivery import job_key
 
-    answer = _claimed(journal.parent, job_key(journal), context, detail, handoffSha256=fields.get("handoffSha256"))
-    if answer is not None:
-        try:
-            os.utime(journal)  # the views sealed over the journal's stamp are derived again, with the claim
-        except OSError:
-            pass  # a reader replaying the journal still folds the claim in
-    return answer
+    # The views' seal stamps the claim file (rekall.store.views.job_stamp): no need to touch the journal.
+    return _claimed(journal.parent, job_key(journal), context, detail, handoffSha256=fields.get("handoffSha256"))
 
 
 def _claimed(jobs_dir: Path, key: Any, context: str, detail: dict[str, Any], **more: Any) -> str | None:
