@@ -212,7 +212,7 @@ def _cut_short(job: JobView, ev: Evidence) -> dict[str, Any]:
                               handoffDeliveryNote="the job ended while the handoff was being injected; it may or "
                                                   "may not have reached the thread, and is never sent again"))
     if ev.get("reason") == EXPLICIT_CANCELLATION and known(job.status.handoffSha256) \
-            and job.state not in _UNRETRACTABLE:
+            and (job.state not in _UNRETRACTABLE or ev.get("delivery") == "not_delivered"):
         return wire(JobStatus(handoffDelivery="not_delivered", handoffDeliveryNote=WITHHELD))
     if job.state is S.INJECTING:
         waited = f", while it waited for {ev['waitingOn']}" if ev.get("waitingOn") else ""

@@ -395,8 +395,8 @@ class _Rules:
         """Another route delivers the handoff. The hook runs only at a turn's start, and the continuation
         was not sent: a hook holding the claim while resuming means the user's turn started and carries
         the handoff, so the job ends completed. Otherwise the request ends as one that was not sent."""
-        if taken.holder == CANCEL:  # `rekall cancel` withheld the handoff; its signal may still be on its way
-            self.emit(Fire("cancel", {"reason": EXPLICIT_CANCELLATION, **self.injection_sent()}))
+        if taken.holder == CANCEL:  # `rekall cancel` withheld the handoff (its signal may still be on its way)
+            self.emit(Fire("cancel", {"reason": EXPLICIT_CANCELLATION, "delivery": "not_delivered"}))  # none sent
             return
         if taken.kind == "start_turn" and self.state is JobState.RESUMING and taken.holder == HOOK:
             self.emit(Fire("resume_overtaken", {"reason": HOOK_DELIVERED}))

@@ -168,3 +168,26 @@ def test_the_hooks_reason_and_the_users_reasons_do_not_cross_states():
     fire(machine, "compaction_completed", {**COMPLETED, "inject": True})
     with pytest.raises(TransitionRefused, match="overtaken_by_user \\(to injecting\\) said no"):
         fire(machine, "resume_overtaken", {"reason": "handoff_delivered_by_hook"})  # no continuation was due yet
+
+
+def test_an_explicit_cancel_withholds_the_handoff_unless_a_continuation_may_be_on_its_way():
+    def with_handoff(machine: JobMachine) -> JobMachine:
+        view = machine.view
+        return JobMachine(JobView(view.job_id, view.thread_id, view.state, {**view.fields, "handoffSha256": "a" * 64},
+                                  dict(view.entered_ms)))
+
+    waiting = accepted(resume=True)
+    fire(waiting, "compaction_completed", {**COMPLETED, "inject": True})
+    waiting = with_handoff(waiting)
+    assert fire(waiting, "cancel", {"reason": "explicit_cancellation"}) is S.CANCELLED
+    assert fields(waiting)["handoffDelivery"] == "not_delivered"
+    assert "cancelled explicitly" in fields(waiting)["handoffDeliveryNote"]
+    # Resuming, the claim the cancel holds proves the continuation was never sent.
+    lost_claim = with_handoff(resuming())
+    fire(lost_claim, "cancel", {"reason": "explicit_cancellation", "delivery": "not_delivered"})
+    f = fields(lost_claim)
+    assert (f["handoffDelivery"], f["outcomeMayBeUnknown"]) == ("not_delivered", False)
+    # Resuming, a continuation that may have been sent is not said to be withheld.
+    in_flight = with_handoff(resuming())
+    fire(in_flight, "cancel", {"reason": "explicit_cancellation"})
+    assert "handoffDelivery" not in fields(in_flight) and fields(in_flight)["outcomeMayBeUnknown"] is True
