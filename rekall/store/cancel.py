@@ -46,7 +46,7 @@ def _withheld(store: StoreParts, thread: str, job: str, status: JobStatus) -> di
     (nothing for a job without a handoff)."""
     from rekall.states.evidence import WITHHELD
     from rekall.states.status import known
-    from rekall.store.delivery import CANCEL, DELIVERED_AS, FOREIGN, DeliveryKey, take
+    from rekall.store.delivery import CANCEL, DELIVERED_AS, FOREIGN, HOOK, DeliveryKey, take
 
     if not known(status.handoffSha256):
         return {}
@@ -64,7 +64,11 @@ def _withheld(store: StoreParts, thread: str, job: str, status: JobStatus) -> di
         return {"handoffDelivery": "not_delivered", "handoffDeliveryNote": f"{taken.why}: no route delivers while "
                                                                           "it is there"}
     delivered = DELIVERED_AS.get(route, "unknown")
-    said = (f"already delivered by the {route} route before the cancel; a delivery cannot be retracted"
-            if delivered != "unknown" else "its delivery claim is held but cannot be read: whether the handoff "
-                                           "was delivered is unknown")
+    if delivered == "unknown":
+        said = "its delivery claim is held but cannot be read: whether the handoff was delivered is unknown"
+    elif route == HOOK:
+        said = "already delivered by the hook route before the cancel; a delivery cannot be retracted"
+    else:  # the worker claims just before it sends: the request was sent, or is on its way
+        said = (f"already taken by the {route} route before the cancel, whose request was sent or is on its way; "
+                "it cannot be retracted (the job's status says how it ended)")
     return {"handoffDelivery": delivered, "handoffDeliveryNote": said}
