@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import re
 
-from rekall.surfaces.session_hook import RECORD as _RECORD, _instant
+from rekall.surfaces.rollout import RECORD as _RECORD, instant
 
 TYPE_CHECKING = False  # not typing's: the hook's start-up pays for every import
 if TYPE_CHECKING:
@@ -110,9 +110,9 @@ def _backwards(transcript: bytes, kind: bytes, needle: bytes) -> Iterator[tuple[
 def _turns_since(transcript: bytes, since: str) -> int | None:
     """How many turns ended after ``since`` (``None``: it cannot be told)."""
     try:
-        start, turns = _instant(since), 0
+        start, turns = instant(since), 0
         for _, _, at in _backwards(transcript, _TURN_ENDED, b'"type":"task_complete"'):
-            if _instant(at) <= start:
+            if instant(at) <= start:
                 break
             turns += 1
         return turns
@@ -143,7 +143,7 @@ def _age(saved_at: str) -> str:
     from datetime import datetime, timezone
 
     try:
-        seconds = int((datetime.now(timezone.utc) - _instant(saved_at)).total_seconds())
+        seconds = int((datetime.now(timezone.utc) - instant(saved_at)).total_seconds())
     except ValueError:
         return "an unknown time"
     if seconds < 60:

@@ -310,6 +310,24 @@ def print_explanation(explanation: Mapping[str, Any], console: Console, *, show_
     if show_journal:
         console.print(Text("journal: ", style="dim") + Text(explanation["journalPath"]), soft_wrap=True)
     if explanation.get("checkpoint"):
-        from rekall.surfaces.render import print_checkpoint_summary
-
         print_checkpoint_summary(explanation["checkpoint"], console)
+
+
+def checkpoint_lines(shown: Mapping[str, Any]) -> list[str]:
+    """The thread's checkpoint in words: saved when, bytes, and each delivery with its compaction and route."""
+    if shown["state"] == "cleared":
+        head = f"cleared {shown.get('clearedAt')} (the last one saved {shown.get('savedAt')}, {shown.get('bytes')} bytes)"
+    else:
+        head = f"saved {shown.get('savedAt')}, {shown.get('bytes')} bytes, SHA-256 {str(shown.get('sha256'))[:12]}"
+    lines = [f"Checkpoint: {head}; {shown['savedCount']} saved in all"]
+    lines += [f"  delivered {d.get('at')} by {d.get('route')} after compaction {d['compaction'][:12]}"
+              + (" (cut)" if d.get("cut") else "") for d in shown["deliveries"]]
+    lines.append(f"  {shown['note']}")
+    return lines
+
+
+def print_checkpoint_summary(shown: Mapping[str, Any], console: Console) -> None:
+    from rich.text import Text
+
+    for line in checkpoint_lines(shown):
+        console.print(Text(line))

@@ -155,7 +155,7 @@ def print_checkpoints(store: JobStore, console: Console, *, thread: str | None =
     from rich.text import Text
 
     from rekall.store.checkpoint import summary
-    from rekall.surfaces.render import checkpoint_lines
+    from rekall.surfaces.explain import checkpoint_lines
 
     for thread_id in [thread] if thread else store.paths.checkpoint_threads():
         shown = summary(store.root, thread_id)

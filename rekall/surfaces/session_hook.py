@@ -66,6 +66,8 @@ if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
     from typing import Any, BinaryIO, TextIO
 
+from rekall.surfaces.rollout import RECORD, instant
+
 #: Codex's hook output budget (``HOOK_OUTPUT_TOKEN_LIMIT``, counted as about 4 bytes a token);
 #: past it Codex keeps a head and tail preview. The hook keeps under it, with a margin.
 CONTEXT_TOKEN_LIMIT = 2_500
@@ -74,12 +76,7 @@ CONTEXT_BYTE_BUDGET = CONTEXT_TOKEN_LIMIT * 4 - 600
 INPUT_LIMIT = 1024 * 1024
 #: A transcript larger than this is not read (the journal alone decides).
 TRANSCRIPT_LIMIT = 256 * 1024 * 1024
-#: A rollout line that records a compaction (``RolloutItem::Compacted``; ``RECORD`` for any record type), at the
-#: start of its line, so
-#: that a compaction quoted inside another line never matches. Codex 0.171 writes an ``ordinal``
-#: between the time and the type; plain number fields there are allowed. Compiled when a
-#: transcript is read (each compiled pattern costs the hook's start-up).
-RECORD = rb'^\{"timestamp":"([0-9T:.+Z-]{10,40})",(?:"[a-z_]{1,40}":-?[0-9]{1,20},){0,8}"type":"%s"'
+#: A rollout line that records a compaction (:data:`rekall.surfaces.rollout.RECORD`).
 _COMPACTED = RECORD % b"compacted"
 #: A journal line as :mod:`rekall.store.wire` writes it: ``{"crc32":"<8 hex>","record":{...}}``.
 _CRC_HEAD, _RECORD_HEAD = b'{"crc32":"', b'","record":'
@@ -307,19 +304,11 @@ def _compactions_since(transcript: bytes | None, since: str) -> int | None:
     if transcript is None:
         return None
     try:
-        start = _instant(since)
+        start = instant(since)
         found = re.finditer(_COMPACTED, transcript, re.MULTILINE)
-        return sum(1 for match in found if _instant(match[1].decode()) >= start)
+        return sum(1 for match in found if instant(match[1].decode()) >= start)
     except ValueError:
         return None
-
-
-def _instant(text: str) -> Any:
-    """An ISO 8601 UTC time as rekall and Codex write it (``…Z``), comparable with another."""
-    from datetime import datetime, timezone
-
-    found = datetime.fromisoformat(text.removesuffix("Z") + ("+00:00" if text.endswith("Z") else ""))
-    return found if found.tzinfo else found.replace(tzinfo=timezone.utc)
 
 
 def _framed(journal: Path, thread: str, fields: Mapping[str, Any], state: str) -> tuple[str, str] | None:
