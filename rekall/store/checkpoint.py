@@ -78,6 +78,7 @@ def record_bytes(thread: str, handoff: Mapping[str, Any]) -> bytes:
 
 def history(root: Path, thread: str) -> list[dict[str, Any]]:
     """The thread's checkpoint history, oldest first: each complete line that reads as an event."""
+    from rekall.store.delivery import is_digest
     from rekall.store.fsread import read_private
     from rekall.store.paths import JobPaths
 
@@ -92,7 +93,7 @@ def history(root: Path, thread: str) -> list[dict[str, Any]]:
         except ValueError:
             continue
         if isinstance(event, dict) and isinstance(event.get("at"), str) and (
-                event.get("event") == CLEARED or (event.get("event") == SAVED and _is_digest(event.get("sha256")))):
+                event.get("event") == CLEARED or (event.get("event") == SAVED and is_digest(event.get("sha256")))):
             events.append(event)
     return events
 
@@ -217,24 +218,10 @@ def summary(root: Path, thread: str) -> dict[str, Any] | None:
 def remove(root: Path, thread: str, *, dry_run: bool) -> dict[str, Any]:
     """Remove (or list) every checkpoint file of the thread: the history goes last, so an interrupted
     removal leaves a history that still names what it saved, never records without one."""
+    from rekall.store.fsio import remove_files
     from rekall.store.paths import JobPaths
 
     paths = JobPaths(root)
     files = sorted(paths.checkpoint_files(thread), key=lambda p: p == paths.checkpoint_log(thread))
-    size, names = 0, []
-    for path in files:
-        try:
-            size += os.lstat(path).st_size
-        except FileNotFoundError:
-            continue
-        names.append(path.name)
-        if not dry_run:
-            try:
-                os.unlink(path)
-            except FileNotFoundError:
-                pass
+    names, size = remove_files(files, dry_run=dry_run)
     return {"threadId": thread, "files": names, "bytes": size}
-
-
-def _is_digest(value: object) -> bool:
-    return isinstance(value, str) and len(value) == 64 and all(c in "0123456789abcdef" for c in value)

@@ -67,7 +67,7 @@ class DeliveryKey:
         from rekall.kernel.ids import is_uuid
 
         if not is_uuid(thread) or (job is None) == (compaction is None) or (job is not None and not is_uuid(job)) \
-                or (compaction is not None and not _is_digest(compaction)):
+                or (compaction is not None and not is_digest(compaction)):
             raise ValueError("a delivery key is a thread and either a job id or a compaction's hex digest")
         self.thread, self.job, self.compaction = thread.lower(), job and job.lower(), compaction
 
@@ -90,8 +90,9 @@ class DeliveryKey:
         return named
 
 
-def _is_digest(text: str) -> bool:
-    return len(text) == 64 and all(c in "0123456789abcdef" for c in text)
+def is_digest(value: object) -> bool:
+    """A SHA-256 in lower-case hex: how a compaction and a checkpoint are named."""
+    return isinstance(value, str) and len(value) == 64 and all(c in "0123456789abcdef" for c in value)
 
 
 class Taken:

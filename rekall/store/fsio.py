@@ -116,3 +116,21 @@ class FileOps(NamedTuple):
 def open_private_append(path: Path) -> int:
     """Open ``path`` for appending like every jobs-directory file: created 0600, never through a symlink."""
     return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | O_NOFOLLOW | O_CLOEXEC | O_BINARY, 0o600)
+
+
+def remove_files(paths: list[Path], *, dry_run: bool) -> tuple[list[str], int]:
+    """Remove (or, on a dry run, only list) ``paths`` in their order: the names of those that were
+    there, and their bytes. One already gone is left out; nothing is retried."""
+    names, size = [], 0
+    for path in paths:
+        try:
+            size += os.lstat(path).st_size
+        except FileNotFoundError:
+            continue
+        names.append(path.name)
+        if not dry_run:
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+    return names, size

@@ -24,6 +24,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from rekall.kernel.errors import InvalidInput, StoreError
+from rekall.store.fsio import remove_files
 from rekall.store.jobstore import JobStore
 from rekall.store.replay import Replay, ended_at
 
@@ -123,18 +124,10 @@ def _prune_checkpoints(store: JobStore, older_than: timedelta | None, now: datet
 
 def _remove(store: JobStore, job: Replay, ended: str | None, dry_run: bool) -> dict[str, Any]:
     paths, thread, job_id = store.paths, job.thread_id, job.job_id
-    to_remove = [paths.log(thread, job_id), paths.cancel(thread, job_id), paths.handoff(thread, job_id),
-                 paths.journal(thread, job_id),  # the journal then: it is the record of the job
-                 paths.delivery(thread, job_id)]  # its delivery claim after it: no hook delivers for it meanwhile
-    files, size = [], 0
-    for path in to_remove:
-        try:
-            size += os.lstat(path).st_size
-        except FileNotFoundError:
-            continue
-        files.append(path.name)
-        if not dry_run:
-            _unlink(path)
+    files, size = remove_files([
+        paths.log(thread, job_id), paths.cancel(thread, job_id), paths.handoff(thread, job_id),
+        paths.journal(thread, job_id),  # the journal then: it is the record of the job
+        paths.delivery(thread, job_id)], dry_run=dry_run)  # its claim after it: no hook delivers for it meanwhile
     return {"threadId": thread, "jobId": job_id, "state": job.state.value, "endedAt": ended, "files": files,
             "bytes": size}
 

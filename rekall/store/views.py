@@ -136,9 +136,9 @@ def trusted_status(env: Mapping[str, str], thread: str) -> tuple[dict[str, Any],
         return None
     root, lock_root, node_dirs = reader_dirs(env)
     paths = JobPaths(root)
-    served = served_status(paths, thread)
     if os.path.lexists(paths.checkpoint_log(thread)):
         return None  # the full path adds the thread's checkpoint (rekall.store.checkpoint.summary)
+    served = served_status(paths, thread)
     if served is not None or node_dirs or not os.path.isdir(root):  # no jobs directory yet: the full path says why
         return served
     if any(os.path.lexists(p) for p in (paths.status_file(thread),

@@ -15,9 +15,10 @@ on the VS Code extension, and it works on every Codex host, so it is the route o
 * that job saved a handoff, asked for a compaction, and that compaction completed: the journal
   says so (``compactionCompletedAt``), or, while the completion is not journaled yet (the job is
   still ``accepted``), the transcript shows it;
-* the transcript, where it can be read, shows exactly one compaction since the job's request
-  (its own: a second one, Codex's or the user's ``/compact``, means this is not the first
-  ``SessionStart(compact)`` after the job's compaction);
+* the transcript can be read and shows exactly one compaction since the job's request (its own:
+  a second one, Codex's or the user's ``/compact``, means this is not the first
+  ``SessionStart(compact)`` after the job's compaction; without a readable transcript one
+  compaction cannot be told from the next, and nothing is delivered);
 * the job was not cancelled explicitly (``rekall cancel``, ``cancel_compaction``): such a cancel
   takes the delivery claim itself, and older journals say ``reason: explicit_cancellation``;
 * nothing else has delivered it or will: the job's delivery claim (:mod:`rekall.store.delivery`)
@@ -74,7 +75,7 @@ CONTEXT_TOKEN_LIMIT = 2_500
 CONTEXT_BYTE_BUDGET = CONTEXT_TOKEN_LIMIT * 4 - 600
 #: Standard input is read up to this size; Codex sends a few hundred bytes.
 INPUT_LIMIT = 1024 * 1024
-#: A transcript larger than this is not read (the journal alone decides).
+#: A transcript larger than this is not read (then nothing is delivered: see the rule above).
 TRANSCRIPT_LIMIT = 256 * 1024 * 1024
 #: A rollout line that records a compaction (:data:`rekall.surfaces.rollout.RECORD`).
 _COMPACTED = RECORD % b"compacted"
@@ -115,8 +116,10 @@ def answer(raw: bytes, env: Mapping[str, str]) -> str | None:
     if not requested and not has_checkpoint(thread, dirs):
         return None  # nothing to deliver: the transcript is not read
     transcript = _read_transcript(transcript_path)
-    if job is not None and _requested_this_compaction(job[1], job[2], transcript):
-        return _job_answer(thread, *job, transcript)  # only the job's handoff, by its route, never the checkpoint
+    if job is not None and requested:
+        since = _compactions_since(transcript, job[1]["requestedAt"])  # the transcript is scanned once
+        if _requested_this_compaction(job[2], since):
+            return _job_answer(thread, *job, since)  # only the job's handoff, by its route, never the checkpoint
 
     found = checkpoint_answer(thread, dirs, transcript, env, CONTEXT_BYTE_BUDGET)
     if found is None:
@@ -125,9 +128,8 @@ def answer(raw: bytes, env: Mapping[str, str]) -> str | None:
     return _claimed(root, key, context, detail)
 
 
-def _job_answer(thread: str, journal: Path, fields: dict[str, Any], state: str,
-                transcript: bytes | None) -> str | None:
-    if not _eligible(fields, state, transcript):
+def _job_answer(thread: str, journal: Path, fields: dict[str, Any], state: str, since: int | None) -> str | None:
+    if not _eligible(fields, state, since):
         return None
     framed = _framed(journal, thread, fields, state)
     if framed is None:
@@ -255,28 +257,24 @@ def _read_journal(path: Path) -> tuple[str, dict[str, Any], str] | None:
     return created, fields, state
 
 
-def _requested_this_compaction(fields: Mapping[str, Any], state: str, transcript: bytes | None) -> bool:
-    """The compaction this hook runs after may be the one the job asked for: the job asked, and the
-    transcript shows exactly one compaction since (or cannot be read), or none yet while the job
-    still waits on its request (the transcript may lag). A job that asked but whose request may not
-    have reached Codex counts too: in doubt, the checkpoint is not added to a job's compaction."""
-    requested = fields.get("requestedAt")
-    if not isinstance(requested, str):
-        return False
-    since = _compactions_since(transcript, requested)
+def _requested_this_compaction(state: str, since: int | None) -> bool:
+    """The compaction this hook runs after may be the one the job (which asked for one) asked for: the
+    transcript shows exactly one compaction since the request (``since``), or cannot be read, or shows
+    none yet while the job still waits on its request (the transcript may lag). A job whose request
+    may not have reached Codex counts too: in doubt, the checkpoint is not added to a job's compaction."""
     return since in (None, 1) or (since == 0 and state in _AWAITING_COMPACTION)
 
 
-def _eligible(fields: Mapping[str, Any], state: str, transcript: bytes | None) -> bool:
-    """The rule of the module doc, apart from the claim and the handoff's verification."""
-    requested = fields.get("requestedAt")
-    if not fields.get("handoffSha256") or not isinstance(requested, str) or state in _CONTINUING:
+def _eligible(fields: Mapping[str, Any], state: str, since: int | None) -> bool:
+    """The rule of the module doc, apart from the claim and the handoff's verification (``since``: the
+    compactions the transcript shows since the job's request, ``None`` where it cannot be read)."""
+    if not fields.get("handoffSha256") or state in _CONTINUING:
         return False
     if fields.get("handoffDelivery") in ("continuation", "injected"):
         return False  # an older job's record (before claims): delivered already
     if fields.get("reason") == "explicit_cancellation":
         return False  # no route delivers after an explicit cancel (a newer cancel also holds the claim)
-    if _compactions_since(transcript, requested) != 1:
+    if since != 1:
         return False  # only a readable transcript tells this compaction from the next one
     if fields.get("compactionCompletedAt") is None:
         # Not journaled: the job is still accepted, or its worker died there (the reaper may have said
