@@ -199,20 +199,16 @@ def _not_injected(ev: Evidence) -> dict[str, Any]:
     return {} if limit is None else wire(JobStatus(handoffDelivery="not_delivered", handoffDeliveryNote=limit))
 
 
-#: Before these, the continuation or the injection may have been sent: an explicit cancel cannot withhold it.
-_UNRETRACTABLE = (S.RESUMING,)
-
-
 def _cut_short(job: JobView, ev: Evidence) -> dict[str, Any]:
     """What a job ending before its handoff was delivered says of the delivery: an injection that was
     sent is unknown; one that was not, or an explicit cancel, is not delivered, and says why."""
-    sent = job.state is S.INJECTING and ev.get("delivery") != "not_delivered"
-    if sent:
+    if job.state is S.INJECTING and ev.get("delivery") != "not_delivered":
         return wire(JobStatus(handoffDelivery="unknown",
                               handoffDeliveryNote="the job ended while the handoff was being injected; it may or "
                                                   "may not have reached the thread, and is never sent again"))
+    # Resuming, the continuation may be on its way, unless the evidence proves it was not sent.
     if ev.get("reason") == EXPLICIT_CANCELLATION and known(job.status.handoffSha256) \
-            and (job.state not in _UNRETRACTABLE or ev.get("delivery") == "not_delivered"):
+            and (job.state is not S.RESUMING or ev.get("delivery") == "not_delivered"):
         return wire(JobStatus(handoffDelivery="not_delivered", handoffDeliveryNote=WITHHELD))
     if job.state is S.INJECTING:
         waited = f", while it waited for {ev['waitingOn']}" if ev.get("waitingOn") else ""

@@ -20,7 +20,7 @@ from rekall.kernel.caller import Caller
 from rekall.kernel.settings import REQUEST_TIMEOUT_S, check_settings
 from rekall.kernel.errors import RekallError
 from rekall.kernel.ids import job_id as valid_job_id, thread_id as valid_thread_id
-from rekall.states.status import ABSENT, JobStatus, known, wire
+from rekall.states.status import ABSENT, JobStatus, wire
 from rekall.store import JobStore
 
 if TYPE_CHECKING:
@@ -342,12 +342,10 @@ def cancel(thread_id: str, job_id: str, *, env: Mapping[str, str] | None = None,
         # marker itself when it starts.
         _signal_worker(store, thread_id, job_id)
     # A request sent before the worker stops cannot be retracted: the outcome rule says whether one may be out.
-    delivery = known(asked.handoffDelivery)
+    # What became of the handoff is said once, in handoffDelivery and handoffDeliveryNote.
     return wire(JobStatus(threadId=thread_id, jobId=job_id, state=state.value, cancellationRequested=True,
                           outcomeMayBeUnknown=outcome_may_be_unknown(state, {}), handoffDelivery=asked.handoffDelivery,
-                          handoffDeliveryNote=asked.handoffDeliveryNote,
-                          message=CANCEL_MESSAGE + ("" if delivery is None else f" The handoff: "
-                                                    f"{known(asked.handoffDeliveryNote)}.")))
+                          handoffDeliveryNote=asked.handoffDeliveryNote, message=CANCEL_MESSAGE))
 
 
 def _signal_worker(store: JobStore, thread_id: str, job_id: str) -> None:
