@@ -228,7 +228,7 @@ def make_history(env: dict[str, str], threads: int, jobs_per_thread: int) -> lis
             steps = [("worker_started", me), ("idle_stable", _idle(90_000)), ("compaction_accepted", {"ownerId": "o"}),
                      ("compaction_completed", {"compactionId": "c", "tokens": 30_000, "window": 100_000, "revision": 9}),
                      ("idle_stable", _idle(31_000, handoffVerified=True)),
-                     ("turn_started", {"turnId": "t", "turnStatus": "inProgress"})]
+                     ("handoff_delivered", {"turnId": "t", "turnStatus": "inProgress"})]
             with store.open_lifecycle(thread, job) as lifecycle:
                 for trigger, evidence in steps:
                     store.clock.advance(500)

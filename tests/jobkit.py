@@ -12,7 +12,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from rekall.states import JobState
+from rekall.states import DeliveryState, JobState, JobView
+from rekall.states.model import CONTINUATION, INJECTION
 from rekall.store import CreatedJob, JobStore, Lifecycle, process_start_time
 from rekall.testing import FakeClock
 
@@ -66,7 +67,7 @@ def script(job_id: str, outcome: str) -> list[tuple[str, dict[str, Any]]]:
                                       ("idle_stable", idle(70_000, handoffVerified=True))],
         "resumed": start + [("compaction_completed", completed(30_000)),
                             ("idle_stable", idle(31_000, handoffVerified=True)),
-                            ("turn_started", {"turnId": "turn-9", "turnStatus": "inProgress"})],
+                            ("handoff_delivered", {"turnId": "turn-9", "turnStatus": "inProgress"})],
         "cancelled": start[:2] + [("cancel", {"reason": "new_user_input", "delivery": "unknown"})],
         "explicitly_cancelled": start[:2] + [("cancel", {"reason": "explicit_cancellation", "delivery": "unknown"})],
         "failed": start + [("fail", {"errorCode": "owner_gone", "error": "the owner window closed"})],
@@ -139,3 +140,28 @@ def job_with_dead_worker(store: JobStore, clock: FakeClock, thread: str, state: 
         assert run_lifecycle(lifecycle, clock, steps).value == state
     store.set_lock_holder(thread, job, pid, started)
     return job
+
+
+#: Where each of the job's states is in the two machines (compaction, delivery, route): what a view in that
+#: state holds (an injection not sent yet).
+MACHINE_STATES = {
+    JobState.WAITING_FOR_RESUME_IDLE: (JobState.COMPACTED, DeliveryState.WAITING, CONTINUATION),
+    JobState.RESUMING: (JobState.COMPACTED, DeliveryState.SENDING, CONTINUATION),
+    JobState.INJECTING: (JobState.COMPACTED, DeliveryState.WAITING, INJECTION),
+    JobState.RESUMED: (JobState.COMPACTED, DeliveryState.DELIVERED, CONTINUATION),
+    JobState.COMPLETED: (JobState.COMPACTED, DeliveryState.SETTLED, None),
+    JobState.SKIPPED: (JobState.COMPACTED, DeliveryState.SETTLED, CONTINUATION),
+}
+
+
+def view_in(job_id: str, state: JobState, fields: dict[str, Any], entered: dict[JobState, int] | None = None,
+            *, sent: bool = False) -> JobView:
+    """A job's view in ``state`` (with ``sent``: an injection sent, its answer awaited)."""
+    compaction, delivery, route = MACHINE_STATES.get(state, (state, DeliveryState.PENDING, None))
+    if sent:
+        delivery = DeliveryState.SENDING
+    if state is JobState.SKIPPED:
+        fields = {"resumeSkipped": "insufficient_headroom", **fields}
+    view = JobView(job_id, "t", compaction, fields, entered or {}, delivery, route)
+    assert view.state is state
+    return view

@@ -61,7 +61,7 @@ def test_with_the_count_before_unknown_only_the_sixty_percent_limit_is_checked_a
             ("worker_started", me(job)), ("idle_stable", idle(None)),  # no telemetry when the request went out
             ("compaction_accepted", {"ownerId": "owner-1"}), ("compaction_completed", completed(30_000)),
             ("idle_stable", idle(31_000, handoffVerified=True)),
-            ("turn_started", {"turnId": "turn-9", "turnStatus": "inProgress"})])
+            ("handoff_delivered", {"turnId": "turn-9", "turnStatus": "inProgress"})])
     assert state.value == "resumed"
     status = store.read_status(thread)
     assert status.contextTokensBefore is None

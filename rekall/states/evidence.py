@@ -27,7 +27,6 @@ WITHHELD = ("the job was cancelled explicitly (rekall cancel or cancel_compactio
 #: Once resuming, the continuation lost the job's delivery claim to the plugin's SessionStart(compact) hook: the
 #: hook runs only at a turn's start and the continuation was not sent, so the user's turn carries the handoff.
 HOOK_DELIVERED = "handoff_delivered_by_hook"
-OVERTAKEN_REASONS = (*USER_MOVED_ON, HOOK_DELIVERED)
 DELIVERY = ("not_delivered", "unknown")
 
 
@@ -143,9 +142,6 @@ TRIGGERS: Mapping[str, TriggerSpec] = {
             # (the app-server's first count of the compaction turn); else the request's count counts.
             Key("tokensBefore", "int|null", required=False),
         )),
-        TriggerSpec("turn_started", "The owner returned the started continuation turn.", (
-            Key("turnId", "str"), Key("turnStatus", "str|null", required=False),
-        )),
         TriggerSpec("outcome_settled", "A request's outcome was unknown; the owner, reachable again, showed "
                     "the thread idle with no compaction in progress for the settle window.", (
             Key("idle", "bool"), Key("compactionsInProgress", "int"), Key("quietMs", "number"),
@@ -157,17 +153,24 @@ TRIGGERS: Mapping[str, TriggerSpec] = {
             Key("reason", "str", choices=CANCEL_REASONS), Key("delivery", "str", required=False, choices=DELIVERY),
             Key("injectionLimit", "str", required=False),
         )),
-        TriggerSpec("resume_overtaken", "The user's input (or a stopped turn) came after the compaction completed "
-                    "and before the continuation: none will run, and the handoff is injected instead. Or, just "
-                    "before the continuation was sent, the plugin's hook had delivered the handoff at the start of "
-                    "the user's turn (handoff_delivered_by_hook): nothing is sent.", (
-            Key("reason", "str", choices=OVERTAKEN_REASONS),
+        TriggerSpec("route_chosen", "The delivery machine's first step, with the compaction's completion (the "
+                    "machine fires it from compaction_completed's evidence): which route carries the handoff.", (
+            Key("tokens", "int|null"), Key("window", "int|null"), *_DELIVERY,
+            Key("userMovedOn", "str", required=False, choices=USER_MOVED_ON),
+            Key("tokensBefore", "int|null", required=False),
         )),
-        TriggerSpec("handoff_injected", "The platform acknowledged the handoff's injection into the thread's "
-                    "context.", (Key("textBytes", "int"),)),
-        TriggerSpec("handoff_not_delivered", "The handoff's injection failed (refused, not sent, or its answer "
-                    "was lost: delivery unknown), or the plugin's hook had delivered it at the start of the user's "
-                    "turn (hook); it is never sent again.", (
+        TriggerSpec("rerouted", "The user's input (or a stopped turn) came after the compaction completed and "
+                    "before the continuation: none will run, and the handoff is injected instead.", (
+            Key("reason", "str", choices=USER_MOVED_ON),
+        )),
+        TriggerSpec("handoff_delivered", "The owner acknowledged the route's request: the continuation turn it "
+                    "started (turnId), or the injection (textBytes: the size of the text sent).", (
+            Key("turnId", "str", required=False), Key("turnStatus", "str|null", required=False),
+            Key("textBytes", "int", required=False),
+        )),
+        TriggerSpec("handoff_not_delivered", "The route's request failed (refused, not sent, or its answer was "
+                    "lost: delivery unknown), or the plugin's hook had delivered the handoff at the start of the "
+                    "user's turn (hook); it is never sent again.", (
             Key("errorCode", "str"), Key("error", "text"), Key("delivery", "str", choices=(*DELIVERY, "hook")),
         )),
         TriggerSpec("deadline", "The worker's deadline passed.", (

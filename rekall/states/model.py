@@ -1,4 +1,10 @@
-"""The nouns of the lifecycle: a job's states, the view guards read, and a time reading."""
+"""The nouns of the lifecycle: a job's states, its two machines' states, the view guards read, and a
+time reading.
+
+A job runs two machines (:mod:`rekall.states.table`): the compaction machine (when the compaction ends and
+how) and the delivery machine (how, once, the handoff reaches the model). What a job *is*, the one
+``state`` every reader shows, is derived from both by :func:`job_state`.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +17,8 @@ from typing import Any
 
 import attrs
 
+from rekall.kernel.jobstate import CONTINUATION as _CONTINUATION
+from rekall.kernel.jobstate import job_state_named
 from rekall.states.status import JobStatus, read
 
 
@@ -29,6 +37,11 @@ class JobState(str, Enum):
     WAITING_FOR_IDLE = "waiting_for_idle", "The worker follows the thread and waits for idle to hold."
     REQUESTING = "requesting", "Idle held; the compaction request is being sent to the owner."
     ACCEPTED = "accepted", "The owner accepted the request; completion has not been seen yet."
+    COMPACTED = (
+        "compacted",
+        "The compaction completed and the delivery machine has the job, but its route is not journaled yet "
+        "(seen only when the worker stopped between the two records).",
+    )
     WAITING_FOR_RESUME_IDLE = (
         "waiting_for_resume_idle",
         "Compaction completed with headroom; waiting for idle before the continuation turn.",
@@ -59,6 +72,45 @@ TERMINAL_STATES: frozenset[JobState] = frozenset(
 SUCCESSFUL_END_STATES: frozenset[JobState] = frozenset(
     {JobState.COMPLETED, JobState.RESUMED, JobState.SKIPPED, JobState.CANCELLED})
 NON_TERMINAL_STATES: tuple[JobState, ...] = tuple(s for s in JobState if s not in TERMINAL_STATES)
+#: The compaction machine's states; the others are the delivery machine's, named for its route.
+COMPACTION_STATES: tuple[JobState, ...] = (
+    JobState.SCHEDULED, JobState.WAITING_FOR_IDLE, JobState.REQUESTING, JobState.ACCEPTED, JobState.COMPACTED,
+    JobState.CANCELLED, JobState.TIMED_OUT, JobState.FAILED)
+
+
+class DeliveryState(str, Enum):
+    """Where the handoff's delivery is, whatever its route. Values are the strings written to disk."""
+
+    doc: str
+
+    def __new__(cls, value: str, doc: str) -> DeliveryState:
+        member = str.__new__(cls, value)
+        member._value_ = value
+        member.doc = doc
+        return member
+
+    PENDING = "pending", "The compaction has not completed: nothing to deliver yet."
+    WAITING = "waiting", "A route is chosen; it waits for the thread to stay idle."
+    SENDING = "sending", ("The route's request (the continuation turn, the injection) is journaled and leaves next; "
+                          "its answer is awaited.")
+    DELIVERED = "delivered", "Terminal: the owner acknowledged the route's request."
+    SETTLED = "settled", ("Terminal: rekall delivered nothing: no route carries the handoff, another route (the "
+                          "plugin's hook) delivered it, or the request was refused or its answer lost "
+                          "(handoffDelivery says which).")
+
+    @property
+    def terminal(self) -> bool:
+        return self in (DeliveryState.DELIVERED, DeliveryState.SETTLED)
+
+
+_BY_VALUE = {state.value: state for state in JobState}
+#: The routes the delivery machine sends by (the claim's route names, :mod:`rekall.store.delivery`).
+CONTINUATION, INJECTION = _CONTINUATION, "injection"
+
+
+def job_state(compaction: JobState, delivery: DeliveryState, route: str | None, resume_skipped: Any) -> JobState:
+    """The job's one state, derived from both machines (:func:`rekall.kernel.jobstate.job_state_named`)."""
+    return _BY_VALUE[job_state_named(compaction.value, delivery.value, route, resume_skipped)]
 
 
 @attrs.frozen
@@ -84,17 +136,27 @@ def _frozen(value: Mapping[Any, Any]) -> Mapping[Any, Any]:
 
 @attrs.frozen
 class JobView:
-    """What guards and effects may read about a job: its fields so far and when states began.
+    """What guards and effects may read about a job: both machines' states, the delivery's route, its
+    fields so far and when its states began.
 
     Built by replaying the job's journal; never mutated, only advanced.
     """
 
     job_id: str
     thread_id: str
-    state: JobState
+    #: The compaction machine's state.
+    compaction: JobState
     fields: Mapping[str, Any] = attrs.field(converter=_frozen)
-    #: Monotonic ms at which each state was entered (for durations such as compactionDurationMs).
+    #: Monotonic ms at which the job entered each of its states (for durations such as compactionDurationMs).
     entered_ms: Mapping[JobState, int] = attrs.field(converter=_frozen)
+    delivery: DeliveryState = DeliveryState.PENDING
+    #: The delivery's route once chosen (``continuation``, ``injection``); ``None`` before, or with none.
+    route: str | None = None
+
+    @cached_property
+    def state(self) -> JobState:
+        """The job's state, derived from both machines (:func:`job_state`)."""
+        return job_state(self.compaction, self.delivery, self.route, self.fields.get("resumeSkipped"))
 
     @cached_property  # read by the guards and the effect of one transition; the record is frozen
     def status(self) -> JobStatus:
@@ -105,6 +167,16 @@ class JobView:
     def resume(self) -> bool:
         return self.status.resume is True
 
-    def advanced(self, dest: JobState, fields: Mapping[str, Any], mono_ms: int) -> JobView:
-        return JobView(self.job_id, self.thread_id, dest, {**self.fields, **fields},
-                       {**self.entered_ms, dest: mono_ms})
+    def state_in(self, machine: str) -> JobState | DeliveryState:
+        """The state of the machine named ``machine`` (``compaction`` or ``delivery``)."""
+        return self.delivery if machine == "delivery" else self.compaction
+
+    def advanced(self, fields: Mapping[str, Any], mono_ms: int, *, compaction: JobState | None = None,
+                 delivery: DeliveryState | None = None, route: str | None = None) -> JobView:
+        """After one machine moved (``compaction`` or ``delivery`` and its ``route``) and set ``fields``."""
+        later = JobView(self.job_id, self.thread_id, self.compaction if compaction is None else compaction,
+                        {**self.fields, **fields}, self.entered_ms,
+                        self.delivery if delivery is None else delivery, self.route if delivery is None else route)
+        if later.state is self.state:
+            return later  # the job's state goes on (an injection being sent is still injecting)
+        return attrs.evolve(later, entered_ms={**self.entered_ms, later.state: mono_ms})

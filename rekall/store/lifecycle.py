@@ -22,12 +22,12 @@ from pathlib import Path
 from typing import Any
 
 from rekall.kernel.errors import InvalidInput
-from rekall.states import JobMachine, JobState, Step
+from rekall.states import DELIVERY, JobMachine, JobState, JobView, Step
 from rekall.states.status import JobStatus
 from rekall.store.clock import Clock
 from rekall.store.journal import JournalWriter
 from rekall.store.replay import Replay, derive_status
-from rekall.store.wire import NoteRecord, TransitionRecord
+from rekall.store.wire import DeliveryRecord, Move, NoteRecord, TransitionRecord
 
 log = logging.getLogger("rekall.store")
 
@@ -57,6 +57,11 @@ class Lifecycle:
         return self._machine.state
 
     @property
+    def view(self) -> JobView:
+        """The job as both machines have it (states, route, fields)."""
+        return self._machine.view
+
+    @property
     def job_status(self) -> JobStatus:
         """The job's fields so far as a record (what ``status`` shows of the job, without deriving
         it all); read once per transition, which the guards read too."""
@@ -74,16 +79,22 @@ class Lifecycle:
         ``InvalidEvidence``/``UnknownTrigger`` (bad call) or ``JournalUnusable`` (the record
         could not be made durable). In each case nothing changed.
         """
-        step = self._machine.fire(trigger, evidence, self._clock.now(), self._commit)
+        self._machine.fire(trigger, evidence, self._clock.now(), self._commit)
         self._status_behind = True
         if not self.hold_status:
             self.save_status()
-        return step.dest
+        return self.state
 
     def _commit(self, step: Step) -> None:
-        record = TransitionRecord(seq=self._seq, at=step.now.iso, mono_ms=step.now.mono_ms, trigger=step.trigger,
-                                  source=step.source, dest=step.dest, evidence=dict(step.evidence),
-                                  guards=step.verdicts, fields=dict(step.fields))
+        record: Move
+        if step.machine == DELIVERY.name:
+            record = DeliveryRecord(seq=self._seq, at=step.now.iso, mono_ms=step.now.mono_ms, trigger=step.trigger,
+                                    source=step.source, dest=step.dest, route=step.route,  # type: ignore[arg-type]
+                                    evidence=dict(step.evidence), guards=step.verdicts, fields=dict(step.fields))
+        else:
+            record = TransitionRecord(seq=self._seq, at=step.now.iso, mono_ms=step.now.mono_ms,
+                                      trigger=step.trigger, source=step.source, dest=step.dest,  # type: ignore[arg-type]
+                                      evidence=dict(step.evidence), guards=step.verdicts, fields=dict(step.fields))
         self._writer.append(record)
         self._seq += 1
         self._last = record

@@ -185,6 +185,8 @@ def _lost_words(state: JobState, owner: str) -> str:
     done = {
         JobState.ACCEPTED: f", after {owner} accepted the compaction request; the compaction may still "
                            "complete",
+        JobState.COMPACTED: ", after the compaction completed: the thread was compacted, and no route was chosen "
+                            "for the handoff",
         JobState.WAITING_FOR_RESUME_IDLE: ", after the compaction completed: the thread was compacted, and the "
                                           "continuation did not run",
         JobState.RESUMING: ", after the compaction completed: the thread was compacted, and a continuation may "

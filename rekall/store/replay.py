@@ -2,8 +2,10 @@
 
 Replay accepts only what the lifecycle allows: the first record creates the job (trigger
 ``schedule``, into ``scheduled``, naming the job and thread of the file), sequence numbers
-are contiguous, and every transition starts in the replayed state and is a row of
-``TRANSITIONS``. Anything else is reported as corruption rather than believed.
+are contiguous, and every move starts in its machine's replayed state and is a row of that
+machine's table (a record from before the delivery machine stands for the moves
+:mod:`rekall.store.legacy` gives, and must lead to the state it names). Anything else is
+reported as corruption rather than believed.
 
 The status file is a view derived from here (plus a summary of the thread's earlier jobs);
 it can always be rebuilt.
@@ -16,12 +18,13 @@ from typing import Any
 
 import attrs
 
-from rekall.states import SCHEDULE, JobState, JobView, find_row
+from rekall.states import COMPACTION, SCHEDULE, JobState, JobView
 from rekall.states.status import ABSENT, HistoryEntry, ended_at, known, unknown, wire
 from rekall.store.delivery import fold_into
 from rekall.store.errors import JournalCorrupt
 from rekall.store.journal import Scan, scan_journal
-from rekall.store.wire import NoteRecord, TransitionRecord
+from rekall.store.legacy import MachineMove, is_legacy, moves_of
+from rekall.store.wire import Move, NoteRecord, TransitionRecord
 
 #: How many earlier jobs the status file summarises under ``history``.
 HISTORY_LIMIT = 20
@@ -33,9 +36,12 @@ class Replay:
     job_id: str
     path: Path
     view: JobView
-    transitions: tuple[TransitionRecord, ...]
+    #: The machines' moves, as journaled (the first is the job's creation).
+    transitions: tuple[Move, ...]
     notes: tuple[NoteRecord, ...]
     scan: Scan
+    #: For each of ``transitions`` after the first: the moves it stands for, and the job's state after it.
+    moves: tuple[tuple[tuple[MachineMove, ...], JobState], ...] = ()
 
     @property
     def state(self) -> JobState:
@@ -48,6 +54,17 @@ class Replay:
     @property
     def created_at(self) -> str:
         return self.transitions[0].at
+
+    @property
+    def states_taken(self) -> list[str]:
+        """The job's states in the order it went through them. A move that left the job's state as it was
+        (an injection being sent) adds none, nor does the handover between the two records of one completion
+        (``compacted`` shows only where the job stayed: its journal ends there, or the job ended there)."""
+        states = [JobState.SCHEDULED, *(state for _, state in self.moves)]
+        handed_over = {i for i, state in enumerate(states[:-1])
+                       if state is JobState.COMPACTED and states[i + 1] not in COMPACTION.terminal}
+        return [state.value for i, state in enumerate(states)
+                if (i == 0 or state is not states[i - 1]) and i not in handed_over]
 
     @property
     def next_seq(self) -> int:
@@ -71,28 +88,56 @@ def replay_scan(path: Path, scan: Scan, thread_id: str, job_id: str) -> Replay:
     if first.fields.get("jobId") != job_id or first.fields.get("threadId") != thread_id:
         raise _bad(path, 0, "it names another job or thread than its file name")
     view = JobView(job_id, thread_id, JobState.SCHEDULED, first.fields, {JobState.SCHEDULED: first.mono_ms})
-    transitions, notes = [first], []
+    transitions: list[Move] = [first]
+    notes, moves = [], []
     for expected_seq, record in enumerate(records[1:], start=1):
         if record.seq != expected_seq:
             raise _bad(path, expected_seq, f"sequence number {record.seq} breaks the order")
         if isinstance(record, NoteRecord):
             notes.append(record)
             continue
-        if record.source is not view.state:
-            raise _bad(path, record.seq, f"starts in {record.source} but the job was {view.state.value}")
-        if record.source is None or find_row(record.source, record.trigger, record.dest) is None:
-            raise _bad(path, record.seq, f"{record.source} --{record.trigger}--> {record.dest} is not a transition")
-        view = view.advanced(record.dest, record.fields, record.mono_ms)
+        view = _replayed(path, view, record)
         transitions.append(record)
-    return Replay(thread_id, job_id, path, with_claim(view, path), tuple(transitions), tuple(notes), scan)
+        moves.append((moves_of(record) or (), view.state))
+    return Replay(thread_id, job_id, path, with_claim(view, path), tuple(transitions), tuple(notes), scan,
+                  tuple(moves))
+
+
+def _replayed(path: Path, view: JobView, record: Move) -> JobView:
+    """``view`` after ``record``, checked against both machines' tables."""
+    said = f"{record.source and record.source.value} --{record.trigger}--> {record.dest.value}"
+    if view.state.terminal:
+        raise _bad(path, record.seq, f"{said} comes after the job ended {view.state.value}")
+    legacy = is_legacy(record)
+    if legacy and record.source is not view.state:
+        raise _bad(path, record.seq, f"starts in {record.source} but the job was {view.state.value}")
+    moves = moves_of(record)
+    if moves is None:
+        raise _bad(path, record.seq, f"{said} is not a transition")
+    for i, move in enumerate(moves):
+        now = view.state_in(move.table.name)
+        if move.source is not now:
+            was = f"the job was {view.state.value}" if move.table is COMPACTION else f"the delivery was {now.value}"
+            raise _bad(path, record.seq, f"starts in {move.source.value} but {was}")
+        if move.table is not COMPACTION and view.compaction is not JobState.COMPACTED:
+            raise _bad(path, record.seq, f"{said}: the delivery moves before the compaction completed")
+        if move.table.find_row(move.source, move.trigger, move.dest) is None:
+            raise _bad(path, record.seq, f"{said} is not a transition")
+        fields = record.fields if i == len(moves) - 1 else {}
+        if move.table is COMPACTION:
+            view = view.advanced(fields, record.mono_ms, compaction=move.dest)  # type: ignore[arg-type]
+        else:
+            view = view.advanced(fields, record.mono_ms, delivery=move.dest, route=move.route)  # type: ignore[arg-type]
+    if legacy and view.state is not record.dest:
+        raise _bad(path, record.seq, f"{said} leads to {view.state.value}")
+    return view
 
 
 def with_claim(view: JobView, journal_path: Path) -> JobView:
     """``view`` with the job's delivery claim folded in (:mod:`rekall.store.delivery`): a handoff the
     plugin's hook delivered is part of the job's record though the journal never says so."""
     fields = fold_into(view.fields, journal_path)
-    return view if fields is view.fields else JobView(view.job_id, view.thread_id, view.state, fields,
-                                                      view.entered_ms)
+    return view if fields is view.fields else attrs.evolve(view, fields=fields)
 
 
 def replay_file(path: Path, thread_id: str, job_id: str) -> Replay:
@@ -127,7 +172,7 @@ def history_before(job: Replay, earlier: list[Replay]) -> list[dict[str, Any]]:
     return [summarize(e) for e in ended[-HISTORY_LIMIT:]]
 
 
-def derive_status(view: JobView, last: TransitionRecord, journal_path: Path, log_path: Path,
+def derive_status(view: JobView, last: Move, journal_path: Path, log_path: Path,
                   history: list[dict[str, Any]]) -> dict[str, Any]:
     """The status file's content, built only from the journal (and the thread's history), with the
     job's delivery claim folded in."""

@@ -4,9 +4,11 @@ A journal line is one JSON object: ``{"crc32":"<8 hex>","record":{...}}`` follow
 newline. The checksum covers the exact bytes of the record object as written (no
 re-serialisation is needed to check it), and the line is still plain JSON for ``jq``.
 
-A record carries ``v`` (its schema version: 1, or 2 since the platform is named) and ``type``
-(``transition`` or ``note``). Reading is strict: unknown keys, a wrong type or an unknown
-version are errors, never guesses.
+A record carries ``v`` (its schema version: 1; 2 since the platform is named; 3 since the delivery
+has a machine of its own) and ``type``: ``transition`` (a move of the compaction machine, or, in
+versions 1 and 2, of the single machine before the split: :mod:`rekall.store.legacy` reads those),
+``delivery`` (a move of the delivery machine, with its route) or ``note``. Reading is strict:
+unknown keys, a wrong type or an unknown version are errors, never guesses.
 """
 
 from __future__ import annotations
@@ -19,13 +21,15 @@ from typing import Any
 
 import attrs
 
-from rekall.states import GuardVerdict, JobState
+from rekall.states import DeliveryState, GuardVerdict, JobState
+from rekall.states.machine import MachineState
 from rekall.store.processes import LockHolder
 
-#: 2: the worker's ``worker_started`` and ``connected`` evidence names the platform.
-RECORD_VERSION = 2
-#: Every version this rekall reads. Version 1 records have the same shape and are read unchanged.
-READABLE_VERSIONS = frozenset({1, 2})
+#: 2: the worker's ``worker_started`` and ``connected`` evidence names the platform. 3: the delivery
+#: machine's moves are ``delivery`` records; ``transition`` records are the compaction machine's.
+RECORD_VERSION = 3
+#: Every version this rekall reads. Version 1 records have the same shape as version 2's.
+READABLE_VERSIONS = frozenset({1, 2, 3})
 
 
 @attrs.frozen(kw_only=True)
@@ -42,6 +46,22 @@ class TransitionRecord:
 
 
 @attrs.frozen(kw_only=True)
+class DeliveryRecord:
+    """A move of the delivery machine; ``route`` is the delivery's route after it."""
+
+    seq: int
+    at: str
+    mono_ms: int
+    trigger: str
+    source: DeliveryState
+    dest: DeliveryState
+    route: str | None
+    evidence: dict[str, Any]
+    guards: tuple[GuardVerdict, ...] = ()
+    fields: dict[str, Any]
+
+
+@attrs.frozen(kw_only=True)
 class NoteRecord:
     """An observation that changes no state (a reconnect, a resync, the owner moving)."""
 
@@ -52,8 +72,10 @@ class NoteRecord:
     detail: dict[str, Any]
 
 
-Record = TransitionRecord | NoteRecord
-_TYPES: dict[str, type[Record]] = {"transition": TransitionRecord, "note": NoteRecord}
+Record = TransitionRecord | DeliveryRecord | NoteRecord
+#: A move of either machine.
+Move = TransitionRecord | DeliveryRecord
+_TYPES: dict[str, type[Record]] = {"transition": TransitionRecord, "delivery": DeliveryRecord, "note": NoteRecord}
 _TYPE_OF = {cls: name for name, cls in _TYPES.items()}
 
 @cache
@@ -72,7 +94,9 @@ def converter() -> Any:
         made.register_unstructure_hook(cls, make_dict_unstructure_fn(cls, made, **overrides))
 
     register(TransitionRecord, strict=True, **_RENAMES[TransitionRecord])
+    register(DeliveryRecord, strict=True, **_RENAMES[DeliveryRecord])
     register(NoteRecord, strict=True, **_RENAMES[NoteRecord])
+    made.register_structure_hook(MachineState, lambda value, _: state_named(value))
     register(GuardVerdict, strict=True)
     # The lock is read leniently: the Node version wrote only jobId and threadId.
     register(LockHolder, strict=False, **_RENAMES[LockHolder])
@@ -81,28 +105,41 @@ def converter() -> Any:
 
 _RENAMES: dict[type, dict[str, str]] = {
     TransitionRecord: {"mono_ms": "monoMs", "source": "from", "dest": "to"},
+    DeliveryRecord: {"mono_ms": "monoMs", "source": "from", "dest": "to"},
     NoteRecord: {"mono_ms": "monoMs"},
     LockHolder: {"job_id": "jobId", "thread_id": "threadId", "process_start_time": "processStartTime",
                 "created_at": "createdAt", "jobs_dir": "jobsDir"},
 }
-#: The JSON type each field has when a record is written by this rekall: bool, int, str, dict or a
-#: (JobState, nullable) pair; anything else (lists of guards aside) is left to cattrs.
+#: The JSON type each field has when a record is written by this rekall: bool, int, str, dict, a
+#: (state enum, nullable) pair or an optional str; anything else (lists of guards aside) is left to cattrs.
 _PLAIN: dict[type, dict[str, Any]] = {
     TransitionRecord: {"seq": int, "at": str, "monoMs": int, "trigger": str, "from": (JobState, True),
                        "to": (JobState, False), "evidence": dict, "guards": list, "fields": dict},
+    DeliveryRecord: {"seq": int, "at": str, "monoMs": int, "trigger": str, "from": (DeliveryState, False),
+                     "to": (DeliveryState, False), "route": (str, True), "evidence": dict, "guards": list,
+                     "fields": dict},
     NoteRecord: {"seq": int, "at": str, "monoMs": int, "kind": str, "detail": dict},
 }
-_STATES = {state.value: state for state in JobState}
+#: Both machines' states by value (the values differ, so a guard's ``to`` names one state).
+_STATES: dict[str, MachineState] = {state.value: state for enum in (JobState, DeliveryState) for state in enum}
+
+
+def state_named(value: Any) -> MachineState:
+    if type(value) is not str or value not in _STATES:
+        raise ValueError(f"{value!r:.40} is not a state")
+    return _STATES[value]
 
 
 def _plain(value: Any, kind: Any) -> tuple[bool, Any]:
     """``(True, structured value)`` when ``value`` already has exactly the written type, else ``(False, None)``."""
     if isinstance(kind, tuple):
-        enum, nullable = kind
+        of, nullable = kind
         if value is None:
             return nullable, None
+        if of is str:
+            return type(value) is str, value
         state = _STATES.get(value) if type(value) is str else None
-        return state is not None, state
+        return type(state) is of, state
     if kind is list:  # the guards: a list of {to, guard, passed}
         if type(value) is not list:
             return False, None
@@ -189,19 +226,24 @@ def _written_plainly(record: Record) -> dict[str, Any] | None:
     The mirror of :func:`_read_plainly`, for the worker's commit path: it writes a record before
     every request, and this costs a fraction of the converter (and never builds it). The keys
     and their order are the converter's; a test holds the two byte-equal."""
-    if type(record) is TransitionRecord:
-        source = record.source
+    if type(record) in (TransitionRecord, DeliveryRecord):
+        assert isinstance(record, (TransitionRecord, DeliveryRecord))
+        delivery = type(record) is DeliveryRecord
+        source, enum = record.source, DeliveryState if delivery else JobState
         if not (type(record.seq) is int and type(record.mono_ms) is int and type(record.at) is str
-                and type(record.trigger) is str and (source is None or type(source) is JobState)
-                and type(record.dest) is JobState and type(record.guards) is tuple
-                and all(type(g) is GuardVerdict and type(g.to) is JobState and type(g.guard) is str
+                and type(record.trigger) is str and (source is None or type(source) is enum)
+                and type(record.dest) is enum and type(record.guards) is tuple
+                and all(type(g) is GuardVerdict and type(g.to) in (JobState, DeliveryState) and type(g.guard) is str
                         and type(g.passed) is bool for g in record.guards)
-                and _native(record.evidence) and _native(record.fields)):
+                and _native(record.evidence) and _native(record.fields)
+                and (not delivery or type(record.route) in (str, type(None)))):  # type: ignore[union-attr]
             return None
-        return {"v": RECORD_VERSION, "type": "transition", "seq": record.seq, "at": record.at,
-                "monoMs": record.mono_ms, "trigger": record.trigger,
-                "from": None if source is None else source.value, "to": record.dest.value,
-                "evidence": record.evidence,
+        written = {"v": RECORD_VERSION, "type": "delivery" if delivery else "transition", "seq": record.seq,
+                   "at": record.at, "monoMs": record.mono_ms, "trigger": record.trigger,
+                   "from": None if source is None else source.value, "to": record.dest.value}
+        if delivery:
+            written["route"] = record.route  # type: ignore[union-attr]
+        return {**written, "evidence": record.evidence,
                 "guards": [{"to": g.to.value, "guard": g.guard, "passed": g.passed} for g in record.guards],
                 "fields": record.fields}
     if (type(record) is NoteRecord and type(record.seq) is int and type(record.mono_ms) is int

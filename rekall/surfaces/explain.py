@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any
 from rekall.states import HEADROOM_LIMIT, JobState
 from rekall.states.status import ABSENT, JobStatus, known, read, wire
 from rekall.store import JobStore, Replay
-from rekall.store.wire import TransitionRecord
+from rekall.store.legacy import is_legacy
+from rekall.store.wire import DeliveryRecord, Move
 
 if TYPE_CHECKING:  # rich is imported by the printers only: `--json` output never loads it
     from rich.console import Console
@@ -148,7 +149,7 @@ def _ending_words(state: str, f: JobStatus) -> str:
         return f"Unknown state {state!r}."
 
 
-def _elapsed_ms(previous: TransitionRecord | None, record: Any) -> int | None:
+def _elapsed_ms(previous: Move | None, record: Any) -> int | None:
     if previous is None:
         return None
     elapsed = record.mono_ms - previous.mono_ms
@@ -158,23 +159,40 @@ def _elapsed_ms(previous: TransitionRecord | None, record: Any) -> int | None:
     return elapsed
 
 
+def _machine_of(record: Move) -> str:
+    """Which machine moved: ``compaction`` or ``delivery``, or ``job`` for a record of the one machine that
+    ran the whole job before the delivery had its own (:mod:`rekall.store.legacy`)."""
+    if isinstance(record, DeliveryRecord):
+        return "delivery"
+    return "job" if is_legacy(record) else "compaction"
+
+
 def path_diagram(job: Replay) -> str:
-    """The lifecycle diagram with the transitions taken numbered and the states visited styled."""
+    """The lifecycle diagram with the moves taken numbered (by journal record) and the states visited styled."""
+    from rekall.states import MACHINES, DeliveryState, JobState
     from rekall.states.render import mermaid
 
     lines = mermaid().splitlines()
-    steps = {(t.source.value, t.dest.value, t.trigger): n
-             for n, t in enumerate(job.transitions[1:], start=1) if t.source is not None}
+    steps = [((move.source.value, move.dest.value, move.trigger), n)
+             for n, (moves, _) in enumerate(job.moves, start=1) for move in moves]
     for i, line in enumerate(lines):
-        for (src, dst, trigger), n in steps.items():
-            if line.strip().startswith(f"{src} --> {dst}: {trigger}"):
-                lines[i] = f"{line} (step {n})"
-    visited = list(dict.fromkeys(t.dest.value for t in job.transitions))
+        edge, _, labels = line.strip().partition(": ")  # "a --> b: t1 [guard] | t2"
+        taken = [n for (src, dst, trigger), n in steps if edge == f"{src} --> {dst}"
+                 and any(label.split(" [")[0] == trigger for label in labels.split(" | "))]
+        if taken:
+            lines[i] = f"{line} (step {', '.join(map(str, sorted(set(taken))))})"
+    view = job.view
+    current = [view.compaction.value] + ([] if view.delivery is DeliveryState.PENDING else [view.delivery.value])
+    visited = [JobState.SCHEDULED.value]  # each machine's states in the order visited, from where it started
+    for table in MACHINES:
+        dests = [move.dest.value for moves, _ in job.moves for move in moves if move.table is table]
+        visited += ([] if table.initial is JobState.SCHEDULED or not dests else [table.initial.value]) + dests
+    taken = [state for state in dict.fromkeys(visited) if state not in current]
     lines += [
         "  classDef taken fill:#e8f4ea,stroke:#2e7d32",
         "  classDef current fill:#2e7d32,color:#ffffff,stroke:#1b5e20",
-        f"  class {','.join(visited[:-1]) or visited[-1]} taken",
-        f"  class {visited[-1]} current",
+        *([f"  class {','.join(taken)} taken"] if taken else []),
+        f"  class {','.join(current)} current",
     ]
     return "\n".join(lines) + "\n"
 
@@ -190,7 +208,7 @@ def build_explanation(store: JobStore, job_or_thread_id: str) -> dict[str, Any]:
     assert isinstance(state, str)  # every status derived from a journal has its state
     timeline, previous = [], None
     for record in job.transitions:
-        timeline.append({
+        row = {
             "seq": record.seq,
             "at": record.at,
             "sincePreviousMs": _elapsed_ms(previous, record),
@@ -200,7 +218,11 @@ def build_explanation(store: JobStore, job_or_thread_id: str) -> dict[str, Any]:
             "evidence": record.evidence,
             "guards": [{"to": v.to.value, "guard": v.guard, "passed": v.passed} for v in record.guards],
             "fields": record.fields,
-        })
+        }
+        row["machine"] = _machine_of(record)
+        if isinstance(record, DeliveryRecord):
+            row["route"] = record.route
+        timeline.append(row)
         previous = record
     notes = [{"seq": n.seq, "at": n.at, "kind": n.kind, "detail": n.detail} for n in job.notes]
     explanation = {
@@ -211,7 +233,7 @@ def build_explanation(store: JobStore, job_or_thread_id: str) -> dict[str, Any]:
         "outcome": describe_outcome(state, found),
         "outcomeMayBeUnknown": known(found.outcomeMayBeUnknown),
         "errorCode": known(found.errorCode),
-        "path": [t.dest.value for t in job.transitions],
+        "path": job.states_taken,
         "timeline": timeline,
         "notes": notes,
         "diagram": path_diagram(job),
@@ -247,7 +269,11 @@ def _step(row: Mapping[str, Any]) -> Text:
     from rich.text import Text
 
     text = Text()
+    if row.get("machine") in ("compaction", "delivery"):  # a record from before the split names the job's states
+        text.append(f"{row['machine']}: ", style="dim")
     text.append(f"{row['from'] or '∅'} → {row['to']}", style="bold")
+    if row.get("route"):
+        text.append(f" ({row['route']})")
     text.append(f"  on {row['trigger']}")
     for verdict in row["guards"]:
         text.append(("\n✓ " if verdict["passed"] else "\n✗ ") + verdict["guard"],

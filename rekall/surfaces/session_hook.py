@@ -67,6 +67,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
     from typing import Any, BinaryIO, TextIO
 
+from rekall.kernel.jobstate import job_state_named
 from rekall.surfaces.rollout import RECORD, instant
 
 #: Codex's hook output budget (``HOOK_OUTPUT_TOKEN_LIMIT``, counted as about 4 bytes a token);
@@ -222,8 +223,8 @@ def _latest_job(thread: str, dirs: list[Path]) -> tuple[Path, dict[str, Any], st
 
 
 def _read_journal(path: Path) -> tuple[str, dict[str, Any], str] | None:
-    """A journal's creation time, merged transition fields and last state, read without the store's
-    record types (each line's checksum checked as :mod:`rekall.store.wire` writes it; a torn last
+    """A journal's creation time, merged transition fields and the job's state (derived from both
+    machines' last records as the store derives it), read without the store's record types (each line's checksum checked as :mod:`rekall.store.wire` writes it; a torn last
     line ignored). ``None`` for anything else: the hook then delivers nothing for that job."""
     from rekall.store.fsread import JOURNAL_LIMIT, read_private
 
@@ -234,7 +235,7 @@ def _read_journal(path: Path) -> tuple[str, dict[str, Any], str] | None:
     lines = data.split(b"\n")
     complete = lines[:-1]  # what follows the last newline is a torn write, or nothing
     fields: dict[str, Any] = {}
-    created, state = None, None
+    created, compaction, delivery, route = None, None, "pending", None
     for line in complete:
         body = line[len(_CRC_HEAD) + 8 + len(_RECORD_HEAD):-1]
         if not (line.startswith(_CRC_HEAD) and line[len(_CRC_HEAD) + 8:].startswith(_RECORD_HEAD)
@@ -246,15 +247,19 @@ def _read_journal(path: Path) -> tuple[str, dict[str, Any], str] | None:
             record = json.loads(body)
         except ValueError:
             return None
-        if not isinstance(record, dict) or record.get("type") != "transition":
+        kind = record.get("type") if isinstance(record, dict) else None
+        if kind not in ("transition", "delivery"):
             continue
         if created is None:
             created = record.get("at")
         fields.update(record.get("fields") or {})
-        state = record.get("to")
-    if not isinstance(created, str) or not isinstance(state, str):
+        if kind == "transition":  # the compaction machine's (or, before the split, the job's) state
+            compaction = record.get("to")
+        else:
+            delivery, route = record.get("to"), record.get("route")
+    if not isinstance(created, str) or not isinstance(compaction, str) or not isinstance(delivery, str):
         return None
-    return created, fields, state
+    return created, fields, job_state_named(compaction, delivery, route, fields.get("resumeSkipped"))
 
 
 def _requested_this_compaction(state: str, since: int | None) -> bool:

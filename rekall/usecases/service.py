@@ -301,7 +301,7 @@ def status_reply_with_trail(thread_id: str, *,
     job = store.latest(thread_id)
     if job is None:
         return wire(store.read_status(thread_id)), ["not_scheduled"]
-    return wire(store.status_of(job)), [t.dest.value for t in job.transitions]
+    return wire(store.status_of(job)), job.states_taken
 
 
 async def thread_title(thread_id: str, *, env: Mapping[str, str] | None = None) -> str | None:

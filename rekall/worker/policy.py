@@ -15,235 +15,63 @@ table in :mod:`rekall.states` decides.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any
 
 import attrs
 
 from rekall.kernel import events as ev
-from rekall.kernel.settings import WorkerSettings
-from rekall.adapters.contract import Acted, Failure, ThreadSnapshot
-from rekall.states import REQUEST_SENT_UNOBSERVED, TERMINAL_STATES, JobState
-from rekall.states.evidence import EXPLICIT_CANCELLATION, HOOK_DELIVERED
-from rekall.states.status import JobStatus, known
-from rekall.store.delivery import CANCEL, FOREIGN, HOOK
+from rekall.adapters.contract import ThreadSnapshot
+from rekall.states import REQUEST_SENT_UNOBSERVED, TERMINAL_STATES, DeliveryState, JobState
+from rekall.states.evidence import EXPLICIT_CANCELLATION
+from rekall.worker.decisions import (
+    Arm,
+    Began,
+    CancelSignalled,
+    DeadlinePassed,
+    Decision,
+    DeliveryTaken,
+    Disarm,
+    Event,
+    Fire,
+    Fired,
+    HandoffChecked,
+    Job,
+    Memo,
+    Note,
+    Observed,
+    Reconnect,
+    ReconnectDone,
+    Request,
+    RequestDone,
+    Running,
+    Send,
+    Step,
+    Then,
+    Timer,
+    TimerFired,
+    VerifyHandoff,
+    fail,
+    stuck_in_system_error,
+)
+from rekall.worker.delivering import DeliveryRules
 
-Timer = Literal["idle", "system_error", "telemetry"]
-Then = Literal["send_compact", "send_start_turn", "completion", "consider"]
+__all__ = ["WAITING_ON", "Arm", "Began", "CancelSignalled", "DeadlinePassed", "Decision", "DeliveryTaken", "Disarm",
+           "Event", "Fire", "Fired", "HandoffChecked", "Job", "Memo", "Note", "Observed", "Reconnect", "ReconnectDone",
+           "Request", "RequestDone", "Running", "Send", "Step", "Then", "Timer", "TimerFired", "VerifyHandoff", "decide",
+           "fail", "stuck_in_system_error"]
 
-_WAITING = (JobState.WAITING_FOR_IDLE, JobState.WAITING_FOR_RESUME_IDLE)
 #: What a job in each state waits for (a deadline that passes names it).
 WAITING_ON = {
     JobState.SCHEDULED: "its worker to claim it",
     JobState.WAITING_FOR_IDLE: "the thread to stay idle for the stable interval before the compaction",
     JobState.REQUESTING: "the owner's answer to the compact request",
     JobState.ACCEPTED: "the compaction to complete (a new completed compaction item)",
+    JobState.COMPACTED: "the delivery's route to be journaled",
     JobState.WAITING_FOR_RESUME_IDLE: "the thread to stay idle for the stable interval before the continuation",
     JobState.RESUMING: "the owner's answer to the continuation request",
     JobState.INJECTING: "the thread to stay idle (no turn running) before the handoff is injected",
 }
 _REQUESTED = (JobState.REQUESTING, JobState.ACCEPTED)
-
-
-# --- inputs -----------------------------------------------------------------------------
-
-
-@attrs.frozen
-class Job:
-    """What the rules read of the job."""
-
-    state: JobState
-    settings: WorkerSettings
-    user_fingerprint: Any = None
-    resume: bool = False
-    tokens_before: Any = None
-
-    @classmethod
-    def of(cls, state: JobState, status: JobStatus, settings: WorkerSettings) -> Job:
-        return cls(state, settings, known(status.userFingerprint), bool(known(status.resume)),
-                   known(status.contextTokensBefore))
-
-
-@attrs.frozen
-class Running:
-    """A timer the worker armed: its serial number (counted up per arming, so a stale timer is
-    told apart), when the fact that started it arrived, and (for the idle timer, whose length
-    depends on it) the state it was started in."""
-
-    serial: int
-    since: float
-    state: JobState | None = None
-
-
-@attrs.frozen
-class Memo:
-    connected: bool = False
-    #: Compactions that are not this job's (taken at connect, retaken at the request).
-    baseline: frozenset[str] = frozenset()
-    #: A request's answer or its connection was lost: once the owner is reachable again,
-    #: the settle rule may end the job (see ``outcome_settled`` in the table).
-    outcome_unknown: bool = False
-    serial: int = 0
-    idle: Running | None = None
-    system_error: Running | None = None
-    telemetry_wait_armed: bool = False
-    telemetry_wait_over: bool = False
-    #: Whether the handoff is injected where no continuation will carry it (the setting and the
-    #: platform's way in), and if not, why; ``None``: not said (nothing is added to the evidence).
-    inject: bool | None = None
-    injection_limit: str | None = None
-    #: The injection was sent (or is about to be, once the handoff is verified): never twice.
-    inject_sent: bool = False
-    #: The user boundary when the injection was sent: a turn that starts before its answer may hold it.
-    inject_boundary: Any = None
-
-
-# --- events (besides the platform's domain events, which arrive wrapped in Observed) -------
-
-
-@attrs.frozen
-class Observed:
-    """A domain event from the platform."""
-
-    event: ev.DomainEvent
-
-
-@attrs.frozen
-class Began:
-    """Connected and baselined: decide from the first snapshot."""
-
-
-@attrs.frozen
-class TimerFired:
-    timer: Timer
-    serial: int
-
-
-@attrs.frozen
-class CancelSignalled:
-    marker_exists: bool
-
-
-@attrs.frozen
-class DeadlinePassed:
-    pass
-
-
-Request = Literal["compact", "start_turn", "inject"]
-#: The requests that carry the handoff (each must win the job's delivery claim first).
-Delivering = Literal["start_turn", "inject"]
-
-
-@attrs.frozen
-class RequestDone:
-    kind: Request
-    acted: Acted
-    #: For ``inject``: the size of the text sent (UTF-8 bytes).
-    sent_bytes: int | None = None
-
-
-@attrs.frozen
-class DeliveryTaken:
-    """The handoff was about to be sent (``kind``), but another route holds the job's delivery claim
-    (:mod:`rekall.store.delivery`): ``holder`` is its route (``unknown`` where the claim cannot be read),
-    ``claim`` its file's name. Nothing was sent."""
-
-    kind: Delivering
-    holder: str
-    claim: str
-    #: For a ``foreign`` holder: what is wrong with the claim file.
-    why: str | None = None
-
-
-@attrs.frozen
-class ReconnectDone:
-    error: str | None = None
-
-
-@attrs.frozen
-class HandoffChecked:
-    """The saved handoff failed the reactor's check (a handoff that passes fires the
-    :class:`VerifyHandoff` step's ``passed`` at once: its outcome comes back as :class:`Fired`)."""
-
-    problem: str
-
-
-@attrs.frozen
-class Fired:
-    """A :class:`Fire` with ``then`` was applied; ``state`` is where the lifecycle went."""
-
-    then: Then
-    state: JobState
-
-
-Event = Observed | Began | TimerFired | CancelSignalled | DeadlinePassed | RequestDone | DeliveryTaken | \
-    ReconnectDone | HandoffChecked | Fired
-
-
-# --- steps ------------------------------------------------------------------------------
-
-
-@attrs.frozen
-class Fire:
-    """Fire a lifecycle trigger with its evidence; with ``then``, report the outcome back."""
-
-    trigger: str
-    evidence: Mapping[str, Any]
-    then: Then | None = None
-
-
-@attrs.frozen
-class Send:
-    """Send a request, once. ``start_turn`` and ``inject`` carry the handoff verified just before."""
-
-    kind: Request
-
-
-@attrs.frozen
-class Arm:
-    timer: Timer
-    delay: float
-    serial: int
-
-
-@attrs.frozen
-class Disarm:
-    timer: Timer
-
-
-@attrs.frozen
-class Note:
-    kind: str
-    detail: Mapping[str, Any]
-
-
-@attrs.frozen
-class Reconnect:
-    """Start reconnecting (backoff within the reconnect window; no request is resent)."""
-
-
-@attrs.frozen
-class VerifyHandoff:
-    """Check the saved handoff; if it passes, take ``passed`` in the same round (no decision
-    between the check and the transition or request it allows); if not, :class:`HandoffChecked` says why."""
-
-    passed: Fire | Send
-
-
-Step = Fire | Send | Arm | Disarm | Note | Reconnect | VerifyHandoff
-
-
-@attrs.frozen
-class Decision:
-    steps: tuple[Step, ...]
-    memo: Memo
-
-
-def fail(code: str, message: str, delivery: str | None = None) -> Fire:
-    evidence: dict[str, Any] = {"errorCode": code, "error": message}
-    if delivery:
-        evidence["delivery"] = delivery
-    return Fire("fail", evidence)
 
 
 def decide(job: Job, seen: ThreadSnapshot, event: Event, memo: Memo, *, at: float = 0.0,
@@ -259,8 +87,9 @@ def decide(job: Job, seen: ThreadSnapshot, event: Event, memo: Memo, *, at: floa
     return Decision(tuple(rules.steps), rules.memo)
 
 
-class _Rules:
-    """One decision being made (a scratchpad: ``decide`` is the pure entry point)."""
+class _Rules(DeliveryRules):
+    """One decision being made (a scratchpad: ``decide`` is the pure entry point); the delivery's rules
+    are :class:`DeliveryRules`."""
 
     def __init__(self, job: Job, seen: ThreadSnapshot, memo: Memo, at: float, now: float) -> None:
         self.job, self.seen, self.memo, self.at, self.now = job, seen, memo, at, now
@@ -290,11 +119,11 @@ class _Rules:
         match event:
             case CancelSignalled(marker_exists=marker):
                 if marker:
-                    self.emit(Fire("cancel", {"reason": EXPLICIT_CANCELLATION, **self.injection_sent()}))
+                    self.emit(Fire("cancel", {"reason": EXPLICIT_CANCELLATION, **self.what_was_sent()}))
                 return
             case DeadlinePassed():
                 self.emit(Fire("deadline", {"deadlineS": self.settings.deadline_s, "waitingOn": WAITING_ON[self.state],
-                                            "lastFact": self.last_fact(), **self.injection_sent()}))
+                                            "lastFact": self.last_fact(), **self.what_was_sent()}))
                 return
             case RequestDone():
                 self.on_request_done(event)
@@ -345,22 +174,20 @@ class _Rules:
             self.consider()
 
     def on_fired(self, fired: Fired) -> None:
-        if fired.state is JobState.INJECTING:  # whatever led there: the handoff goes in next
+        if fired.then == "deliver" and self.job.delivery is DeliveryState.SENDING:
+            self.emit(Send("deliver"))
+        elif fired.then == "send_compact" and fired.state is JobState.REQUESTING:
+            self.emit(Send("compact"))
+        elif fired.then == "completion" and fired.state is JobState.ACCEPTED:
+            self.look_for_completion()  # the rest of the completion rule, now accepted
+        elif fired.then == "consider" or fired.state is JobState.INJECTING:  # whatever led there: it goes in next
             self.consider()
-            return
-        match fired.then:
-            case "send_compact" if fired.state is JobState.REQUESTING:
-                self.emit(Send("compact"))
-            case "send_start_turn" if fired.state is JobState.RESUMING:
-                self.emit(Send("start_turn"))
-            case "completion" if fired.state is JobState.ACCEPTED:
-                self.look_for_completion()  # the rest of the completion rule, now accepted
-            case "consider":
-                self.consider()
 
     def on_request_done(self, done: RequestDone) -> None:
         failure = done.acted.failure
-        if done.kind == "compact" and self.state is JobState.REQUESTING:
+        if done.kind == "deliver" and self.job.delivery is DeliveryState.SENDING:
+            self.on_delivery_answered(done)
+        elif done.kind == "compact" and self.state is JobState.REQUESTING:
             if failure is None:
                 self.emit(Fire("compaction_accepted", {"ownerId": self.seen.owner_id}, then="consider"))
             elif failure.code == "connection_lost" and failure.delivery == "not_delivered":
@@ -373,46 +200,6 @@ class _Rules:
                 self.emit(Note("compact_ack_lost", {"error": failure.message}))
             else:
                 self.fail(failure.code, failure.message, failure.delivery)
-        elif done.kind == "inject" and self.state is JobState.INJECTING:
-            if failure is None and (started := self.turn_started_since_injection()) is not None:
-                self.emit(Fire("handoff_not_delivered", {
-                    "errorCode": "turn_started_during_injection", "delivery": "unknown",
-                    "error": f"the owner acknowledged the injection, but {started} while it was on its way: it may "
-                             "have landed inside that turn (whose model then answers again) or before it"}))
-            elif failure is None:
-                self.emit(Fire("handoff_injected", {"textBytes": done.sent_bytes or 0}))
-            else:
-                self.emit(Fire("handoff_not_delivered", {"errorCode": failure.code, "error": failure.message,
-                                                         "delivery": failure.delivery}))
-        elif done.kind == "start_turn" and self.state is JobState.RESUMING:
-            if failure is None:
-                self.emit(Fire("turn_started", {"turnId": done.acted.turn_id, "turnStatus": done.acted.turn_status},
-                               then="consider"))
-            else:
-                self.fail(failure.code, failure.message, failure.delivery)
-
-    def on_delivery_taken(self, taken: DeliveryTaken) -> None:
-        """Another route delivers the handoff. The hook runs only at a turn's start, and the continuation
-        was not sent: a hook holding the claim while resuming means the user's turn started and carries
-        the handoff, so the job ends completed. Otherwise the request ends as one that was not sent."""
-        if taken.holder == CANCEL:  # `rekall cancel` withheld the handoff (its signal may still be on its way)
-            self.emit(Fire("cancel", {"reason": EXPLICIT_CANCELLATION, "delivery": "not_delivered"}))  # none sent
-            return
-        if taken.kind == "start_turn" and self.state is JobState.RESUMING and taken.holder == HOOK:
-            self.emit(Fire("resume_overtaken", {"reason": HOOK_DELIVERED}))
-            return
-        if taken.kind == "inject" and self.state is JobState.INJECTING and taken.holder == HOOK:
-            self.emit(Fire("handoff_not_delivered", {
-                "errorCode": "handoff_delivered_by_hook", "delivery": "hook",
-                "error": "the plugin's SessionStart(compact) hook delivered the handoff at the start of the turn that "
-                         "ran after the compaction, before the thread was idle again"}))
-            return
-        if taken.holder == FOREIGN:
-            message = f"not sent: {taken.why}; rekall does not deliver past a claim it did not write"
-        else:
-            message = (f"not sent: the handoff's delivery was already claimed by the {taken.holder} route "
-                       f"({taken.claim}); it is never delivered twice")
-        self.on_request_done(RequestDone(taken.kind, Acted(Failure("handoff_claimed", message, "not_delivered"))))
 
     def on_connection_lost(self, detail: str) -> None:
         if not self.memo.connected:
@@ -438,18 +225,14 @@ class _Rules:
         if self.state in _REQUESTED:
             self.consider_requested()
             return
-        if self.state is JobState.INJECTING:
-            # Never into a running turn (the user's, a queued follow-up's, a goal's): Codex would keep the items
-            # as that turn's pending input and sample the model again. At the next stable idle instead.
-            if not self.memo.inject_sent:
-                self.track_idle(facts.idle)
+        if self.job.delivery is not DeliveryState.PENDING:
+            self.consider_delivery()
             return
-        if self.state is not JobState.RESUMING and (moved := self.user_moved_on()) is not None:
-            self.overtaken(moved)
-            return
-        if self.state is JobState.WAITING_FOR_IDLE and facts.running_compaction_ids:
+        if (moved := self.user_moved_on()) is not None:
+            self.emit(Fire("cancel", {"reason": moved}))
+        elif self.state is JobState.WAITING_FOR_IDLE and facts.running_compaction_ids:
             self.refuse_second_compaction()
-        elif self.state in _WAITING:
+        elif self.state is JobState.WAITING_FOR_IDLE:
             self.track_idle(facts.idle)
             self.track_system_error(stuck_in_system_error(self.seen))
 
@@ -487,45 +270,6 @@ class _Rules:
         baseline is retaken at the moment of the request, in progress ones refused then)."""
         facts = self.seen.facts
         return (facts.completed_compaction_ids | facts.running_compaction_ids) - self.memo.baseline
-
-    def overtaken(self, reason: str) -> None:
-        """The user moved on before the continuation was sent: the job is cancelled, unless the
-        compaction completed and the handoff can be injected instead (no continuation then)."""
-        if self.state is JobState.WAITING_FOR_RESUME_IDLE and self.memo.inject:
-            self.emit(Fire("resume_overtaken", {"reason": reason}, then="consider"))
-        elif self.state is JobState.WAITING_FOR_RESUME_IDLE:
-            self.emit(Fire("cancel", {"reason": reason, **self.delivery_evidence()}))
-        else:
-            self.emit(Fire("cancel", {"reason": reason}))
-
-    def delivery_evidence(self) -> dict[str, Any]:
-        """What a transition after the compaction needs to choose between injecting the handoff and
-        saying why it is not (nothing where the worker did not say)."""
-        if self.memo.inject is None:
-            return {}
-        return {"inject": True} if self.memo.inject else {"injectionLimit": self.memo.injection_limit or "unknown"}
-
-    def inject_once(self) -> None:
-        """No continuation will carry the handoff and the thread stayed idle: verify it and inject it, once."""
-        if self.memo.inject_sent or not self.memo.connected:
-            return
-        self.remember(inject_sent=True, inject_boundary=self.seen.facts.boundary_fingerprint)
-        self.emit(VerifyHandoff(Send("inject")))
-
-    def injection_sent(self) -> dict[str, Any]:
-        """For a job ending while it injects: whether the injection was sent (``unknown``) or not."""
-        if self.state is not JobState.INJECTING:
-            return {}
-        return {"delivery": "unknown" if self.memo.inject_sent else "not_delivered"}
-
-    def turn_started_since_injection(self) -> str | None:
-        """A turn the owner shows started, or running, since the injection was sent: in words, else ``None``."""
-        facts = self.seen.facts
-        if facts.boundary_fingerprint != self.memo.inject_boundary:
-            return "a new turn started"
-        if facts.user_turn_running:
-            return "a turn was running"
-        return None
 
     def refuse_second_compaction(self) -> None:
         """A compaction this job did not ask for is running (say, a lost worker's): asking for
@@ -594,11 +338,8 @@ class _Rules:
             # that exists now is not ours.
             self.remember(baseline=facts.completed_compaction_ids)
             self.emit(Fire("idle_stable", common, then="send_compact"))
-        elif self.state is JobState.WAITING_FOR_RESUME_IDLE:
-            self.emit(VerifyHandoff(Fire("idle_stable", {"handoffVerified": True, **common, **self.delivery_evidence()},
-                                         then="send_start_turn")))
-        elif self.state is JobState.INJECTING:
-            self.inject_once()
+        else:
+            self.deliver_at_idle(common)
 
     # --- a runtime stuck in systemError ----------------------------------------------------
 
@@ -670,8 +411,3 @@ class _Rules:
         before = self.job.tokens_before if facts.tokens_before_compaction is None else facts.tokens_before_compaction
         return tokens is not None and (before is None or tokens < before)
 
-
-def stuck_in_system_error(seen: ThreadSnapshot) -> bool:
-    """The runtime says systemError and the user's turn is over: nothing will clear it by itself
-    (a failed turn leaves it behind, and the thread still accepts new turns)."""
-    return seen.facts.runtime_status == "systemError" and not seen.facts.user_turn_running

@@ -80,7 +80,7 @@ if TYPE_CHECKING:
     from rekall.states import JobState
     from rekall.states.status import JobStatus
     from rekall.store import JobStore
-    from rekall.store.handoff import Verified
+    from rekall.worker.courier import Courier
 else:
     policy = _on_first_use("rekall.worker.policy")
 
@@ -128,10 +128,7 @@ class Worker:
         self.memo: policy.Memo | None = None  # set from the first snapshot
         self._item_at = self._decided_at = time.monotonic()
         self._timers: dict[str, timers.Timer] = {}
-        self._handoff: Verified | None = None  # verified just before the resume is sent
-        #: The handoff validated while the compaction ran, and the continuation text made of it.
-        self._validated: tuple[Verified, str] | None = None
-        self._validated_tried = False
+        self.courier: Courier | None = None  # the handoff's, from the claim on
         self._tasks: set[asyncio.Task[Any]] = set()
         self._handles: list[timers.Timer | asyncio.TimerHandle] = []
         self._requested = False  # a request was sent by the steps being executed (see ``_apply``)
@@ -220,6 +217,9 @@ class Worker:
             if self.platform is None:  # the one schedule found; never guessed again here
                 self.platform = platform_named(recorded.platform, self.env, resume=recorded)
             self.lifecycle = self.store.open_lifecycle(self.thread_id, self.job_id)
+            from rekall.worker.courier import Courier
+
+            self.courier = Courier(self.store, self.lifecycle, self.thread_id, self.job_id)
             if self.store.cancel_requested(self.thread_id, self.job_id):
                 self._fire("cancel", reason="explicit_cancellation")  # cancelled before we started
                 return
@@ -261,7 +261,9 @@ class Worker:
                 await self._connect()
             assert self.thread is not None
             first = self.thread.snapshot()
-            limit = self._injection_limit()
+            from rekall.worker.courier import injection_limit
+
+            limit = injection_limit(self.settings, self.platform)
             self.memo = policy.Memo(connected=True, baseline=first.facts.completed_compaction_ids,
                                     inject=limit is None, injection_limit=limit)
             self.lifecycle.note("connected", **self.thread.connection_note(), baselineCompactions=len(self.memo.baseline),
@@ -400,7 +402,7 @@ class Worker:
             if self._requested:
                 loop = asyncio.get_running_loop()
                 self._held_after_request = (loop.call_later(HELD_AFTER_REQUEST_S, self._release_held), self._held_log)
-                self._handles.append(loop.call_later(HELD_AFTER_REQUEST_S, self._validate_handoff_ahead))
+                self._handles.append(loop.call_later(HELD_AFTER_REQUEST_S, self.courier.validate_ahead))
             else:
                 self._catch_up(self._held_log)
             self._held_log = None
@@ -418,54 +420,6 @@ class Worker:
         self.lifecycle.save_status()
         for trigger, before, after in held_log:
             log.info("%s: %s -> %s", trigger, before.value, after.value)
-
-    def _validate_handoff_ahead(self) -> None:
-        """Validate the saved handoff once, after the compact request has left, while the
-        compaction runs (the check loads the secret detector, whose import compiles a few dozen
-        patterns). The check at the resume then reads the file again and only compares it, byte
-        for byte, with the bytes validated here (which hashed to the SHA-256 journaled at
-        schedule); other bytes get the full check there, so a handoff that changed or failed here
-        fails as it always did."""
-        if self._validated_tried:
-            return
-        self._validated_tried = True
-        expected = self._sealed_sha256()
-        if not expected:
-            return  # no handoff: the resume, if it comes to one, fails without reading anything
-        try:
-            verified = self.store.verify_sealed_handoff(self.thread_id, self.job_id, expected)
-        except RekallError:
-            return  # said at the resume, by the same check, with the same error
-        self._validated = (verified, self._continuation(verified))
-
-    def _sealed_sha256(self) -> str | None:
-        """The handoff's SHA-256 as the journal sealed it at schedule."""
-        from rekall.states.status import known
-
-        return known(self.lifecycle.job_status.handoffSha256)
-
-    def _injection_limit(self) -> str | None:
-        """Why the handoff cannot be injected where no continuation carries it (``None``: it can)."""
-        from rekall.kernel.settings import INJECT_HANDOFF
-
-        if not self.settings.inject_handoff:
-            return f"injection is turned off ({INJECT_HANDOFF.name}=off)"
-        assert self.platform is not None  # set when the job was claimed
-        return self.platform.injection_limit
-
-    def _injection(self, verified: Verified) -> str:
-        from rekall.worker.continuation import injection_text
-
-        from rekall.states.status import known
-
-        status = self.lifecycle.job_status
-        return injection_text(verified.record, str(verified.path), resume=bool(known(status.resume)),
-                              skipped=known(status.resumeSkipped), skip_reason=known(status.resumeSkipReason))
-
-    def _continuation(self, verified: Verified) -> str:
-        from rekall.worker.continuation import continuation_text
-
-        return continuation_text(verified.record, str(verified.path))
 
     def _decide_and_execute(self, event: policy.Event) -> None:
         pending = [event]
@@ -487,7 +441,7 @@ class Worker:
         """What the rules read of the job; read again only when a transition changed its fields."""
         status = self.lifecycle.job_status
         if self._job is None or self._job_status is not status:
-            self._job, self._job_status = policy.Job.of(self.state, status, self.settings), status
+            self._job, self._job_status = policy.Job.of(self.lifecycle.view, self.settings), status
         return self._job
 
     def _execute(self, step: policy.Step) -> policy.Event | None:
@@ -499,20 +453,14 @@ class Worker:
                 return None if then is None else policy.Fired(then, state)
             case policy.Send(kind="compact"):
                 self._send(thread.compact, "compact")
-            case policy.Send(kind="start_turn"):
-                handoff = self._handoff
-                assert handoff is not None
-                ahead = self._validated
-                text = ahead[1] if ahead is not None and ahead[0] is handoff else self._continuation(handoff)
-                if (lost := self._lost_delivery("continuation")) is not None:
-                    return lost
-                self._send(lambda: thread.start_turn(text, self.job_id), "start_turn")
-            case policy.Send(kind="inject"):
-                assert self._handoff is not None  # verified in this step (``VerifyHandoff``)
-                framed = self._injection(self._handoff)
-                if (lost := self._lost_delivery("injection")) is not None:
-                    return lost
-                self._send(lambda: thread.inject(framed), "inject", len(framed.encode()))
+            case policy.Send(kind="deliver"):
+                from rekall.worker.courier import Outgoing
+
+                assert self.courier is not None  # made by the claim
+                outgoing = self.courier.prepare(thread)
+                if not isinstance(outgoing, Outgoing):
+                    return outgoing  # nothing leaves: why comes back to the policy
+                self._send(outgoing.request, "deliver", outgoing.sent_bytes)
             case policy.Arm(timer=timer, delay=delay, serial=serial):
                 self._disarm(timer)
                 self._timers[timer] = self._at(self._decided_at + delay, policy.TimerFired(timer, serial))
@@ -523,30 +471,11 @@ class Worker:
             case policy.Reconnect():
                 self._spawn(self._reconnect())
             case policy.VerifyHandoff(passed=passed):
-                try:
-                    self._handoff = self.store.verify_sealed_handoff(
-                        self.thread_id, self.job_id, self._sealed_sha256(),
-                        None if self._validated is None else self._validated[0])
-                except RekallError as exc:
-                    return policy.HandoffChecked(exc.message)
+                assert self.courier is not None  # made by the claim
+                if (problem := self.courier.verify()) is not None:
+                    return policy.HandoffChecked(problem)
                 return self._execute(passed)
         return None
-
-    def _lost_delivery(self, route: str) -> policy.Event | None:
-        """Win the job's delivery claim for ``route`` before sending the handoff (:mod:`rekall.store.delivery`),
-        or say that another route (the plugin's hook, an explicit cancel) holds it, or that the claim failed
-        (a request not sent)."""
-        from rekall.store.delivery import DeliveryKey, take
-
-        kind: policy.Delivering = "start_turn" if route == "continuation" else "inject"
-        try:
-            taken = take(self.store.paths.root, DeliveryKey(self.thread_id, job=self.job_id), route,
-                         handoffSha256=self._sealed_sha256())
-        except OSError as exc:  # without the claim, exactly once cannot be promised: nothing is sent
-            return policy.RequestDone(kind, Acted(Failure(
-                "handoff_claim_failed", f"not sent: the job's delivery claim could not be created "
-                                        f"({exc.strerror or exc})", "not_delivered")))
-        return None if taken.won else policy.DeliveryTaken(kind, taken.holder, taken.claim, taken.why)
 
     def _disarm(self, timer: str) -> None:
         if (handle := self._timers.pop(timer, None)) is not None:

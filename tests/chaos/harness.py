@@ -32,7 +32,8 @@ from rekall.surfaces.explain import build_explanation
 from rekall.sim import protocol as sim_protocol
 from rekall.sim import start_sim_in_thread
 from rekall.sim.threaded import SimHandle
-from rekall.states import SCHEDULE, TERMINAL_STATES, JobState, find_row
+from rekall.states import SCHEDULE, TERMINAL_STATES, JobState, table_named
+from rekall.store.wire import state_named
 from rekall.store import JobStore
 from rekall.store.journal import scan_journal
 from tests.mcpkit import HANDOFF, job_env
@@ -356,7 +357,7 @@ def audit(job: ChaosJob) -> Audit:
 
 
 def _path_problems(timeline: list[dict[str, Any]]) -> list[str]:
-    """Every step must be a row of the transition table, starting from the schedule record."""
+    """Every step must be a row of its machine's table, starting from the schedule record."""
     if not timeline:
         return ["empty journal"]
     first = timeline[0]
@@ -364,7 +365,8 @@ def _path_problems(timeline: list[dict[str, Any]]) -> list[str]:
     for row in timeline[1:]:
         if row["from"] in TERMINAL:
             problems.append(f"a transition after the terminal state {row['from']}: {row['trigger']}")
-        elif find_row(JobState(row["from"]), row["trigger"], JobState(row["to"])) is None:
+        elif table_named(row["machine"]).find_row(state_named(row["from"]), row["trigger"],
+                                                  state_named(row["to"])) is None:
             problems.append(f"no table row {row['from']} --{row['trigger']}--> {row['to']}")
     return problems
 

@@ -146,7 +146,7 @@ RACES = {
                                 {"compaction_delay_s": 0.1, "compact_ack_delay_s": 0.05}),
     "compaction_completed": Race((0.08, 0.095, 0.105, 0.12), _when_sent(COMPACT), {"compaction_delay_s": 0.1}),
     "idle_stable_to_resume": Race((0.13, 0.155, 0.165, 0.19), _when_sent(COMPACT), {"compaction_delay_s": 0.1}),
-    "turn_started": Race((0.03, 0.045, 0.055, 0.07), _when_sent(START_TURN),
+    "handoff_delivered": Race((0.03, 0.045, 0.055, 0.07), _when_sent(START_TURN),
                          arm=lambda job: job.sim.delay_next(START_TURN, 0.05)),
 }
 

@@ -120,10 +120,12 @@ async def test_without_a_continuation_the_users_next_request_carries_the_injecte
     assert next_request.text.count(marker) == 1 and handoff_copies(next_request) == 1
     assert f"thread {thread_id}]" in next_request.text and "resume false" in next_request.text
     assert daemon_model.requests_containing(marker) == [next_request]
-    assert journaled_triggers(jobs, done["jobId"])[-2:] == ["compaction_completed", "handoff_injected"]
+    # The compaction machine hands over; the delivery machine chooses the injection, journals it, and it lands.
+    assert journaled_triggers(jobs, done["jobId"])[-4:] == ["compaction_completed", "route_chosen", "idle_stable",
+                                                            "handoff_delivered"]
     # status, explain and history say how the handoff reached the model.
     assert "handoff delivered  injected" in rekall_cli(daemon, "status", thread_id, jobs=jobs)
-    assert "handoff_injected" in rekall_cli(daemon, "explain", done["jobId"], jobs=jobs)
+    assert "handoff_delivered" in rekall_cli(daemon, "explain", done["jobId"], jobs=jobs)
     (row,) = json.loads(rekall_cli(daemon, "history", "--json", jobs=jobs))[:1]
     assert row["handoffDelivery"] == "injected" and "injected into the thread's context" in row["outcome"]
 
@@ -236,7 +238,7 @@ async def test_a_compaction_rekall_did_not_request_gets_nothing_from_it(
     assert next_request.text.count(marker) <= 1  # what Codex kept of the one injection; nothing new
     store = JobStore.open_reader({"REKALL_JOBS_DIR": str(jobs)})
     assert [job for _, job in store.all_jobs()] == [done["jobId"]]  # no job, no injection for the user's compaction
-    assert journaled_triggers(jobs, done["jobId"]).count("handoff_injected") == 1
+    assert journaled_triggers(jobs, done["jobId"]).count("handoff_delivered") == 1
 
 
 async def test_codexs_own_auto_compaction_after_a_job_gets_nothing_from_rekall(
@@ -260,4 +262,4 @@ async def test_codexs_own_auto_compaction_after_a_job_gets_nothing_from_rekall(
     assert all(r.text.count(marker) <= 1 for r in daemon_model.requests_containing(marker))
     store = JobStore.open_reader({"REKALL_JOBS_DIR": str(jobs)})
     assert [job for _, job in store.all_jobs()] == [done["jobId"]]
-    assert journaled_triggers(jobs, done["jobId"]).count("handoff_injected") == 1
+    assert journaled_triggers(jobs, done["jobId"]).count("handoff_delivered") == 1

@@ -1,7 +1,7 @@
-"""A small, independent reference model of the lifecycle, for the stateful tests.
+"""A small, independent reference model of the lifecycle's two machines, for the stateful tests.
 
-Written by hand from the issue's rules (not from ``TRANSITIONS``), so a mistake in one is
-caught by the other. Headroom uses exact integer arithmetic instead of a division.
+Written by hand from the issues' rules (not from the tables), so a mistake in one is caught by the
+other. Headroom uses exact integer arithmetic instead of a division.
 """
 
 from __future__ import annotations
@@ -10,17 +10,16 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from rekall.states import TERMINAL_STATES, JobState
+import attrs
 
-S = JobState
+from rekall.states import DeliveryState, JobState
+
+S, D = JobState, DeliveryState
 ILLEGAL, REFUSED = "illegal", "refused"
-TRIGGERS = ("worker_started", "idle_stable", "compaction_accepted", "compaction_completed", "turn_started",
-            "system_error_held", "outcome_settled", "cancel", "deadline", "fail", "resume_overtaken",
-            "handoff_injected", "handoff_not_delivered")
-#: The trigger that moves each non-terminal state forward (the stateful tests favour it).
-PROGRESS = {S.SCHEDULED: "worker_started", S.WAITING_FOR_IDLE: "idle_stable", S.REQUESTING: "compaction_accepted",
-            S.ACCEPTED: "compaction_completed", S.WAITING_FOR_RESUME_IDLE: "idle_stable",
-            S.RESUMING: "turn_started", S.INJECTING: "handoff_injected"}
+TRIGGERS = ("worker_started", "idle_stable", "compaction_accepted", "compaction_completed", "route_chosen",
+            "system_error_held", "outcome_settled", "cancel", "deadline", "fail", "rerouted", "handoff_delivered",
+            "handoff_not_delivered")
+_ENDS = {"cancel": S.CANCELLED, "deadline": S.TIMED_OUT, "fail": S.FAILED}
 
 
 def _count(value: Any) -> bool:
@@ -35,57 +34,110 @@ def has_room(tokens: Any, window: Any, before: Any) -> bool:
     return tokens * 10 <= window * 6
 
 
-def expected(state: JobState, trigger: str, ev: dict[str, Any], *, job_id: str, resume: bool,
-             fingerprint: str, before: Any, skipped: bool = False) -> JobState | str:
-    """Where ``trigger`` takes a job in ``state``; ``skipped``: its continuation was refused for
-    headroom on the way to injecting."""
-    if state in TERMINAL_STATES:
-        return ILLEGAL
-    terminal = {"cancel": S.CANCELLED, "deadline": S.TIMED_OUT, "fail": S.FAILED}
-    if trigger in terminal:
-        return terminal[trigger]
-    same_boundary = ev.get("boundaryFingerprint") == fingerprint
-    inject = ev.get("inject") is True
-    match (state, trigger):
-        case (S.SCHEDULED, "worker_started"):
-            return S.WAITING_FOR_IDLE if ev["jobId"] == job_id else REFUSED
-        case (S.WAITING_FOR_IDLE, "idle_stable"):
-            return S.REQUESTING if same_boundary else REFUSED
-        case (S.REQUESTING, "compaction_accepted"):
-            return S.ACCEPTED
-        case (S.ACCEPTED, "compaction_completed"):
-            if not resume:
-                return S.INJECTING if inject else S.COMPLETED
-            if has_room(ev["tokens"], ev["window"], before):
-                return S.WAITING_FOR_RESUME_IDLE
-            return S.INJECTING if inject else S.SKIPPED
-        case (S.WAITING_FOR_RESUME_IDLE, "idle_stable"):
-            if not (ev.get("handoffVerified") is True and same_boundary):
-                return REFUSED
-            if has_room(ev["tokens"], ev["window"], before):
-                return S.RESUMING
-            return S.INJECTING if inject else S.SKIPPED
-        case (S.WAITING_FOR_RESUME_IDLE, "resume_overtaken"):
-            return REFUSED if ev["reason"] == "handoff_delivered_by_hook" else S.INJECTING
-        case (S.RESUMING, "resume_overtaken"):
-            # The hook won the delivery claim just before the continuation was sent: nothing is sent.
-            return S.COMPLETED if ev["reason"] == "handoff_delivered_by_hook" else REFUSED
-        case (S.INJECTING, "handoff_injected" | "handoff_not_delivered"):
-            return S.SKIPPED if skipped else S.COMPLETED
-        case (S.RESUMING, "turn_started"):
+@attrs.frozen
+class Reference:
+    """Both machines as the rules say they move, and the job's state as the design card names it.
+
+    ``skipped``: the continuation was refused for headroom; ``delivered``: how many times a route's
+    request was acknowledged; ``withheld``: an explicit cancel ended the job."""
+
+    job_id: str
+    resume: bool
+    fingerprint: str = "fp-1"
+    compaction: JobState = S.SCHEDULED
+    delivery: DeliveryState = D.PENDING
+    route: str | None = None
+    skipped: bool = False
+    before: Any = None
+    delivered: int = 0
+    withheld: bool = False
+
+    @property
+    def state(self) -> JobState:
+        if self.compaction is not S.COMPACTED or self.delivery is D.PENDING:
+            return self.compaction
+        continuation = self.route == "continuation"
+        if self.delivery is D.WAITING:
+            return S.WAITING_FOR_RESUME_IDLE if continuation else S.INJECTING
+        if self.delivery is D.SENDING:
+            return S.RESUMING if continuation else S.INJECTING
+        if self.delivery is D.DELIVERED and continuation:
             return S.RESUMED
-        case (S.WAITING_FOR_IDLE | S.WAITING_FOR_RESUME_IDLE, "system_error_held"):
-            return S.FAILED
-        case (S.REQUESTING | S.ACCEPTED, "outcome_settled"):
-            quiet = ev["idle"] and ev["compactionsInProgress"] == 0 and ev["quietMs"] >= 1000 * ev["settleWindowS"]
-            return S.FAILED if quiet else REFUSED
-    return ILLEGAL
+        return S.SKIPPED if self.skipped else S.COMPLETED
 
+    @property
+    def progress(self) -> str:
+        """The trigger that moves the job forward from here (the stateful tests favour it)."""
+        if self.delivery is D.SENDING:
+            return "handoff_delivered"
+        return {S.SCHEDULED: "worker_started", S.REQUESTING: "compaction_accepted",
+                S.ACCEPTED: "compaction_completed"}.get(self.compaction, "idle_stable")
 
-def skipped_into_injecting(resume: bool, trigger: str) -> bool:
-    """Whether a job that ``trigger`` took to ``injecting`` had its continuation refused for headroom
-    (with a continuation asked for, only headroom or the user's input leads there)."""
-    return resume and trigger != "resume_overtaken"
+    def after(self, trigger: str, ev: dict[str, Any]) -> Reference | str:
+        """The model after ``trigger``, or ``ILLEGAL`` (no row) or ``REFUSED`` (every guard said no)."""
+        if self.state.terminal:
+            return ILLEGAL
+        if trigger in _ENDS:
+            return attrs.evolve(self, compaction=_ENDS[trigger],
+                                withheld=ev.get("reason") == "explicit_cancellation")
+        if trigger == "system_error_held":
+            if self.compaction is S.WAITING_FOR_IDLE or self.delivery is D.WAITING:
+                return attrs.evolve(self, compaction=S.FAILED)
+            return REFUSED if self.compaction is S.COMPACTED else ILLEGAL
+        if self.compaction is S.COMPACTED:
+            return self._delivering(trigger, ev)
+        return self._compacting(trigger, ev)
+
+    def _compacting(self, trigger: str, ev: dict[str, Any]) -> Reference | str:
+        same_boundary = ev.get("boundaryFingerprint") == self.fingerprint
+        match (self.compaction, trigger):
+            case (S.SCHEDULED, "worker_started"):
+                return attrs.evolve(self, compaction=S.WAITING_FOR_IDLE) if ev["jobId"] == self.job_id else REFUSED
+            case (S.WAITING_FOR_IDLE, "idle_stable"):
+                return attrs.evolve(self, compaction=S.REQUESTING, before=ev["tokens"]) if same_boundary else REFUSED
+            case (S.REQUESTING, "compaction_accepted"):
+                return attrs.evolve(self, compaction=S.ACCEPTED)
+            case (S.ACCEPTED, "compaction_completed"):
+                return self._route_chosen(ev)
+            case (S.REQUESTING | S.ACCEPTED, "outcome_settled"):
+                quiet = ev["idle"] and ev["compactionsInProgress"] == 0 and ev["quietMs"] >= 1000 * ev["settleWindowS"]
+                return attrs.evolve(self, compaction=S.FAILED) if quiet else REFUSED
+        return ILLEGAL
+
+    def _route_chosen(self, ev: dict[str, Any]) -> Reference:
+        moved = bool(ev.get("userMovedOn"))
+        room = has_room(ev["tokens"], ev["window"], self.before)
+        compacted = attrs.evolve(self, compaction=S.COMPACTED, skipped=self.resume and not moved and not room)
+        if self.resume and room and not moved:
+            return attrs.evolve(compacted, delivery=D.WAITING, route="continuation")
+        if ev.get("inject") is True:
+            return attrs.evolve(compacted, delivery=D.WAITING, route="injection")
+        return attrs.evolve(compacted, delivery=D.SETTLED)
+
+    def _delivering(self, trigger: str, ev: dict[str, Any]) -> Reference | str:
+        continuation = self.route == "continuation"
+        match (self.delivery, trigger):
+            case (D.WAITING, "idle_stable") if not continuation:
+                return attrs.evolve(self, delivery=D.SENDING) if ev.get("handoffVerified") is True else REFUSED
+            case (D.WAITING, "idle_stable"):
+                if not (ev.get("handoffVerified") is True and ev.get("boundaryFingerprint") == self.fingerprint):
+                    return REFUSED
+                if has_room(ev["tokens"], ev["window"], self.before):
+                    return attrs.evolve(self, delivery=D.SENDING)
+                if ev.get("inject") is True:
+                    return attrs.evolve(self, route="injection", skipped=True)
+                return attrs.evolve(self, delivery=D.SETTLED, skipped=True)
+            case (D.WAITING, "rerouted"):
+                return attrs.evolve(self, route="injection") if continuation else REFUSED
+            case (D.SENDING, "handoff_delivered"):
+                if ("turnId" if continuation else "textBytes") not in ev:
+                    return REFUSED
+                return attrs.evolve(self, delivery=D.DELIVERED, delivered=self.delivered + 1)
+            case (D.WAITING | D.SENDING, "handoff_not_delivered"):
+                if continuation and ev["delivery"] != "hook":
+                    return REFUSED  # a continuation that fails ends the job (fail)
+                return attrs.evolve(self, delivery=D.SETTLED)
+        return ILLEGAL
 
 
 # Boundary values (exactly 60%, equal to before) are drawn often, and small counts so that
@@ -110,13 +162,13 @@ def evidence_for(trigger: str, job_id: str) -> st.SearchStrategy[dict[str, Any]]
         "idle_stable": (idle, {"handoffVerified": st.sampled_from([True, True, True, False]), **inject}),
         "compaction_accepted": ({"ownerId": st.sampled_from(["o1", None])}, {}),
         "compaction_completed": ({"compactionId": st.just("c1"), "tokens": _tokens, "window": _window,
-                                  "revision": st.none()}, inject),
-        "resume_overtaken": ({"reason": st.sampled_from(["new_user_input", "user_turn_stopped",
-                                                         "handoff_delivered_by_hook"])}, {}),
-        "handoff_injected": ({"textBytes": st.integers(1, 40_000)}, {}),
+                                  "revision": st.none()},
+                                 {**inject, "userMovedOn": st.sampled_from(["new_user_input", "user_turn_stopped"])}),
+        "route_chosen": ({"tokens": _tokens, "window": _window}, inject),
+        "rerouted": ({"reason": st.sampled_from(["new_user_input", "user_turn_stopped"])}, {}),
+        "handoff_delivered": ({}, {"turnId": st.just("turn-1"), "textBytes": st.integers(1, 40_000)}),
         "handoff_not_delivered": ({"errorCode": st.just("request_timeout"), "error": st.just("no answer"),
-                                   "delivery": st.sampled_from(["not_delivered", "unknown"])}, {}),
-        "turn_started": ({"turnId": st.just("turn-1")}, {}),
+                                   "delivery": st.sampled_from(["not_delivered", "unknown", "hook"])}, {}),
         "outcome_settled": ({"idle": st.sampled_from([True, True, False]),
                              "compactionsInProgress": st.sampled_from([0, 0, 1]),
                              "quietMs": st.sampled_from([0, 59_999, 60_000, 90_000]), "settleWindowS": st.just(60),

@@ -1,4 +1,4 @@
-"""How the handoff reaches the model after the compaction, as the lifecycle table records it."""
+"""How the handoff reaches the model after the compaction, as the delivery machine records it."""
 
 from __future__ import annotations
 
@@ -6,8 +6,10 @@ from typing import Any
 
 import pytest
 
-from rekall.states import Instant, JobMachine, JobState, JobView
-from rekall.states.machine import TransitionRefused
+import attrs
+
+from rekall.states import DeliveryState, JobMachine, JobState, JobView
+from rekall.states.machine import IllegalTransition, TransitionRefused
 from rekall.testing import FakeClock
 
 S = JobState
@@ -26,7 +28,15 @@ def accepted(resume: bool) -> JobMachine:
 
 def fire(machine: JobMachine, trigger: str, evidence: dict[str, Any], after_ms: int = 0) -> JobState:
     CLOCK.advance(after_ms)
-    return machine.fire(trigger, evidence, CLOCK.now(), lambda step: None).dest
+    machine.fire(trigger, evidence, CLOCK.now(), lambda step: None)
+    return machine.state
+
+
+def inject(machine: JobMachine, text_bytes: int = 900, after_ms: int = 0) -> JobState:
+    """The thread stayed idle: the injection is journaled, sent, and acknowledged."""
+    assert fire(machine, "idle_stable", IDLE, after_ms=after_ms) is S.INJECTING
+    assert machine.view.delivery is DeliveryState.SENDING
+    return fire(machine, "handoff_delivered", {"textBytes": text_bytes})
 
 
 def fields(machine: JobMachine) -> dict[str, Any]:
@@ -37,7 +47,7 @@ def test_without_a_continuation_the_job_injects_and_records_the_acknowledged_inj
     machine = accepted(resume=False)
     assert fire(machine, "compaction_completed", {**COMPLETED, "inject": True}) is S.INJECTING
     assert "completedAt" not in fields(machine) and "handoffDelivery" not in fields(machine)
-    assert fire(machine, "handoff_injected", {"textBytes": 900}, after_ms=40) is S.COMPLETED
+    assert inject(machine, after_ms=40) is S.COMPLETED
     f = fields(machine)
     assert (f["handoffDelivery"], f["injectedBytes"], f["injectDelayMs"]) == ("injected", 900, 40)
     assert f["outcomeMayBeUnknown"] is False and f["handoffInjectedAt"] == f["completedAt"]
@@ -47,7 +57,7 @@ def test_a_continuation_skipped_for_headroom_injects_and_ends_skipped():
     machine = accepted(resume=True)
     assert fire(machine, "compaction_completed", {**FULL, "inject": True}) is S.INJECTING
     assert fields(machine)["resumeSkipped"] == "insufficient_headroom"
-    assert fire(machine, "handoff_injected", {"textBytes": 900}) is S.SKIPPED
+    assert inject(machine) is S.SKIPPED
     assert fields(machine)["handoffDelivery"] == "injected"
 
 
@@ -55,15 +65,15 @@ def test_headroom_lost_at_the_resume_check_injects_and_ends_skipped():
     machine = accepted(resume=True)
     assert fire(machine, "compaction_completed", {**COMPLETED, "inject": True}) is S.WAITING_FOR_RESUME_IDLE
     assert fire(machine, "idle_stable", {**IDLE, "inject": True}, after_ms=900) is S.INJECTING
-    assert fire(machine, "handoff_injected", {"textBytes": 900}, after_ms=30) is S.SKIPPED
+    assert inject(machine, after_ms=30) is S.SKIPPED
     assert fields(machine)["injectDelayMs"] == 930  # from the completion, not from the resume check
 
 
 def test_a_continuation_overtaken_by_the_user_injects_and_ends_completed_with_the_reason():
     machine = accepted(resume=True)
     fire(machine, "compaction_completed", {**COMPLETED, "inject": True})
-    assert fire(machine, "resume_overtaken", {"reason": "new_user_input"}) is S.INJECTING
-    assert fire(machine, "handoff_injected", {"textBytes": 900}) is S.COMPLETED
+    assert fire(machine, "rerouted", {"reason": "new_user_input"}) is S.INJECTING
+    assert inject(machine) is S.COMPLETED
     f = fields(machine)
     assert (f["resumeSkipped"], f["handoffDelivery"]) == ("new_user_input", "injected")
     assert "resumeTurnId" not in f
@@ -76,7 +86,7 @@ def test_a_continuation_overtaken_before_the_completion_was_recorded_injects_and
     f = fields(machine)
     assert f["resumeSkipped"] == "user_turn_stopped" and "stopped their turn" in f["resumeSkipReason"]
     assert "completedAt" not in f and "handoffDelivery" not in f
-    assert fire(machine, "handoff_injected", {"textBytes": 900}, after_ms=20) is S.COMPLETED
+    assert inject(machine, after_ms=20) is S.COMPLETED
     f = fields(machine)
     assert (f["handoffDelivery"], f["injectDelayMs"], f["resumeSkipped"]) == ("injected", 20, "user_turn_stopped")
     assert "resumeTurnId" not in f
@@ -140,7 +150,7 @@ def test_the_continuation_records_that_it_carried_the_handoff():
     machine = accepted(resume=True)
     fire(machine, "compaction_completed", {**COMPLETED, "inject": True})
     fire(machine, "idle_stable", {**IDLE, "tokens": 30_000, "inject": True})
-    assert fire(machine, "turn_started", {"turnId": "turn-9"}) is S.RESUMED
+    assert fire(machine, "handoff_delivered", {"turnId": "turn-9"}) is S.RESUMED
     assert fields(machine)["handoffDelivery"] == "continuation"
 
 
@@ -153,28 +163,29 @@ def resuming() -> JobMachine:
 
 def test_a_continuation_the_plugins_hook_delivered_first_ends_completed_with_the_outcome_known():
     machine = resuming()
-    assert fire(machine, "resume_overtaken", {"reason": "handoff_delivered_by_hook"}) is S.COMPLETED
+    assert fire(machine, "handoff_not_delivered", {"errorCode": "handoff_delivered_by_hook", "error": "the hook",
+                                                   "delivery": "hook"}) is S.COMPLETED
     f = fields(machine)
     assert (f["resumeSkipped"], f["outcomeMayBeUnknown"]) == ("handoff_delivered_by_hook", False)
     assert "hook delivered the handoff at its start" in f["resumeSkipReason"] and "completedAt" in f
     assert "handoffDelivery" not in f and "resumeTurnId" not in f and "errorCode" not in f  # the claim says hook
 
 
-def test_the_hooks_reason_and_the_users_reasons_do_not_cross_states():
+def test_a_continuation_is_rerouted_only_while_it_waits_and_leaves_without_delivery_only_for_the_hook():
     machine = resuming()
-    with pytest.raises(TransitionRefused, match="overtaken_by_hook \\(to completed\\) said no"):
-        fire(machine, "resume_overtaken", {"reason": "new_user_input"})  # while resuming the user is not watched
-    machine = accepted(resume=True)
-    fire(machine, "compaction_completed", {**COMPLETED, "inject": True})
-    with pytest.raises(TransitionRefused, match="overtaken_by_user \\(to injecting\\) said no"):
-        fire(machine, "resume_overtaken", {"reason": "handoff_delivered_by_hook"})  # no continuation was due yet
+    with pytest.raises(IllegalTransition):
+        fire(machine, "rerouted", {"reason": "new_user_input"})  # while resuming the user is not watched
+    with pytest.raises(TransitionRefused, match="not_delivered_by_the_route \\(to settled\\) said no"):
+        fire(machine, "handoff_not_delivered", {"errorCode": "request_failed", "error": "no", "delivery": "unknown"})
+    with pytest.raises(TransitionRefused, match="answers_the_route"):
+        fire(machine, "handoff_delivered", {"textBytes": 900})  # a continuation's answer is a started turn
+    assert machine.state is S.RESUMING
 
 
 def test_an_explicit_cancel_withholds_the_handoff_unless_a_continuation_may_be_on_its_way():
     def with_handoff(machine: JobMachine) -> JobMachine:
         view = machine.view
-        return JobMachine(JobView(view.job_id, view.thread_id, view.state, {**view.fields, "handoffSha256": "a" * 64},
-                                  dict(view.entered_ms)))
+        return JobMachine(attrs.evolve(view, fields={**view.fields, "handoffSha256": "a" * 64}))
 
     waiting = accepted(resume=True)
     fire(waiting, "compaction_completed", {**COMPLETED, "inject": True})

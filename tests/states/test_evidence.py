@@ -28,7 +28,7 @@ def test_a_missing_required_key_is_rejected_by_name():
     ("cancel", {"reason": "bored"}, "reason"),
     ("fail", {"errorCode": "x", "error": "y", "delivery": "maybe"}, "delivery"),
     ("deadline", {"deadlineS": float("inf")}, "deadlineS"),
-    ("turn_started", {"turnId": "  "}, "turnId"),
+    ("handoff_delivered", {"turnId": "  "}, "turnId"),
 ])
 def test_a_value_of_the_wrong_kind_is_rejected_by_name(trigger, evidence, field):
     with pytest.raises(InvalidEvidence) as caught:

@@ -81,7 +81,7 @@ def _assert_reported_from_what_can_be_proven(status: dict) -> None:
 
 
 def test_on_a_full_disk_every_reader_reports_the_lost_worker_without_crashing(tiny_tmpfs: Path):
-    store, thread, job = _a_full_disk_met_by_a_dead_worker(tiny_tmpfs, "resuming", "turn_started",
+    store, thread, job = _a_full_disk_met_by_a_dead_worker(tiny_tmpfs, "resuming", "handoff_delivered",
                                                            turnId="turn-9", turnStatus="inProgress")
     env = {"REKALL_JOBS_DIR": str(store.root)}
 

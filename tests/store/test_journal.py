@@ -77,9 +77,9 @@ def test_a_zero_filled_tail_after_power_loss_counts_as_torn(tmp_path: Path):
 def test_a_record_of_an_unknown_version_is_refused_not_cut(tmp_path: Path):
     path = _journal(tmp_path, 1)
     with path.open("ab") as handle:
-        handle.write(_raw({"v": 3, "type": "note", "seq": 1}))
+        handle.write(_raw({"v": 4, "type": "note", "seq": 1}))
     before = path.read_bytes()
-    with pytest.raises(UnknownRecordVersion, match="version 3"):
+    with pytest.raises(UnknownRecordVersion, match="version 4"):
         scan_journal(path)
     assert path.read_bytes() == before
 

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import errno
+import json
 import os
 import shutil
 import sys
@@ -20,7 +21,7 @@ from rekall.store.wire import RECORD_VERSION
 from rekall.testing import FakeClock
 
 from tests.jobkit import FINGERPRINT, handoff, idle, me, new_thread, run, schedule, snapshot
-from tests.states.reference import ILLEGAL, PROGRESS, REFUSED, TRIGGERS, evidence_for, expected, skipped_into_injecting
+from tests.states.reference import ILLEGAL, REFUSED, TRIGGERS, Reference, evidence_for
 
 
 class Crash(BaseException):
@@ -58,6 +59,9 @@ class Faults:
         return FileOps(write=self.write, fsync=self.fsync)
 
 
+OLD_JOURNALS = Path(__file__).resolve().parents[2] / "fixtures" / "store" / "ed555ee-journals.json"
+
+
 def _started(store: JobStore, thread: str, resume: bool = True):
     created = schedule(store, thread, resume=resume)
     lifecycle = store.open_lifecycle(thread, created.job_id)
@@ -79,18 +83,18 @@ def test_a_resumed_job_records_every_field_with_monotonic_durations(store: JobSt
     assert "summary" not in wire(status)  # the handoff text stays in its own file
 
 
-def test_a_journal_written_before_the_platform_was_named_is_read_unchanged(store: JobStore, clock: FakeClock,
-                                                                         thread: str):
-    job = schedule(store, thread).job_id
-    assert run(store, clock, thread, job, "resumed") is JobState.RESUMED
-    path = store.journal_path(thread, job)
-    current = store.load(thread, job)
-    assert RECORD_VERSION == 2 and all(b'"v":2,' in line for line in path.read_bytes().splitlines())
-    # Rewrite it as rekall wrote it before records named the platform: version 1, same shape.
-    old = b"".join(_as_version_1(line) for line in path.read_bytes().splitlines(keepends=True))
+def test_a_journal_written_before_the_platform_was_named_is_read_unchanged(tmp_path: Path):
+    fixture = json.loads(OLD_JOURNALS.read_text(encoding="utf-8"))
+    job_id, job = next((job_id, job) for job_id, job in fixture["expected"]["jobs"].items() if job["name"] == "resumed")
+    store = JobStore.open({"REKALL_JOBS_DIR": str(tmp_path / "jobs")})
+    path = store.journal_path(job["thread"], job_id)
+    # ed555ee's journal, as rekall wrote it before records named the platform: version 1, same shape.
+    old = b"".join(_as_version_1(line) for line in fixture["files"][path.name].encode().splitlines(keepends=True))
+    assert RECORD_VERSION == 3 and old.count(b'"v":1,') == len(old.splitlines()) > 5
     path.write_bytes(old)
-    replay = store.load(thread, job)
-    assert replay.state is JobState.RESUMED and replay.transitions == current.transitions
+    os.chmod(path, 0o600)
+    replay = store.load(job["thread"], job_id)
+    assert replay.state is JobState.RESUMED and [t.trigger for t in replay.transitions] == job["triggers"]
     assert path.read_bytes() == old  # read, never rewritten
 
 
@@ -126,7 +130,7 @@ def test_the_journal_is_written_before_memory_changes_and_the_status_after(jobs_
 
 
 @pytest.mark.parametrize(("trigger", "evidence", "error"), [
-    ("turn_started", {"turnId": "t"}, IllegalTransition),
+    ("handoff_delivered", {"turnId": "t"}, IllegalTransition),
     ("idle_stable", idle(90_000, boundaryFingerprint="someone typed"), TransitionRefused),
     ("idle_stable", {"idleMs": 1}, InvalidInput),
 ])
@@ -231,7 +235,7 @@ class LifecycleOnDisk(RuleBasedStateMachine):
         self.store = JobStore.open({"REKALL_JOBS_DIR": str(self.dir / "jobs")}, clock=self.clock)
         self.job = self.store.create_job(self.thread, handoff=handoff(resume), user_fingerprint=FINGERPRINT).job_id
         self.lifecycle = self.store.open_lifecycle(self.thread, self.job)
-        self.resume, self.before, self.model, self.skipped = resume, None, JobState.SCHEDULED, False
+        self.model = Reference(self.job, resume, FINGERPRINT)
 
     def teardown(self) -> None:
         if hasattr(self, "dir"):
@@ -244,12 +248,11 @@ class LifecycleOnDisk(RuleBasedStateMachine):
 
     @rule(data=st.data())
     def fire_progress(self, data: st.DataObject) -> None:
-        self._fire(PROGRESS.get(self.model, "turn_started"), data)
+        self._fire(self.model.progress, data)
 
     def _fire(self, trigger: str, data: st.DataObject) -> None:
         evidence = data.draw(evidence_for(trigger, self.job))
-        want = expected(self.model, trigger, evidence, job_id=self.job, resume=self.resume,
-                        fingerprint=FINGERPRINT, before=self.before, skipped=self.skipped)
+        want = self.model.after(trigger, evidence)
         self.clock.advance(25)
         if want in (ILLEGAL, REFUSED):
             before = snapshot(self.store.root)
@@ -257,11 +260,8 @@ class LifecycleOnDisk(RuleBasedStateMachine):
                 self.lifecycle.fire(trigger, **evidence)
             assert snapshot(self.store.root) == before
             return
-        assert self.lifecycle.fire(trigger, **evidence) is want
-        if want is JobState.REQUESTING:
-            self.before = evidence["tokens"]
-        if want is JobState.INJECTING:
-            self.skipped = skipped_into_injecting(self.resume, trigger)
+        assert isinstance(want, Reference)
+        assert self.lifecycle.fire(trigger, **evidence) is want.state
         self.model = want
 
     @precondition(lambda self: hasattr(self, "lifecycle"))
@@ -274,9 +274,12 @@ class LifecycleOnDisk(RuleBasedStateMachine):
     @invariant()
     def disk_memory_and_model_agree(self) -> None:
         if hasattr(self, "lifecycle"):
-            assert self.lifecycle.state is self.model
+            assert self.lifecycle.state is self.model.state
+            view = self.lifecycle.view
+            assert (view.compaction, view.delivery, view.route) == (self.model.compaction, self.model.delivery,
+                                                                    self.model.route)
             status = self.store.read_status(self.thread)
-            assert status.state == self.model.value and status.statusFileProblem is ABSENT
+            assert status.state == self.model.state.value and status.statusFileProblem is ABSENT
 
 
 TestLifecycleOnDisk = LifecycleOnDisk.TestCase
@@ -299,3 +302,19 @@ def test_a_held_status_file_is_written_once_by_save_status_and_readers_answer_fr
     lifecycle.save_status()  # nothing new since: no second write
     assert writes.call_count == 1
     assert store.status_file.read(thread)[0] == lifecycle.derived_status
+
+
+def test_a_worker_that_died_between_the_two_records_of_a_completion_leaves_a_compacted_job_its_reaper_can_end(
+        store: JobStore, clock: FakeClock, thread: str):
+    job = schedule(store, thread).job_id
+    assert run(store, clock, thread, job, "skipped") is JobState.SKIPPED
+    path = store.journal_path(thread, job)
+    lines = path.read_bytes().splitlines(keepends=True)
+    assert b'"type":"delivery"' in lines[-1] and b'"route_chosen"' in lines[-1]
+    path.write_bytes(b"".join(lines[:-1]))  # the route's record never reached the disk
+    replay = store.load(thread, job)
+    assert replay.state is JobState.COMPACTED and replay.states_taken[-2:] == ["accepted", "compacted"]
+    with store.open_lifecycle(thread, job) as lifecycle:
+        assert lifecycle.fire("fail", errorCode="worker_lost", error="gone") is JobState.FAILED
+    status = store.read_status(thread)
+    assert status.state == "failed" and status.outcomeMayBeUnknown is False  # nothing was in flight

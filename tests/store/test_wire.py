@@ -7,7 +7,8 @@ import json
 import pytest
 
 from rekall.store import JobStore
-from rekall.store.wire import BadRecord, NoteRecord, TransitionRecord, converter, decode_line, encode_record
+from rekall.store.wire import BadRecord, DeliveryRecord, NoteRecord, Record, TransitionRecord, converter, \
+    decode_line, encode_record
 from rekall.testing import FakeClock
 from tests.jobkit import new_thread, scheduled_run
 
@@ -19,9 +20,9 @@ def _bodies(store: JobStore) -> list[bytes]:
     return lines
 
 
-def _structured_by_cattrs(line: bytes) -> TransitionRecord | NoteRecord:
+def _structured_by_cattrs(line: bytes) -> Record:
     data = json.loads(line)["record"]
-    cls = {"transition": TransitionRecord, "note": NoteRecord}[data.pop("type")]
+    cls = {"transition": TransitionRecord, "delivery": DeliveryRecord, "note": NoteRecord}[data.pop("type")]
     data.pop("v")
     return converter().structure(data, cls)
 
@@ -66,11 +67,11 @@ from rekall.states import GuardVerdict, JobState  # noqa: E402
 from rekall.store import wire as wire_module  # noqa: E402
 
 
-def _encoded_by_cattrs(record: TransitionRecord | NoteRecord) -> bytes:
+def _encoded_by_cattrs(record: Record) -> bytes:
     """``encode_record`` as it was before the hand-built path: everything through the converter."""
     import zlib
 
-    kind = "transition" if type(record) is TransitionRecord else "note"
+    kind = {TransitionRecord: "transition", DeliveryRecord: "delivery", NoteRecord: "note"}[type(record)]
     raw = wire_module.dumps({"v": wire_module.RECORD_VERSION, "type": kind,
                              **converter().unstructure(record)}).encode("utf-8")
     return b'{"crc32":"%08x","record":%s}\n' % (zlib.crc32(raw), raw)

@@ -43,7 +43,7 @@ def test_explain_prints_a_job_written_by_the_store(jobs: Path, capsys: pytest.Ca
     job = scheduled_run(store, clock, thread, "skipped")
     assert main(["explain", job, "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert data["jobId"] == job and data["timeline"][-1]["to"] == "skipped"
+    assert data["jobId"] == job and data["path"][-1] == "skipped" and data["timeline"][-1]["to"] == "settled"
     assert main(["explain", thread]) == 0
     assert "Resume skipped" in capsys.readouterr().out
 

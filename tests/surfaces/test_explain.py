@@ -35,33 +35,37 @@ def test_a_compaction_the_user_moved_on_after_is_explained_as_completed_with_no_
     status = store.read_status(thread)
     assert (status.resumeSkipped, status.outcomeMayBeUnknown) == ("new_user_input", False)
     last = explanation["timeline"][-1]
-    assert [(g["guard"], g["passed"]) for g in last["guards"]][:3] == [
-        ("resume_not_requested", False), ("resume_not_requested_inject", False), ("resume_overtaken_by_user", True)]
+    assert (last["machine"], last["trigger"], last["to"], last["route"]) == ("delivery", "route_chosen", "settled",
+                                                                               None)
+    assert [(g["guard"], g["passed"]) for g in last["guards"]] == [("a_route_carries_it", False),
+                                                                   ("no_route_carries_it", True)]
 
 
 def test_the_timeline_shows_times_evidence_and_every_guard_verdict(store: JobStore, clock: FakeClock):
     thread = new_thread()
     job = scheduled_run(store, clock, thread, "skipped")
     timeline = build_explanation(store, job)["timeline"]
-    assert [row["seq"] for row in timeline] == [0, 1, 2, 3, 4]
-    assert [row["sincePreviousMs"] for row in timeline] == [None, 500, 500, 500, 500]
-    last = timeline[-1]
-    assert (last["from"], last["to"], last["trigger"]) == ("accepted", "skipped", "compaction_completed")
-    assert last["evidence"]["tokens"] == 61_000
-    assert [(g["guard"], g["passed"]) for g in last["guards"]] == [
-        ("resume_not_requested", False), ("resume_not_requested_inject", False), ("resume_overtaken_by_user", False),
-        ("resume_overtaken_by_user_inject", False), ("resume_with_headroom", False),
-        ("resume_without_headroom", True)]
+    assert [row["seq"] for row in timeline] == [0, 1, 2, 3, 4, 5]
+    assert [row["sincePreviousMs"] for row in timeline] == [None, 500, 500, 500, 500, 0]  # one event, two moves
+    completed, chosen = timeline[-2:]
+    assert [(r["machine"], r["from"], r["to"], r["trigger"]) for r in (completed, chosen)] == [
+        ("compaction", "accepted", "compacted", "compaction_completed"),
+        ("delivery", "pending", "settled", "route_chosen")]
+    assert completed["evidence"]["tokens"] == chosen["evidence"]["tokens"] == 61_000
+    assert [(g["guard"], g["passed"]) for g in chosen["guards"]] == [("a_route_carries_it", False),
+                                                                     ("no_route_carries_it", True)]
+    assert chosen["fields"]["resumeSkipped"] == "insufficient_headroom"
 
 
 def test_the_diagram_numbers_the_steps_taken_and_marks_the_states_visited(store: JobStore, clock: FakeClock):
     thread = new_thread()
     diagram = build_explanation(store, scheduled_run(store, clock, thread, "resumed"))["diagram"]
-    assert "  scheduled --> waiting_for_idle: worker_started [owns_job] (step 1)" in diagram
-    assert "  resuming --> resumed: turn_started (step 6)" in diagram
-    assert "  accepted --> skipped: compaction_completed [resume_without_headroom]\n" in diagram  # not taken
-    assert "  class resumed current" in diagram
-    assert "class scheduled,waiting_for_idle,requesting,accepted,waiting_for_resume_idle,resuming taken" in diagram
+    assert "    scheduled --> waiting_for_idle: worker_started [owns_job] (step 1)" in diagram
+    assert "    waiting --> sending: idle_stable [route_may_send] (step 6)" in diagram
+    assert "    sending --> delivered: handoff_delivered [answers_the_route] (step 7)" in diagram
+    assert "    pending --> settled: route_chosen [no_route_carries_it]\n" in diagram  # not taken
+    assert "  class compacted,delivered current" in diagram  # where each machine ended
+    assert "class scheduled,waiting_for_idle,requesting,accepted,pending,waiting,sending taken" in diagram
 
 
 def test_a_thread_id_explains_the_threads_latest_job(store: JobStore, clock: FakeClock):
@@ -131,7 +135,8 @@ def test_the_explanation_prints_for_people(store: JobStore, clock: FakeClock):
     out = io.StringIO()
     print_explanation(build_explanation(store, job), Console(file=out, width=160, color_system=None))
     text = out.getvalue()
-    assert "Resume skipped: 61%" in text and "✓ resume_without_headroom" in text
+    assert "Resume skipped: 61%" in text and "✓ no_route_carries_it" in text
+    assert "delivery: pending → settled  on route_chosen" in text
     assert "note: owner_moved" in text and "[bold]o3" in text  # data is printed, not interpreted as markup
     assert "Path: scheduled → waiting_for_idle → requesting → accepted → skipped" in text
 

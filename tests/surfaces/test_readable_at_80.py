@@ -22,7 +22,7 @@ from rich.console import Console
 from rekall.surfaces.cli import main
 from rekall.surfaces.demo import run_demo
 from rekall.states import JobState
-from rekall.states.table import TRANSITIONS
+from rekall.states.table import MACHINES
 from rekall.testing import FakeClock
 
 from tests.jobkit import new_thread, open_store, run_lifecycle, schedule, scheduled_run, script
@@ -99,7 +99,9 @@ def test_the_explained_diagram_is_printed_whole_ready_to_paste(jobs: Path, capsy
     diagram = lines[start:]
     assert diagram[:4] == ["---", "title: Job lifecycle", "---", "stateDiagram-v2"]
     assert not any(line.startswith(("│", "╭", "╰")) for line in diagram)  # no box around it
-    assert "  accepted --> waiting_for_resume_idle: compaction_completed [resume_with_headroom] (step 4)" in diagram
+    # The completion is one record per machine: the compaction machine's handover, then the route's choice.
+    assert "    accepted --> compacted: compaction_completed (step 4)" in diagram
+    assert "    pending --> waiting: route_chosen [a_route_carries_it] (step 5)" in diagram
     journal = next(line for line in lines if line.startswith("journal: "))
     assert Path(journal.removeprefix("journal: ")).is_file()  # the whole path, on one line
 
@@ -123,7 +125,9 @@ def test_the_demo_reads_whole_at_80_columns():
     status = run_demo(console=Console(file=out, width=80, color_system=None))
     text = out.getvalue()
     assert status == 0, text
-    known = {s.value for s in JobState} | {t.trigger for t in TRANSITIONS} | {t.guard_name for t in TRANSITIONS}
+    rows = [row for table in MACHINES for row in table.rows]
+    known = {s.value for table in MACHINES for s in table.states} | {s.value for s in JobState} \
+        | {t.trigger for t in rows} | {t.guard_name for t in rows}
     names = {part.strip('[]().;:"') for word in words(text) for part in word.split(",")
              if "_" in part and "/" not in part}
     assert names and names <= known, f"not whole names (cut at 80 columns?): {names - known}"

@@ -398,3 +398,15 @@ def test_a_fifo_planted_at_the_jobs_claim_is_foreign_the_hook_prints_nothing_and
                           text=True, env={**os.environ, **env_for(jobs)}, timeout=20)  # a FIFO read would block
     status = json.loads(done.stdout)
     assert status["handoffDelivery"] == "not_delivered" and "not a regular file" in status["handoffDeliveryNote"]
+
+
+def test_the_hook_reads_each_jobs_state_from_both_machines_records_as_the_store_does(tmp_path: Path):
+    from rekall.surfaces.session_hook import _read_journal
+
+    store, clock = open_store(tmp_path / "jobs"), FakeClock()
+    for outcome in ("resumed", "completed", "skipped", "skipped_at_resume", "cancelled", "failed"):
+        for steps in range(1, len(script("x", outcome)) + 1):
+            thread = new_thread()
+            job, journal = job_until(store, clock, thread, outcome, resume=True, steps=steps)
+            read = _read_journal(journal)
+            assert read is not None and read[2] == store.load(thread, job).state.value, (outcome, steps)

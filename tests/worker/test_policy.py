@@ -41,7 +41,8 @@ from rekall.worker.policy import (
     decide,
     fail,
 )
-from rekall.states import TERMINAL_STATES, JobState
+from rekall.states import TERMINAL_STATES, DeliveryState, JobState
+from tests.jobkit import view_in
 
 S = JobState
 SETTINGS = WorkerSettings(idle_stable_s=1.0, deadline_s=60.0, settle_s=5.0, system_error_window_s=30.0)
@@ -58,8 +59,10 @@ def seen(facts: ThreadFacts = IDLE) -> ThreadSnapshot:
     return ThreadSnapshot("thread", facts, 7, "owner-1")
 
 
-def job(state: JobState, *, resume: bool = True, tokens_before: Any = 90_000) -> Job:
-    return Job(state, SETTINGS, FP, resume, tokens_before)
+def job(state: JobState, *, resume: bool = True, tokens_before: Any = 90_000, sent: bool = False) -> Job:
+    """What the rules read of a job in ``state`` (``sent``: its injection journaled and sent)."""
+    view = view_in("j", state, {}, sent=sent)
+    return Job(state, SETTINGS, FP, resume, tokens_before, view.delivery, view.route)
 
 
 def idle_timer(state: JobState, serial: int = 1, since: float = 0.0) -> Memo:
@@ -79,6 +82,10 @@ STUCK = attrs.evolve(IDLE, runtime_status="systemError", busy_reason="runtime_sy
 INJECTS = attrs.evolve(MEMO, inject=True)
 NO_WAY_IN = attrs.evolve(MEMO, inject=False, injection_limit="no way in")
 MOVED_ON = attrs.evolve(BUSY, boundary_fingerprint="a-newer-user-turn", goal="none")
+HOOK_DELIVERED = Fire("handoff_not_delivered", {
+    "errorCode": "handoff_delivered_by_hook", "delivery": "hook",
+    "error": "the plugin's SessionStart(compact) hook delivered the handoff at the start of the turn that ran after "
+             "the compaction, before the thread was idle again"})
 
 # (behaviour, job, facts, event, memo, steps, memo after (None: unchanged), at, now)
 ROWS: list[tuple[Any, ...]] = [
@@ -227,24 +234,23 @@ ROWS: list[tuple[Any, ...]] = [
     ("idle that held before the resume verifies the handoff, which if it passes lets idle_stable start the "
      "resume in the same round", job(S.WAITING_FOR_RESUME_IDLE), IDLE,
      TimerFired("idle", 1), idle_timer(S.WAITING_FOR_RESUME_IDLE),
-     [VerifyHandoff(Fire("idle_stable", {"handoffVerified": True, **COMMON}, then="send_start_turn"))],
-     attrs.evolve(MEMO, serial=1), 1.0, 1.0),
+     [VerifyHandoff(Fire("idle_stable", {"handoffVerified": True, **COMMON}, then="deliver"))],
+     attrs.evolve(MEMO, serial=1, sent_at_boundary=FP), 1.0, 1.0),
     ("a handoff that changed fails before any continuation", job(S.WAITING_FOR_RESUME_IDLE), IDLE,
      HandoffChecked("sha256 differs"), MEMO,
      [fail("handoff_changed", "saved handoff failed verification: sha256 differs")], None, 0.0, 0.0),
     ("the continuation is sent only when idle_stable led to resuming", job(S.RESUMING), IDLE,
-     Fired("send_start_turn", S.RESUMING), MEMO, [Send("start_turn")], None, 0.0, 0.0),
-    ("a started turn resumes the job", job(S.RESUMING), BUSY, RequestDone("start_turn", Acted(turn_id="t9",
-                                                                                            turn_status=None)),
-     MEMO, [Fire("turn_started", {"turnId": "t9", "turnStatus": None}, then="consider")], None, 0.0, 0.0),
-    ("a failed start_turn fails with the delivery class it reports", job(S.RESUMING), IDLE,
-     RequestDone("start_turn", Acted(Failure("bad_ack", "no turn", "unknown"))), MEMO,
+     Fired("deliver", S.RESUMING), MEMO, [Send("deliver")], None, 0.0, 0.0),
+    ("a started turn resumes the job", job(S.RESUMING), BUSY, RequestDone("deliver", Acted(turn_id="t9",
+                                                                                         turn_status=None)),
+     MEMO, [Fire("handoff_delivered", {"turnId": "t9", "turnStatus": None})], None, 0.0, 0.0),
+    ("a failed continuation fails with the delivery class it reports", job(S.RESUMING), IDLE,
+     RequestDone("deliver", Acted(Failure("bad_ack", "no turn", "unknown"))), MEMO,
      [fail("bad_ack", "no turn", "unknown")], None, 0.0, 0.0),
     ("a continuation the plugin's hook delivered first ends the job completed, nothing sent", job(S.RESUMING),
-     BUSY, DeliveryTaken("start_turn", "hook", "t.j.delivery"), MEMO,
-     [Fire("resume_overtaken", {"reason": "handoff_delivered_by_hook"})], None, 0.0, 0.0),
+     BUSY, DeliveryTaken("hook", "t.j.delivery"), MEMO, [HOOK_DELIVERED], None, 0.0, 0.0),
     ("a continuation whose claim another route holds fails, nothing sent", job(S.RESUMING), IDLE,
-     DeliveryTaken("start_turn", "unknown", "t.j.delivery"), MEMO,
+     DeliveryTaken("unknown", "t.j.delivery"), MEMO,
      [fail("handoff_claimed", "not sent: the handoff's delivery was already claimed by the unknown route "
                               "(t.j.delivery); it is never delivered twice", "not_delivered")], None, 0.0, 0.0),
     # --- a runtime stuck in systemError
@@ -317,74 +323,73 @@ ROWS: list[tuple[Any, ...]] = [
      Fired("consider", S.INJECTING), INJECTS, [Arm("idle", 1.0, 1)],
      attrs.evolve(INJECTS, serial=1, idle=Running(1, 0.0, S.INJECTING)), 0.0, 0.0),
     ("whatever led to injecting, the stable-idle timer is armed", job(S.INJECTING), COMPACTED,
-     Fired("send_start_turn", S.INJECTING), INJECTS, [Arm("idle", 1.0, 1)],
+     Fired("deliver", S.INJECTING), INJECTS, [Arm("idle", 1.0, 1)],
      attrs.evolve(INJECTS, serial=1, idle=Running(1, 0.0, S.INJECTING)), 0.0, 0.0),
     ("idle that held while injecting verifies the handoff and injects it", job(S.INJECTING), COMPACTED,
      TimerFired("idle", 1), attrs.evolve(INJECTS, serial=1, idle=Running(1, 0.0, S.INJECTING)),
-     [VerifyHandoff(Send("inject"))], attrs.evolve(INJECTS, serial=1, inject_sent=True, inject_boundary=FP),
-     1.0, 1.0),
+     [VerifyHandoff(Fire("idle_stable", {"handoffVerified": True, **COMMON, "tokens": 30_000, "inject": True},
+                         then="deliver"))],
+     attrs.evolve(INJECTS, serial=1, sent_at_boundary=FP), 1.0, 1.0),
+    ("the injection leaves once idle_stable journaled it", job(S.INJECTING, sent=True), IDLE,
+     Fired("deliver", S.INJECTING), INJECTS, [Send("deliver")], None, 0.0, 0.0),
     ("while a turn runs nothing is injected: a queued follow-up, a goal or the user's own",
      job(S.INJECTING), MOVED_ON, Fired("consider", S.INJECTING), INJECTS, [], None, 0.0, 0.0),
     ("a turn that starts during the debounce disarms the injection's timer", job(S.INJECTING), MOVED_ON,
      Observed(ev.ThreadBusy("turn_running", 8)), attrs.evolve(INJECTS, serial=1, idle=Running(1, 0.0, S.INJECTING)),
      [Disarm("idle")], attrs.evolve(INJECTS, serial=1), 0.0, 0.5),
-    ("the injection is never sent twice", job(S.INJECTING), IDLE, Observed(ev.ThreadIdle(8)),
-     attrs.evolve(INJECTS, inject_sent=True), [], None, 0.0, 0.0),
-    ("the user's input while injecting cancels nothing", job(S.INJECTING), MOVED_ON,
-     Observed(ev.ThreadBusy("turn_running", 8)), attrs.evolve(INJECTS, inject_sent=True), [], None, 0.0, 0.0),
+    ("the injection is never sent twice", job(S.INJECTING, sent=True), IDLE, Observed(ev.ThreadIdle(8)),
+     INJECTS, [], None, 0.0, 0.0),
+    ("the user's input while injecting cancels nothing", job(S.INJECTING, sent=True), MOVED_ON,
+     Observed(ev.ThreadBusy("turn_running", 8)), INJECTS, [], None, 0.0, 0.0),
     ("a deadline while the injection waits on a long turn: not delivered, nothing sent after it",
      job(S.INJECTING), MOVED_ON, DeadlinePassed(), INJECTS,
      [Fire("deadline", {"deadlineS": 60.0, "waitingOn": WAITING_ON[S.INJECTING],
                         "lastFact": "the thread was busy (turn_running) (revision 7)", "delivery": "not_delivered"})],
      None, 0.0, 0.0),
-    ("a deadline after the injection was sent: its delivery is unknown", job(S.INJECTING), IDLE, DeadlinePassed(),
-     attrs.evolve(INJECTS, inject_sent=True),
+    ("a deadline after the injection was sent: its delivery is unknown", job(S.INJECTING, sent=True), IDLE,
+     DeadlinePassed(), INJECTS,
      [Fire("deadline", {"deadlineS": 60.0, "waitingOn": WAITING_ON[S.INJECTING],
                         "lastFact": "the thread was idle (revision 7)", "delivery": "unknown"})], None, 0.0, 0.0),
     ("an explicit cancel while the injection waits: nothing was sent", job(S.INJECTING), MOVED_ON,
      CancelSignalled(True), INJECTS, [Fire("cancel", {"reason": "explicit_cancellation",
                                                       "delivery": "not_delivered"})], None, 0.0, 0.0),
-    ("an acknowledged injection that a new turn may have overtaken is unknown", job(S.INJECTING), MOVED_ON,
-     RequestDone("inject", Acted(), 1234), attrs.evolve(INJECTS, inject_sent=True, inject_boundary=FP),
+    ("an acknowledged injection that a new turn may have overtaken is unknown", job(S.INJECTING, sent=True),
+     MOVED_ON, RequestDone("deliver", Acted(), 1234), attrs.evolve(INJECTS, sent_at_boundary=FP),
      [Fire("handoff_not_delivered", {
          "errorCode": "turn_started_during_injection", "delivery": "unknown",
          "error": "the owner acknowledged the injection, but a new turn started while it was on its way: it may "
                   "have landed inside that turn (whose model then answers again) or before it"})], None, 0.0, 0.0),
     ("an injection is not sent while disconnected", job(S.INJECTING), COMPACTED, Fired("consider", S.INJECTING),
      attrs.evolve(INJECTS, connected=False), [], None, 0.0, 0.0),
-    ("an acknowledged injection ends the job with its size", job(S.INJECTING), IDLE,
-     RequestDone("inject", Acted(), 1234), attrs.evolve(INJECTS, inject_sent=True, inject_boundary=FP),
-     [Fire("handoff_injected", {"textBytes": 1234})], None, 0.0, 0.0),
-    ("an injection whose answer was lost is unknown, not sent again", job(S.INJECTING), IDLE,
-     RequestDone("inject", Acted(TIMED_OUT), 1234), attrs.evolve(INJECTS, inject_sent=True, inject_boundary=FP),
+    ("an acknowledged injection ends the job with its size", job(S.INJECTING, sent=True), IDLE,
+     RequestDone("deliver", Acted(), 1234), attrs.evolve(INJECTS, sent_at_boundary=FP),
+     [Fire("handoff_delivered", {"textBytes": 1234})], None, 0.0, 0.0),
+    ("an injection whose answer was lost is unknown, not sent again", job(S.INJECTING, sent=True), IDLE,
+     RequestDone("deliver", Acted(TIMED_OUT), 1234), attrs.evolve(INJECTS, sent_at_boundary=FP),
      [Fire("handoff_not_delivered", {"errorCode": "request_timeout", "error": TIMED_OUT.message,
                                      "delivery": "unknown"})], None, 0.0, 0.0),
-    ("an injection the plugin's hook delivered first: delivered by the hook, nothing sent", job(S.INJECTING), IDLE,
-     DeliveryTaken("inject", "hook", "t.j.delivery"), attrs.evolve(INJECTS, inject_sent=True),
-     [Fire("handoff_not_delivered", {
-         "errorCode": "handoff_delivered_by_hook", "delivery": "hook",
-         "error": "the plugin's SessionStart(compact) hook delivered the handoff at the start of the turn that ran "
-                  "after the compaction, before the thread was idle again"})], None, 0.0, 0.0),
+    ("an injection the plugin's hook delivered first: delivered by the hook, nothing sent",
+     job(S.INJECTING, sent=True), IDLE, DeliveryTaken("hook", "t.j.delivery"), INJECTS, [HOOK_DELIVERED], None,
+     0.0, 0.0),
     ("a delivery claim an explicit cancel holds cancels the job, nothing sent", job(S.RESUMING), IDLE,
-     DeliveryTaken("start_turn", "cancel", "t.j.delivery"), MEMO,
+     DeliveryTaken("cancel", "t.j.delivery"), MEMO,
      [Fire("cancel", {"reason": "explicit_cancellation", "delivery": "not_delivered"})], None, 0.0, 0.0),
-    ("the injection that lost its claim to an explicit cancel was not sent", job(S.INJECTING), IDLE,
-     DeliveryTaken("inject", "cancel", "t.j.delivery"), attrs.evolve(INJECTS, inject_sent=True),
+    ("the injection that lost its claim to an explicit cancel was not sent", job(S.INJECTING, sent=True), IDLE,
+     DeliveryTaken("cancel", "t.j.delivery"), INJECTS,
      [Fire("cancel", {"reason": "explicit_cancellation", "delivery": "not_delivered"})], None, 0.0, 0.0),
     ("a handoff that changed before its injection fails the job with nothing sent", job(S.INJECTING), IDLE,
-     HandoffChecked("sha256 differs"), attrs.evolve(INJECTS, inject_sent=True),
+     HandoffChecked("sha256 differs"), INJECTS,
      [fail("handoff_changed", "saved handoff failed verification: sha256 differs", "not_delivered")], None, 0.0, 0.0),
     ("the user's input before the continuation leads to the injection where it can be",
      job(S.WAITING_FOR_RESUME_IDLE), MOVED_ON, Observed(ev.ThreadBusy("turn_running", 8)), INJECTS,
-     [Fire("resume_overtaken", {"reason": "new_user_input"}, then="consider")], None, 0.0, 0.0),
+     [Fire("rerouted", {"reason": "new_user_input"}, then="consider")], None, 0.0, 0.0),
     ("the user's input before the continuation cancels where it cannot be, saying why",
      job(S.WAITING_FOR_RESUME_IDLE), MOVED_ON, Observed(ev.ThreadBusy("turn_running", 8)), NO_WAY_IN,
      [Fire("cancel", {"reason": "new_user_input", "injectionLimit": "no way in"})], None, 0.0, 0.0),
     ("the headroom check before the resume carries the delivery evidence", job(S.WAITING_FOR_RESUME_IDLE), IDLE,
      TimerFired("idle", 1), attrs.evolve(idle_timer(S.WAITING_FOR_RESUME_IDLE), inject=True),
-     [VerifyHandoff(Fire("idle_stable", {"handoffVerified": True, **COMMON, "inject": True},
-                         then="send_start_turn"))],
-     attrs.evolve(MEMO, serial=1, inject=True), 1.0, 1.0),
+     [VerifyHandoff(Fire("idle_stable", {"handoffVerified": True, **COMMON, "inject": True}, then="deliver"))],
+     attrs.evolve(MEMO, serial=1, inject=True, sent_at_boundary=FP), 1.0, 1.0),
 ]
 
 
@@ -415,9 +420,10 @@ def test_a_job_that_ended_takes_no_step_whatever_happens(state, event):
 
 
 def test_the_job_the_rules_read_holds_the_status_fields_schedule_and_the_request_wrote():
-    from rekall.states.status import JobStatus
-
-    status = JobStatus(userFingerprint="fp", resume=True, contextTokensBefore=90_000, jobId="j")
-    assert Job.of(JobState.ACCEPTED, status, SETTINGS) == Job(JobState.ACCEPTED, SETTINGS, "fp", True, 90_000)
-    assert Job.of(JobState.SCHEDULED, JobStatus(jobId="j"), SETTINGS) == \
+    fields = {"userFingerprint": "fp", "resume": True, "contextTokensBefore": 90_000, "jobId": "j"}
+    assert Job.of(view_in("j", JobState.ACCEPTED, fields), SETTINGS) == Job(JobState.ACCEPTED, SETTINGS, "fp", True,
+                                                                              90_000)
+    assert Job.of(view_in("j", JobState.SCHEDULED, {"jobId": "j"}), SETTINGS) == \
         Job(JobState.SCHEDULED, SETTINGS, None, False, None)
+    assert Job.of(view_in("j", JobState.INJECTING, fields, sent=True), SETTINGS) == \
+        Job(JobState.INJECTING, SETTINGS, "fp", True, 90_000, DeliveryState.SENDING, "injection")

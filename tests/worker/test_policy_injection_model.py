@@ -3,8 +3,9 @@ turn runs, and none after an explicit cancel.
 
 The job is in ``injecting``; hypothesis plays the thread (a turn starting and ending, the user's
 boundary moving), the worker's timers, the cancel signal, the hook winning the claim first, and the
-owner's answer. The test applies the policy's steps as the reactor does (a Fire ends the job, an
-Arm makes a timer that may fire later) and checks each decision against the rules.
+owner's answer. The test applies the policy's steps as the reactor and the delivery machine do (the
+injection's ``idle_stable`` moves the delivery from ``waiting`` to ``sending``, any other Fire ends
+the job, an Arm makes a timer that may fire later) and checks each decision against the rules.
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ from rekall.worker.policy import (
     Memo,
     Observed,
     RequestDone,
-    Send,
     TimerFired,
     VerifyHandoff,
     decide,
@@ -65,16 +65,18 @@ def test_the_injection_goes_out_at_most_once_only_into_an_idle_thread_and_never_
             case "cancel":
                 event = CancelSignalled(True)
             case "hook_claims":
-                event = DeliveryTaken("inject", "hook", "t.j.delivery")
+                event = DeliveryTaken("hook", "t.j.delivery") if sent else Observed(ev.Telemetry(1, 2))
             case "answer":
-                event = RequestDone("inject", Acted(), 100) if sent else Observed(ev.Telemetry(1, 2))
+                event = RequestDone("deliver", Acted(), 100) if sent else Observed(ev.Telemetry(1, 2))
             case _:
                 event = Observed(ev.Telemetry(1, 2))
-        decision = decide(attrs.evolve(job(JobState.INJECTING, resume=resume), state=state), seen(facts), event,
-                          memo, at=0.0, now=0.0)
+        decision = decide(attrs.evolve(job(JobState.INJECTING, resume=resume, sent=bool(sent)), state=state),
+                          seen(facts), event, memo, at=0.0, now=0.0)
         memo = decision.memo
         for step in decision.steps:
-            if isinstance(step, VerifyHandoff) and step.passed == Send("inject"):
+            if isinstance(step, VerifyHandoff) and isinstance(step.passed, Fire) \
+                    and step.passed.trigger == "idle_stable":  # journaled into sending, then sent
+                assert step.passed.then == "deliver"
                 assert facts.runtime_status == "idle" and not facts.user_turn_running, \
                     "the injection must never go into a running turn"
                 assert not cancelled

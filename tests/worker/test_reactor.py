@@ -718,7 +718,7 @@ async def test_the_resume_debounce_counts_from_when_the_platform_saw_the_thread_
         with anyio.fail_after(30):
             assert await worker.run() is JobState.RESUMED
     resume_idle = [row for row in build_explanation(store, job)["timeline"]
-                   if row["trigger"] == "idle_stable" and row["to"] == JobState.RESUMING.value]
+                   if row["trigger"] == "idle_stable" and (row["machine"], row["to"]) == ("delivery", "sending")]
     assert len(resume_idle) == 1 and resume_idle[0]["evidence"]["idleMs"] >= late_s * 1000
 
 
@@ -903,7 +903,7 @@ async def test_a_continuation_whose_delivery_the_plugins_hook_already_claimed_is
     assert known(status.errorCode) is None and known(status.resumeTurnId) is None
     assert status.handoffDelivery == "hook"  # the claim, folded into the job's record
     explanation = build_explanation(store, job)
-    assert explanation["timeline"][-1]["trigger"] == "resume_overtaken"
+    assert explanation["timeline"][-1]["trigger"] == "handoff_not_delivered"
     assert explanation["outcome"].endswith(
         "No continuation: the compaction completed, then the user's turn started and the plugin's "
         "SessionStart(compact) hook delivered the handoff at its start, just before the continuation: none was "
