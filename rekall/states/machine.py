@@ -26,7 +26,6 @@ written to disk.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from enum import Enum
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -34,7 +33,7 @@ import attrs
 from rekall.kernel.errors import RekallError
 from rekall.states.delivery import DELIVERY
 from rekall.states.evidence import TRIGGERS, validate_evidence
-from rekall.states.model import DeliveryState, Instant, JobState, JobView
+from rekall.states.model import DeliveryState, Instant, JobState, JobView, MachineState
 from rekall.states.rows import Table, Transition
 from rekall.states.table import COMPACTION, ENDS, MACHINES
 
@@ -43,8 +42,6 @@ if TYPE_CHECKING:  # the library is imported where a machine is built: `rekall s
 
 #: The model attribute through which the library reads and sets a machine's state (its string value).
 STATE_ATTRIBUTE = "state_value"
-#: A state of either machine (their values differ, so a value names one state).
-MachineState = JobState | DeliveryState
 
 
 @attrs.frozen
@@ -124,7 +121,7 @@ def _condition(row: Transition) -> Callable[[EventData], bool]:
     def condition(event: EventData) -> bool:
         attempt = _attempt(event)
         passed = bool(guard(attempt.view, attempt.evidence))
-        attempt.verdicts.append(GuardVerdict(row.dest, guard.__name__, passed))  # type: ignore[arg-type]
+        attempt.verdicts.append(GuardVerdict(row.dest, guard.__name__, passed))
         return passed
 
     condition.__name__ = guard.__name__  # diagrams label edges with the guard's name
@@ -138,7 +135,7 @@ def _committer(table: Table, row: Transition) -> Callable[[EventData], None]:
         route = None
         if table is DELIVERY:
             route = view.route if row.route is None else row.route(view, attempt.evidence)
-        step = Step(table.name, row.trigger, view.state_in(table.name), row.dest,  # type: ignore[arg-type]
+        step = Step(table.name, row.trigger, view.state_in(table.name), row.dest,
                     attempt.evidence, tuple(attempt.verdicts), row.effect(view, attempt.evidence, attempt.now),
                     attempt.now, route)
         attempt.commit(step)  # raising here halts the transition: the state does not change
@@ -160,7 +157,7 @@ def machine_config(table: Table = COMPACTION) -> dict[str, Any]:
             "auto_transitions": False, "send_event": True, "queued": True}
 
 
-def build_machine(model: Any = None, *, table: Table = COMPACTION, initial: Enum | None = None) -> Machine:
+def build_machine(model: Any = None, *, table: Table = COMPACTION, initial: MachineState | None = None) -> Machine:
     """A ``transitions.Machine`` for one of a job's machines, starting at ``initial`` (the table's own
     initial state when not said).
 
@@ -224,11 +221,7 @@ class JobMachine:
                 raise AssertionError(f"the {table.name} machine set {value!r} without a committed step")
             return
         assert step.dest.value == value, (step.dest, value)
-        if table is COMPACTION:
-            self._view = self._view.advanced(step.fields, step.now.mono_ms, compaction=step.dest)  # type: ignore[arg-type]
-        else:
-            self._view = self._view.advanced(step.fields, step.now.mono_ms, delivery=step.dest,  # type: ignore[arg-type]
-                                             route=step.route)
+        self._view = self._view.moved(step.dest, step.fields, step.now.mono_ms, step.route)
 
     def fire(self, trigger: str, evidence: Mapping[str, Any], now: Instant, commit: Commit) -> tuple[Step, ...]:
         """Route ``trigger`` to its machine; ``commit(step)`` runs before each state changes. Returns the

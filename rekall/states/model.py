@@ -22,16 +22,20 @@ from rekall.kernel.jobstate import job_state_named
 from rekall.states.status import JobStatus, read
 
 
-class JobState(str, Enum):
-    """Where a job is. Values are the strings written to disk (``state`` and ``status``)."""
+class _Documented(str, Enum):
+    """A state: its value is the string written to disk, and it says what it means (``doc``)."""
 
     doc: str
 
-    def __new__(cls, value: str, doc: str) -> JobState:
+    def __new__(cls, value: str, doc: str) -> _Documented:
         member = str.__new__(cls, value)
         member._value_ = value
         member.doc = doc
         return member
+
+
+class JobState(_Documented):
+    """Where a job is. Values are the strings written to disk (``state`` and ``status``)."""
 
     SCHEDULED = "scheduled", "Saved with its handoff; the worker has not started yet."
     WAITING_FOR_IDLE = "waiting_for_idle", "The worker follows the thread and waits for idle to hold."
@@ -78,16 +82,8 @@ COMPACTION_STATES: tuple[JobState, ...] = (
     JobState.CANCELLED, JobState.TIMED_OUT, JobState.FAILED)
 
 
-class DeliveryState(str, Enum):
+class DeliveryState(_Documented):
     """Where the handoff's delivery is, whatever its route. Values are the strings written to disk."""
-
-    doc: str
-
-    def __new__(cls, value: str, doc: str) -> DeliveryState:
-        member = str.__new__(cls, value)
-        member._value_ = value
-        member.doc = doc
-        return member
 
     PENDING = "pending", "The compaction has not completed: nothing to deliver yet."
     WAITING = "waiting", "A route is chosen; it waits for the thread to stay idle."
@@ -104,6 +100,8 @@ class DeliveryState(str, Enum):
 
 
 _BY_VALUE = {state.value: state for state in JobState}
+#: A state of either machine (their values differ, so a value names one state).
+MachineState = JobState | DeliveryState
 #: The routes the delivery machine sends by (the claim's route names, :mod:`rekall.store.delivery`).
 CONTINUATION, INJECTION = _CONTINUATION, "injection"
 
@@ -171,12 +169,12 @@ class JobView:
         """The state of the machine named ``machine`` (``compaction`` or ``delivery``)."""
         return self.delivery if machine == "delivery" else self.compaction
 
-    def advanced(self, fields: Mapping[str, Any], mono_ms: int, *, compaction: JobState | None = None,
-                 delivery: DeliveryState | None = None, route: str | None = None) -> JobView:
-        """After one machine moved (``compaction`` or ``delivery`` and its ``route``) and set ``fields``."""
-        later = JobView(self.job_id, self.thread_id, self.compaction if compaction is None else compaction,
-                        {**self.fields, **fields}, self.entered_ms,
-                        self.delivery if delivery is None else delivery, self.route if delivery is None else route)
+    def moved(self, dest: MachineState, fields: Mapping[str, Any], mono_ms: int, route: str | None = None) -> JobView:
+        """After one machine moved into ``dest`` and set ``fields`` (a delivery move: with the route after it)."""
+        if isinstance(dest, DeliveryState):
+            later = attrs.evolve(self, fields={**self.fields, **fields}, delivery=dest, route=route)
+        else:
+            later = attrs.evolve(self, fields={**self.fields, **fields}, compaction=dest)
         if later.state is self.state:
             return later  # the job's state goes on (an injection being sent is still injecting)
         return attrs.evolve(later, entered_ms={**self.entered_ms, later.state: mono_ms})

@@ -18,12 +18,11 @@ first that passes wins; when none passes the event is refused, and nothing chang
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from enum import Enum
 from typing import Any
 
 import attrs
 
-from rekall.states.model import Instant, JobState, JobView
+from rekall.states.model import Instant, JobState, JobView, MachineState
 from rekall.states.rules import Headroom, check_headroom
 from rekall.states.status import JobStatus, known, wire
 
@@ -37,8 +36,8 @@ Route = Callable[[JobView, Evidence], str | None]
 @attrs.frozen
 class Transition:
     trigger: str
-    source: tuple[Enum, ...]
-    dest: Enum
+    source: tuple[MachineState, ...]
+    dest: MachineState
     guard: Guard | None
     effect: Effect = attrs.field(repr=False)
     note: str
@@ -57,23 +56,23 @@ class Table:
     name: str
     title: str
     doc: str
-    states: tuple[Enum, ...]
-    terminal: frozenset[Enum]
+    states: tuple[MachineState, ...]
+    terminal: frozenset[MachineState]
     rows: tuple[Transition, ...]
 
     @property
-    def initial(self) -> Enum:
+    def initial(self) -> MachineState:
         return self.states[0]
 
     @property
     def triggers(self) -> tuple[str, ...]:
         return tuple(dict.fromkeys(row.trigger for row in self.rows))
 
-    def rows_for(self, state: Enum, trigger: str) -> tuple[Transition, ...]:
+    def rows_for(self, state: MachineState, trigger: str) -> tuple[Transition, ...]:
         """The rows that could fire ``trigger`` from ``state``, in the order they are tried."""
         return tuple(row for row in self.rows if row.trigger == trigger and state in row.source)
 
-    def find_row(self, source: Enum, trigger: str, dest: Enum) -> Transition | None:
+    def find_row(self, source: MachineState, trigger: str, dest: MachineState) -> Transition | None:
         """The row that moves ``source`` to ``dest`` on ``trigger`` (used to check replayed records)."""
         return next((row for row in self.rows_for(source, trigger) if row.dest is dest), None)
 

@@ -124,10 +124,7 @@ def _replayed(path: Path, view: JobView, record: Move) -> JobView:
         if move.table.find_row(move.source, move.trigger, move.dest) is None:
             raise _bad(path, record.seq, f"{said} is not a transition")
         fields = record.fields if i == len(moves) - 1 else {}
-        if move.table is COMPACTION:
-            view = view.advanced(fields, record.mono_ms, compaction=move.dest)  # type: ignore[arg-type]
-        else:
-            view = view.advanced(fields, record.mono_ms, delivery=move.dest, route=move.route)  # type: ignore[arg-type]
+        view = view.moved(move.dest, fields, record.mono_ms, move.route)
     if legacy and view.state is not record.dest:
         raise _bad(path, record.seq, f"{said} leads to {view.state.value}")
     return view

@@ -22,7 +22,7 @@ from typing import Any
 import attrs
 
 from rekall.states import DeliveryState, GuardVerdict, JobState
-from rekall.states.machine import MachineState
+from rekall.states.model import MachineState
 from rekall.store.processes import LockHolder
 
 #: 2: the worker's ``worker_started`` and ``connected`` evidence names the platform. 3: the delivery

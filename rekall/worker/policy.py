@@ -9,8 +9,11 @@ after them. It does no I/O and reads no clock: times arrive with the event. The 
 transition's outcome (send the compact request only if ``idle_stable`` led to ``requesting``)
 stays here. A :class:`Fire` is always the last step of a decision.
 
-The policy never assigns a state: it fires triggers with their evidence and the lifecycle
-table in :mod:`rekall.states` decides.
+The policy never assigns a state: it fires triggers with their evidence and the two machines'
+tables in :mod:`rekall.states` decide. Once the compaction completed, what to do next depends on
+where the delivery machine is and by which route: those rules are
+:class:`rekall.worker.delivering.DeliveryRules`, which the rules here mix in. The records the rules
+read and return are in :mod:`rekall.worker.decisions` (named here too, for the reactor).
 """
 
 from __future__ import annotations

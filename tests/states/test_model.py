@@ -30,7 +30,7 @@ def test_an_instants_time_is_written_once_and_the_same_each_time_it_is_read():
 def test_a_views_status_is_read_from_its_fields_once_and_an_advanced_view_reads_its_own():
     view = JobView("j", "t", JobState.SCHEDULED, {"resume": True, "pid": 1}, {})
     assert view.status is view.status and view.status.pid == 1 and view.resume
-    later = view.advanced({"pid": 2}, 7, compaction=JobState.WAITING_FOR_IDLE)
+    later = view.moved(JobState.WAITING_FOR_IDLE, {"pid": 2}, 7)
     assert later.status.pid == 2 and view.status.pid == 1
     assert later == JobView("j", "t", JobState.WAITING_FOR_IDLE, {"resume": True, "pid": 2},
                             {JobState.WAITING_FOR_IDLE: 7})
