@@ -19,12 +19,12 @@ from rekall.kernel.records import Acted, Failure
 from rekall.kernel.settings import INJECT_HANDOFF, WorkerSettings
 from rekall.states.model import CONTINUATION
 from rekall.states.status import known
+from rekall.worker.decisions import DeliveryTaken, Event, RequestDone
 
 if TYPE_CHECKING:
     from rekall.adapters.contract import FollowedThread, Platform
     from rekall.store.jobstore import JobStore
     from rekall.store.handoff import Verified
-    from rekall.worker import policy
 
 
 def injection_limit(settings: WorkerSettings, platform: Platform) -> str | None:
@@ -87,7 +87,7 @@ class Courier:
             return exc.message
         return None
 
-    def prepare(self, thread: FollowedThread) -> Outgoing | policy.Event:
+    def prepare(self, thread: FollowedThread) -> Outgoing | Event:
         """The handoff verified just before, as the route's request, once the job's delivery claim is won;
         or the event that says why nothing leaves."""
         handoff, route = self._handoff, self._lifecycle.view.route
@@ -114,17 +114,16 @@ class Courier:
 
         return continuation_text(verified.record, str(verified.path))
 
-    def _lost_delivery(self, route: str) -> policy.Event | None:
+    def _lost_delivery(self, route: str) -> Event | None:
         """Win the job's delivery claim for ``route`` before sending the handoff, or say that another route
         (the plugin's hook, an explicit cancel) holds it, or that the claim failed (a request not sent)."""
         from rekall.store.delivery import DeliveryKey, take
-        from rekall.worker import policy
 
         try:
             taken = take(self._store.paths.root, DeliveryKey(self.thread_id, job=self.job_id), route,
                          handoffSha256=self._sealed_sha256())
         except OSError as exc:  # without the claim, exactly once cannot be promised: nothing is sent
-            return policy.RequestDone("deliver", Acted(Failure(
+            return RequestDone("deliver", Acted(Failure(
                 "handoff_claim_failed", f"not sent: the job's delivery claim could not be created "
                                         f"({exc.strerror or exc})", "not_delivered")))
-        return None if taken.won else policy.DeliveryTaken(taken.holder, taken.claim, taken.why)
+        return None if taken.won else DeliveryTaken(taken.holder, taken.claim, taken.why)

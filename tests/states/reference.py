@@ -1,7 +1,11 @@
 """A small, independent reference model of the lifecycle's two machines, for the stateful tests.
 
 Written by hand from the issues' rules (not from the tables), so a mistake in one is caught by the
-other. Headroom uses exact integer arithmetic instead of a division.
+other. Headroom uses exact integer arithmetic instead of a division. The stateful tests
+(``tests/states/test_machine.py``, ``tests/store/test_lifecycle.py``) hold both machines' states and
+the route to it at every step, and that the handoff is delivered at most once, never after an
+explicit cancel; that no injection goes into a running turn is the policy's rule, held by
+``tests/worker/test_policy_injection_model.py``.
 """
 
 from __future__ import annotations
