@@ -96,15 +96,15 @@ def replay_scan(path: Path, scan: Scan, thread_id: str, job_id: str) -> Replay:
         if isinstance(record, NoteRecord):
             notes.append(record)
             continue
-        view = _replayed(path, view, record)
+        view, taken = _replayed(path, view, record)
         transitions.append(record)
-        moves.append((moves_of(record) or (), view.state))
+        moves.append((taken, view.state))
     return Replay(thread_id, job_id, path, with_claim(view, path), tuple(transitions), tuple(notes), scan,
                   tuple(moves))
 
 
-def _replayed(path: Path, view: JobView, record: Move) -> JobView:
-    """``view`` after ``record``, checked against both machines' tables."""
+def _replayed(path: Path, view: JobView, record: Move) -> tuple[JobView, tuple[MachineMove, ...]]:
+    """``view`` after ``record``, checked against both machines' tables, and the moves it stands for."""
     said = f"{record.source and record.source.value} --{record.trigger}--> {record.dest.value}"
     if view.state.terminal:
         raise _bad(path, record.seq, f"{said} comes after the job ended {view.state.value}")
@@ -127,7 +127,7 @@ def _replayed(path: Path, view: JobView, record: Move) -> JobView:
         view = view.moved(move.dest, fields, record.mono_ms, move.route)
     if legacy and view.state is not record.dest:
         raise _bad(path, record.seq, f"{said} leads to {view.state.value}")
-    return view
+    return view, moves
 
 
 def with_claim(view: JobView, journal_path: Path) -> JobView:

@@ -169,7 +169,7 @@ def _machine_of(record: Move) -> str:
 
 def path_diagram(job: Replay) -> str:
     """The lifecycle diagram with the moves taken numbered (by journal record) and the states visited styled."""
-    from rekall.states import MACHINES, DeliveryState, JobState
+    from rekall.states import MACHINES, DeliveryState
     from rekall.states.render import mermaid
 
     lines = mermaid().splitlines()
@@ -177,16 +177,17 @@ def path_diagram(job: Replay) -> str:
              for n, (moves, _) in enumerate(job.moves, start=1) for move in moves]
     for i, line in enumerate(lines):
         edge, _, labels = line.strip().partition(": ")  # "a --> b: t1 [guard] | t2"
-        taken = [n for (src, dst, trigger), n in steps if edge == f"{src} --> {dst}"
-                 and any(label.split(" [")[0] == trigger for label in labels.split(" | "))]
-        if taken:
-            lines[i] = f"{line} (step {', '.join(map(str, sorted(set(taken))))})"
+        numbers = {n for (src, dst, trigger), n in steps if edge == f"{src} --> {dst}"
+                   and any(label.split(" [")[0] == trigger for label in labels.split(" | "))}
+        if numbers:
+            lines[i] = f"{line} (step {', '.join(map(str, sorted(numbers)))})"
     view = job.view
     current = [view.compaction.value] + ([] if view.delivery is DeliveryState.PENDING else [view.delivery.value])
-    visited = [JobState.SCHEDULED.value]  # each machine's states in the order visited, from where it started
+    visited: list[str] = []  # each machine's states in the order visited, from where it started
     for table in MACHINES:
         dests = [move.dest.value for moves, _ in job.moves for move in moves if move.table is table]
-        visited += ([] if table.initial is JobState.SCHEDULED or not dests else [table.initial.value]) + dests
+        if table is MACHINES[0] or dests:
+            visited += [table.initial.value, *dests]
     taken = [state for state in dict.fromkeys(visited) if state not in current]
     lines += [
         "  classDef taken fill:#e8f4ea,stroke:#2e7d32",
