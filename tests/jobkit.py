@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from rekall.states import DeliveryState, JobState, JobView
-from rekall.states.model import CONTINUATION, INJECTION
+from rekall.kernel.jobstate import CONTINUATION, INJECTION
 from rekall.store import CreatedJob, JobStore, Lifecycle, process_start_time
 from rekall.testing import FakeClock
 

@@ -13,8 +13,9 @@ from __future__ import annotations
 COMPACTED = "compacted"
 #: What a job's record says of a continuation refused for headroom (``resumeSkipped``): it ends ``skipped``.
 INSUFFICIENT_HEADROOM = "insufficient_headroom"
-#: The route a continuation turn carries the handoff by (the claim's route name, :mod:`rekall.store.delivery`).
-CONTINUATION = "continuation"
+#: The routes the job's worker sends the handoff by: a continuation turn, or the injection (the delivery
+#: machine's routes, and the names of their delivery claims, :mod:`rekall.store.delivery`).
+CONTINUATION, INJECTION = "continuation", "injection"
 
 
 def job_state_named(compaction: str, delivery: str, route: str | None, resume_skipped: object) -> str:

@@ -18,8 +18,8 @@ from __future__ import annotations
 from typing import Any
 
 from rekall.states.evidence import EXPLICIT_CANCELLATION, HOOK_DELIVERED, USER_MOVED_ON, WITHHELD
-from rekall.kernel.jobstate import INSUFFICIENT_HEADROOM
-from rekall.states.model import CONTINUATION, INJECTION, DeliveryState, Instant, JobState, JobView
+from rekall.kernel.jobstate import CONTINUATION, INJECTION, INSUFFICIENT_HEADROOM
+from rekall.states.model import DeliveryState, Instant, JobState, JobView
 from rekall.states.rows import Evidence, Table, Transition, boundary_unchanged, headroom, known_outcome, since
 from rekall.states.status import JobStatus, known, wire
 

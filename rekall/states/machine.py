@@ -33,7 +33,7 @@ import attrs
 from rekall.kernel.errors import RekallError
 from rekall.states.delivery import DELIVERY
 from rekall.states.evidence import TRIGGERS, validate_evidence
-from rekall.states.model import DeliveryState, Instant, JobState, JobView, MachineState
+from rekall.states.model import Instant, JobState, JobView, MachineState
 from rekall.states.rows import Table, Transition
 from rekall.states.table import COMPACTION, ENDS, MACHINES
 

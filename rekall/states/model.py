@@ -17,7 +17,6 @@ from typing import Any
 
 import attrs
 
-from rekall.kernel.jobstate import CONTINUATION as _CONTINUATION
 from rekall.kernel.jobstate import job_state_named
 from rekall.states.status import JobStatus, read
 
@@ -102,8 +101,6 @@ class DeliveryState(_Documented):
 _BY_VALUE = {state.value: state for state in JobState}
 #: A state of either machine (their values differ, so a value names one state).
 MachineState = JobState | DeliveryState
-#: The routes the delivery machine sends by (the claim's route names, :mod:`rekall.store.delivery`).
-CONTINUATION, INJECTION = _CONTINUATION, "injection"
 
 
 def job_state(compaction: JobState, delivery: DeliveryState, route: str | None, resume_skipped: Any) -> JobState:
@@ -172,9 +169,11 @@ class JobView:
     def moved(self, dest: MachineState, fields: Mapping[str, Any], mono_ms: int, route: str | None = None) -> JobView:
         """After one machine moved into ``dest`` and set ``fields`` (a delivery move: with the route after it)."""
         if isinstance(dest, DeliveryState):
-            later = attrs.evolve(self, fields={**self.fields, **fields}, delivery=dest, route=route)
+            compaction, delivery = self.compaction, dest
         else:
-            later = attrs.evolve(self, fields={**self.fields, **fields}, compaction=dest)
-        if later.state is self.state:
-            return later  # the job's state goes on (an injection being sent is still injecting)
-        return attrs.evolve(later, entered_ms={**self.entered_ms, later.state: mono_ms})
+            compaction, delivery, route = dest, self.delivery, self.route
+        merged = {**self.fields, **fields}
+        state = job_state(compaction, delivery, route, merged.get("resumeSkipped"))
+        # The job's state may go on (an injection being sent is still injecting): it was entered before.
+        entered = self.entered_ms if state is self.state else {**self.entered_ms, state: mono_ms}
+        return JobView(self.job_id, self.thread_id, compaction, merged, entered, delivery, route)

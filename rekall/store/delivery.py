@@ -34,12 +34,14 @@ import os
 import time
 from pathlib import Path
 
+from rekall.kernel.jobstate import CONTINUATION, INJECTION  # the worker's routes, named once
+
 TYPE_CHECKING = False  # not typing's: the hook's start-up pays for every import
 if TYPE_CHECKING:
     from collections.abc import Mapping
     from typing import Any
 
-CONTINUATION, INJECTION, HOOK = "continuation", "injection", "hook"
+HOOK = "hook"
 #: Not a route: an explicit cancel (``rekall cancel``, ``cancel_compaction``) takes the claim so that no route
 #: delivers the handoff after it.
 CANCEL = "cancel"

@@ -11,7 +11,7 @@ from __future__ import annotations
 import attrs
 
 from rekall.states import COMPACTION, DELIVERY, DeliveryState, JobState, Table
-from rekall.states.model import CONTINUATION, INJECTION
+from rekall.kernel.jobstate import CONTINUATION, INJECTION
 from rekall.states.table import ENDS
 from rekall.store.wire import DeliveryRecord, Move, TransitionRecord
 
@@ -33,6 +33,7 @@ def _delivery(source: DeliveryState, trigger: str, dest: DeliveryState, route: s
     return MachineMove(DELIVERY, source, trigger, dest, route)
 
 
+_COMPACTION_STATES = frozenset(COMPACTION.states)
 #: The states the single machine was in while it delivered.
 DELIVERING = (S.WAITING_FOR_RESUME_IDLE, S.RESUMING, S.INJECTING)
 #: Where a completion led, as the delivery machine's state and route.
@@ -61,9 +62,10 @@ MOVES: dict[tuple[JobState, str, JobState], tuple[MachineMove, ...]] = {
 
 
 def is_legacy(record: Move) -> bool:
-    """A record of the single machine that no row of today's compaction machine takes."""
+    """A record of the single machine: it names a state the compaction machine does not have (since the
+    split, a ``transition`` record moves only the compaction machine)."""
     return isinstance(record, TransitionRecord) and record.source is not None \
-        and COMPACTION.find_row(record.source, record.trigger, record.dest) is None
+        and not {record.source, record.dest} <= _COMPACTION_STATES
 
 
 def moves_of(record: Move) -> tuple[MachineMove, ...] | None:

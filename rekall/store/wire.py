@@ -226,23 +226,22 @@ def _written_plainly(record: Record) -> dict[str, Any] | None:
     The mirror of :func:`_read_plainly`, for the worker's commit path: it writes a record before
     every request, and this costs a fraction of the converter (and never builds it). The keys
     and their order are the converter's; a test holds the two byte-equal."""
-    if type(record) in (TransitionRecord, DeliveryRecord):
-        assert isinstance(record, (TransitionRecord, DeliveryRecord))
-        delivery = type(record) is DeliveryRecord
+    if isinstance(record, (TransitionRecord, DeliveryRecord)):
+        delivery = isinstance(record, DeliveryRecord)
+        route = record.route if isinstance(record, DeliveryRecord) else None
         source, enum = record.source, DeliveryState if delivery else JobState
         if not (type(record.seq) is int and type(record.mono_ms) is int and type(record.at) is str
                 and type(record.trigger) is str and (source is None or type(source) is enum)
                 and type(record.dest) is enum and type(record.guards) is tuple
                 and all(type(g) is GuardVerdict and type(g.to) in (JobState, DeliveryState) and type(g.guard) is str
                         and type(g.passed) is bool for g in record.guards)
-                and _native(record.evidence) and _native(record.fields)
-                and (not delivery or type(record.route) in (str, type(None)))):  # type: ignore[union-attr]
+                and _native(record.evidence) and _native(record.fields) and type(route) in (str, type(None))):
             return None
         written = {"v": RECORD_VERSION, "type": "delivery" if delivery else "transition", "seq": record.seq,
                    "at": record.at, "monoMs": record.mono_ms, "trigger": record.trigger,
                    "from": None if source is None else source.value, "to": record.dest.value}
         if delivery:
-            written["route"] = record.route  # type: ignore[union-attr]
+            written["route"] = route
         return {**written, "evidence": record.evidence,
                 "guards": [{"to": g.to.value, "guard": g.guard, "passed": g.passed} for g in record.guards],
                 "fields": record.fields}

@@ -82,28 +82,28 @@ Discard = Annotated[Entries, Field(description=(
     f"History that can be summarised away (at most {MAX_LIST_ITEMS}). This never authorises deleting files."))]
 
 
-class Handoff(TypedDict):
-    """Guides the resumed agent. It does not alter Codex's own compaction prompt."""
+class _Notes(TypedDict):
+    """What a handoff and a checkpoint both say."""
 
     __pydantic_config__ = ConfigDict(extra="forbid")  # type: ignore[misc]
 
     summary: Summary
     preserve: Preserve
     discard: Discard
+
+
+class Handoff(_Notes):
+    """Guides the resumed agent. It does not alter Codex's own compaction prompt."""
+
     nextStep: Annotated[str, Field(description=(
         "The exact authorised next action, including where to stop. Required (may be empty only when "
         "resume is false)."))]
     resume: Annotated[bool, Field(strict=True, description="Explicit opt-in to ONE automatic continuation turn.")]
 
 
-class CheckpointHandoff(TypedDict):
+class CheckpointHandoff(_Notes):
     """The agent's own note of its task, delivered after each later compaction it did not schedule."""
 
-    __pydantic_config__ = ConfigDict(extra="forbid")  # type: ignore[misc]
-
-    summary: Summary
-    preserve: Preserve
-    discard: Discard
     nextStep: Annotated[str, Field(description=(
         "The next step as you see it now. Delivered as your own note: it does not by itself authorise the step."))]
     resume: NotRequired[Annotated[bool, Field(strict=True, description=(

@@ -17,7 +17,7 @@ import attrs
 from rekall.kernel.errors import RekallError
 from rekall.kernel.records import Acted, Failure
 from rekall.kernel.settings import INJECT_HANDOFF, WorkerSettings
-from rekall.states.model import CONTINUATION
+from rekall.kernel.jobstate import CONTINUATION
 from rekall.states.status import known
 from rekall.worker.decisions import DeliveryTaken, Event, RequestDone
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from rekall.adapters.contract import Acted, Failure, ThreadSnapshot
 from rekall.states import DeliveryState
 from rekall.states.evidence import EXPLICIT_CANCELLATION
-from rekall.states.model import CONTINUATION, INJECTION
+from rekall.kernel.jobstate import CONTINUATION, INJECTION
 from rekall.store.delivery import CANCEL, FOREIGN, HOOK
 from rekall.worker.decisions import DeliveryTaken, Fire, Job, Memo, RequestDone, Step, VerifyHandoff, \
     stuck_in_system_error

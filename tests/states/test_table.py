@@ -10,7 +10,8 @@ from hypothesis import given, settings, strategies as st
 
 from rekall.states import COMPACTION, COMPACTION_STATES, DELIVERY, MACHINES, TRIGGERS, DeliveryState, JobState, \
     JobView, Table
-from rekall.states.model import CONTINUATION, INJECTION, job_state
+from rekall.kernel.jobstate import CONTINUATION, INJECTION
+from rekall.states.model import job_state
 from rekall.states.table import ENDS, TRIGGER_NAMES
 
 
